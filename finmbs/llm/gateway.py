@@ -1,0 +1,277 @@
+"""The one LLM gateway: cache, retries, limits, `n` sampling, structured outputs, accounting, budget.
+
+No other code calls a model. Stages ask the gateway for samples from an endpoint on behalf of a
+role (teacher, student, target, judge); the gateway answers from its sqlite cache when it can,
+otherwise sends the request through the endpoint's backend under its concurrency and rate limits,
+retrying transient failures, and accounts calls, tokens and cost per role.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
+
+from finmbs.config import Budget, Endpoint, RunConfig
+from finmbs.llm.backends import Backend, EmbeddedBackend, LiteLLMBackend
+from finmbs.llm.cache import ResponseCache, request_key
+from finmbs.llm.limits import EndpointLimits
+from finmbs.llm.structured import extract_json
+from finmbs.llm.types import BudgetExceeded, GatewayError, Message, Sample
+from finmbs.records import RoleUsage
+from finmbs.resources import render_prompt
+
+log = logging.getLogger("finmbs.gateway")
+T = TypeVar("T", bound=BaseModel)
+Chat = list[Message] | list[dict[str, str]]
+
+_RETRYABLE_STATUS = {408, 409, 425, 429, 500, 502, 503, 504, 520, 522, 524, 529}
+
+
+def is_retryable(exc: BaseException) -> bool:
+    """Transient failures: rate limits, server errors, timeouts, dropped connections."""
+    if isinstance(exc, (BudgetExceeded, GatewayError)):
+        return False
+    status = getattr(exc, "status_code", None)
+    if isinstance(status, int):
+        return status in _RETRYABLE_STATUS
+    name = type(exc).__name__
+    transient = ("RateLimit", "Timeout", "Connection", "ServiceUnavailable", "InternalServer", "APIError")
+    return any(t in name for t in transient) or isinstance(exc, (TimeoutError, ConnectionError))
+
+
+class Gateway:
+    """Cached, retried, rate-limited, accounted access to every configured endpoint."""
+
+    def __init__(
+        self,
+        cache_path: str | None = None,
+        budget: Budget | None = None,
+        retry_initial_s: float = 1.0,
+        retry_max_s: float = 60.0,
+    ):
+        self.cache = ResponseCache(cache_path)
+        self.budget = budget or Budget()
+        self.usage: dict[str, RoleUsage] = {}
+        self.retry_initial_s = retry_initial_s
+        self.retry_max_s = retry_max_s
+        self._limits: dict[str, EndpointLimits] = {}
+        self._backends: dict[str, Backend] = {}
+
+    @classmethod
+    def from_config(cls, config: RunConfig, **kwargs: Any) -> Gateway:
+        return cls(cache_path=config.cache_path, budget=config.budget, **kwargs)
+
+    # accounting -----------------------------------------------------------------------------
+    def role_usage(self, role: str) -> RoleUsage:
+        return self.usage.setdefault(role, RoleUsage())
+
+    @property
+    def total_tokens(self) -> int:
+        return sum(u.prompt_tokens + u.completion_tokens for u in self.usage.values())
+
+    @property
+    def total_cost(self) -> float:
+        return sum(u.cost_usd for u in self.usage.values())
+
+    @property
+    def total_calls(self) -> int:
+        return sum(u.calls for u in self.usage.values())
+
+    def check_budget(self) -> None:
+        """Raise BudgetExceeded once the token or dollar budget is spent."""
+        if self.budget.max_tokens is not None and self.total_tokens >= self.budget.max_tokens:
+            raise BudgetExceeded(f"token budget spent: {self.total_tokens} >= {self.budget.max_tokens}")
+        if self.budget.max_cost_usd is not None and self.total_cost >= self.budget.max_cost_usd:
+            raise BudgetExceeded(f"cost budget spent: ${self.total_cost:.4f} >= ${self.budget.max_cost_usd}")
+
+    # plumbing -------------------------------------------------------------------------------
+    def _backend(self, endpoint: Endpoint) -> Backend:
+        kind = "embedded" if endpoint.is_embedded else "litellm"
+        if kind not in self._backends:
+            self._backends[kind] = EmbeddedBackend() if kind == "embedded" else LiteLLMBackend()
+        return self._backends[kind]
+
+    def limits(self, endpoint: Endpoint) -> EndpointLimits:
+        key = f"{endpoint.model}|{endpoint.api_base}|{endpoint.name}"
+        if key not in self._limits:
+            self._limits[key] = EndpointLimits(
+                endpoint.max_concurrency, endpoint.requests_per_minute, endpoint.tokens_per_minute
+            )
+        return self._limits[key]
+
+    def _cost(self, endpoint: Endpoint, prompt_tokens: int, completion_tokens: int, reported: float | None) -> float:
+        if endpoint.input_cost_per_mtok is not None or endpoint.output_cost_per_mtok is not None:
+            return (
+                prompt_tokens * (endpoint.input_cost_per_mtok or 0.0)
+                + completion_tokens * (endpoint.output_cost_per_mtok or 0.0)
+            ) / 1e6
+        return reported or 0.0
+
+    async def _request(
+        self, endpoint: Endpoint, role: str, messages: list[Message] | None, prompt: str | None, n: int,
+        params: dict[str, Any],
+    ) -> list[Sample]:
+        """One backend request (n samples) with limits, retries and accounting."""
+        self.check_budget()
+        usage = self.role_usage(role)
+        limits = self.limits(endpoint)
+        backend = self._backend(endpoint)
+        retrying = AsyncRetrying(
+            retry=retry_if_exception(is_retryable),
+            wait=wait_exponential_jitter(multiplier=self.retry_initial_s, jitter=self.retry_initial_s, max=self.retry_max_s),
+            stop=stop_after_attempt(endpoint.max_retries + 1),
+            reraise=True,
+        )
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    if attempt.retry_state.attempt_number > 1:
+                        usage.retries += 1
+                    await limits.requests.acquire()
+                    await limits.tokens.acquire(params.get("max_tokens", 0) * n)
+                    async with limits:
+                        usage.calls += 1
+                        reply = await backend.complete(
+                            endpoint, messages=messages, prompt=prompt, n=n, params=dict(params)
+                        )
+        except Exception as exc:
+            usage.errors += 1
+            if isinstance(exc, GatewayError):
+                raise
+            raise GatewayError(f"{role} endpoint '{endpoint.name}' failed: {type(exc).__name__}: {exc}") from exc
+        usage.samples += len(reply.samples)
+        usage.prompt_tokens += reply.prompt_tokens
+        usage.completion_tokens += reply.completion_tokens
+        usage.cost_usd += self._cost(endpoint, reply.prompt_tokens, reply.completion_tokens, reply.cost_usd)
+        if len(reply.samples) != n:
+            raise GatewayError(f"{role} endpoint '{endpoint.name}' returned {len(reply.samples)} samples, asked {n}")
+        return reply.samples
+
+    # public API -----------------------------------------------------------------------------
+    async def generate(
+        self,
+        endpoint: Endpoint,
+        *,
+        role: str,
+        messages: Chat | None = None,
+        prompt: str | None = None,
+        n: int = 1,
+        first_index: int = 0,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+        stop: list[str] | None = None,
+    ) -> list[Sample]:
+        """Samples `first_index .. first_index+n-1` for one request, from cache or the endpoint.
+
+        Give `messages` (chat) or `prompt` (plain completion). A chat request to an endpoint with
+        `chat: false` is rendered into a completion prompt. Sample i of a request is cached under
+        (request, i), so asking again for the same indices costs nothing and returns the same text.
+        """
+        if (messages is None) == (prompt is None):
+            raise ValueError("give exactly one of messages or prompt")
+        msgs = [m if isinstance(m, Message) else Message(**m) for m in messages] if messages is not None else None
+        if msgs is not None and not endpoint.chat:
+            from finmbs.llm.prompting import messages_to_prompt
+
+            prompt, msgs = messages_to_prompt(msgs), None
+        params: dict[str, Any] = {
+            "temperature": endpoint.temperature if temperature is None else temperature,
+            "max_tokens": endpoint.max_tokens if max_tokens is None else max_tokens,
+        }
+        if stop:
+            params["stop"] = stop
+        key = request_key(
+            {
+                "model": endpoint.model,
+                "api_base": endpoint.api_base,
+                "messages": [m.model_dump() for m in msgs] if msgs is not None else None,
+                "prompt": prompt,
+                "params": params,
+                "extra": endpoint.extra,
+            }
+        )
+        indices = list(range(first_index, first_index + n))
+        found = self.cache.get(key, indices)
+        self.role_usage(role).cache_hits += len(found)
+        missing = [i for i in indices if i not in found]
+        if missing:
+            if endpoint.supports_n and not endpoint.is_embedded:
+                fresh = dict(zip(missing, await self._request(endpoint, role, msgs, prompt, len(missing), params)))
+            else:
+                replies = await asyncio.gather(
+                    *(self._request(endpoint, role, msgs, prompt, 1, {**params, "seed": i}) for i in missing)
+                )
+                fresh = {i: r[0] for i, r in zip(missing, replies)}
+            self.cache.put(key, fresh)
+            found.update(fresh)
+        return [found[i] for i in indices]
+
+    async def structured(
+        self,
+        endpoint: Endpoint,
+        schema: type[T],
+        *,
+        role: str,
+        messages: Chat,
+        n: int = 1,
+        first_index: int = 0,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+    ) -> list[T | None]:
+        """Samples parsed into `schema`; a sample that fails to parse gets one repair re-ask.
+
+        A sample still unparseable after the repair comes back as None; failures and repairs are
+        counted for the role.
+        """
+        msgs = [m if isinstance(m, Message) else Message(**m) for m in messages]
+        samples = await self.generate(
+            endpoint, role=role, messages=msgs, n=n, first_index=first_index,
+            temperature=temperature, max_tokens=max_tokens,
+        )
+        usage = self.role_usage(role)
+        results: list[T | None] = []
+        for sample in samples:
+            parsed, error = parse_structured(sample.text, schema)
+            if parsed is None:
+                usage.parse_failures += 1
+                usage.repairs += 1
+                repair = msgs + [
+                    Message(role="assistant", content=sample.text),
+                    Message(
+                        role="user",
+                        content=render_prompt(
+                            "repair_json", error=error, schema=json.dumps(schema.model_json_schema())
+                        ),
+                    ),
+                ]
+                fixed = await self.generate(
+                    endpoint, role=role, messages=repair, n=1, temperature=0.0, max_tokens=max_tokens
+                )
+                parsed, error = parse_structured(fixed[0].text, schema)
+                if parsed is None:
+                    usage.parse_failures += 1
+                    log.warning("%s: unparseable %s after repair: %s", role, schema.__name__, error)
+            results.append(parsed)
+        return results
+
+    def close(self) -> None:
+        self.cache.close()
+
+
+def parse_structured(text: str, schema: type[T]) -> tuple[T | None, str]:
+    """Parse the JSON value in `text` into `schema`; (None, reason) when it does not fit."""
+    try:
+        value = extract_json(text)
+    except ValueError as exc:
+        return None, str(exc)
+    try:
+        return schema.model_validate(value), ""
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        return None, f"JSON does not match the schema at '{where}': {first['msg']}"

@@ -1,0 +1,233 @@
+"""Typed records that flow between stages (paper section 3.1 vocabulary)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Domain = Literal["math", "finance"]
+Band = Literal["hard", "goldilocks", "stale"]
+FinishReason = Literal["stop", "length", "error", "other"]
+
+
+class Record(BaseModel):
+    """Base for every record: unknown keys are errors, JSON round-trips exactly."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class Document(Record):
+    """One ingested source document (a filing, an agreement, an exhibit)."""
+
+    doc_id: str
+    source_path: str
+    sha256: str
+    doc_type: str = "unknown"
+    title: str = ""
+    company: str | None = None
+    period: str | None = None
+    n_pages: int | None = None
+    summary: str = ""
+    entities: dict[str, list[str]] = Field(default_factory=dict)
+
+
+class Snippet(Record):
+    """A verbatim passage of a document: the `d` of a finance problem `p = (q, d)`."""
+
+    text: str
+    doc_id: str | None = None
+    source_path: str | None = None
+    section_path: str = ""
+    page: int | None = None
+    char_start: int | None = None
+    char_end: int | None = None
+
+
+class Chunk(Snippet):
+    """A retrievable unit of a document, as stored in the index."""
+
+    chunk_id: str
+    kind: Literal["text", "table", "definition"] = "text"
+    term: str | None = None
+
+
+class Provenance(Record):
+    """Where a problem came from: its seed, method, stage and position in a tree."""
+
+    seed_id: str | None = None
+    method: Literal["seed", "mbs", "direct", "corpus"] = "seed"
+    stage: str = "seed"
+    tree_path: str = ""
+    parent_ids: list[str] = Field(default_factory=list)
+    source: str | None = None
+
+
+class Problem(Record):
+    """A problem `(p, a*)`; in finance `p = (q, d)` with `d` the snippet."""
+
+    id: str
+    question: str
+    answer: str
+    domain: Domain = "math"
+    snippet: Snippet | None = None
+    entity: str | None = None
+    provenance: Provenance = Field(default_factory=Provenance)
+    meta: dict[str, Any] = Field(default_factory=dict)
+
+
+class Trace(Record):
+    """A worked solution ending in one final answer."""
+
+    text: str
+    answer: str | None
+    model: str = ""
+    verified: bool = False
+
+
+class Rollout(Record):
+    """One sampled response with its extracted answer, 0/1 reward and finish reason."""
+
+    text: str
+    extracted_answer: str | None
+    reward: float
+    finish_reason: FinishReason
+    completion_tokens: int = 0
+    model: str = ""
+
+
+class DifficultyReport(Record):
+    """Success of one policy on one problem over n rollouts at budget L."""
+
+    policy: str
+    budget: int
+    n: int
+    k: int
+    band: Band
+    in_budget: bool
+    verified_hard: bool = False
+
+    @property
+    def success_rate(self) -> float:
+        return self.k / self.n if self.n else 0.0
+
+    @property
+    def qualified(self) -> bool:
+        return self.band == "goldilocks" and self.in_budget
+
+
+class Decision(Record):
+    """One decision taken on a node (kept so yields can be audited)."""
+
+    stage: str
+    outcome: Literal["accepted", "rejected", "info"]
+    reason: str = ""
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
+class TreeNode(Record):
+    """A node of a decomposition or synthetic tree."""
+
+    problem: Problem
+    trace: Trace | None = None
+    children: list[TreeNode] = Field(default_factory=list)
+    path: str = "0"
+    student_accuracy: dict[str, float] = Field(default_factory=dict)
+    conditioned_accuracy: dict[str, float] = Field(default_factory=dict)
+    target: DifficultyReport | None = None
+    decisions: list[Decision] = Field(default_factory=list)
+    mirrors: str | None = None
+
+    @property
+    def is_leaf(self) -> bool:
+        return not self.children
+
+    def walk(self):
+        """Yield this node and every descendant, parents first."""
+        yield self
+        for child in self.children:
+            yield from child.walk()
+
+
+class DecompositionTree(Record):
+    """The verified decomposition tree of one seed (top-down stage)."""
+
+    seed_id: str
+    root: TreeNode
+
+
+class SyntheticTree(Record):
+    """A synthetic tree grown bottom-up in parallel to a decomposition tree."""
+
+    seed_id: str
+    index: int
+    root: TreeNode
+    grounding: Snippet | None = None
+    entity: str | None = None
+
+
+class Rejection(Record):
+    """A candidate that did not make it, with the stage and reason."""
+
+    problem: Problem
+    stage: str
+    reason: str
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
+class RoleUsage(Record):
+    """LLM accounting for one role."""
+
+    calls: int = 0
+    samples: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float = 0.0
+    cache_hits: int = 0
+    retries: int = 0
+    errors: int = 0
+    parse_failures: int = 0
+    repairs: int = 0
+
+
+class RunMetrics(Record):
+    """The paper's run metrics (section 4.1, table 8)."""
+
+    method: str = "mbs"
+    seeds_in: int = 0
+    seeds_with_trace: int = 0
+    decompositions_effective: int = 0
+    decompositions_attempted: int = 0
+    descendants: int = 0
+    goldilocks: int = 0
+    qualified: int = 0
+    seeds_converted: int = 0
+    usage: dict[str, RoleUsage] = Field(default_factory=dict)
+    wall_time_s: float = 0.0
+
+    @property
+    def goldilocks_rate(self) -> float:
+        return self.goldilocks / self.descendants if self.descendants else 0.0
+
+    @property
+    def qualified_rate(self) -> float:
+        return self.qualified / self.descendants if self.descendants else 0.0
+
+    @property
+    def seed_conversion(self) -> float:
+        return self.seeds_converted / self.seeds_in if self.seeds_in else 0.0
+
+    @property
+    def cache_hits(self) -> int:
+        return sum(u.cache_hits for u in self.usage.values())
+
+    def summary(self) -> dict[str, Any]:
+        """Flat dict with the derived rates, as written to metrics.json."""
+        data = self.model_dump()
+        data.update(
+            goldilocks_rate=self.goldilocks_rate,
+            qualified_rate=self.qualified_rate,
+            seed_conversion=self.seed_conversion,
+            cache_hits=self.cache_hits,
+        )
+        return data

@@ -1,0 +1,75 @@
+"""Answer verification: one entry point for every stage, the evaluator and the reward.
+
+Math answers go through math-verify. Finance answers go through the deterministic
+finance-aware comparer first (`finmbs.verify.finance.compare`, equal / different / undecided)
+and, only where it cannot decide and a judge is given, the LLM judge
+(`finmbs.verify.judge.judge_equivalence`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import BaseModel
+
+from finmbs.verify.extract import extract_final_answer
+from finmbs.verify.math import math_equal
+
+if TYPE_CHECKING:
+    from finmbs.config import Endpoint
+    from finmbs.llm import Gateway
+
+DecidedBy = Literal["no_answer", "math", "comparer", "judge", "undecided"]
+
+
+class Verification(BaseModel):
+    """Whether a response's final answer matches the ground truth, and what decided it."""
+
+    correct: bool
+    extracted: str | None
+    decided_by: DecidedBy
+    reason: str = ""
+
+
+async def verify_answer(
+    domain: str,
+    predicted: str | None,
+    ground_truth: str,
+    *,
+    question: str | None = None,
+    gateway: Gateway | None = None,
+    judge: Endpoint | None = None,
+) -> Verification:
+    """Compare an already-extracted answer with the ground truth."""
+    if not predicted:
+        return Verification(correct=False, extracted=predicted, decided_by="no_answer", reason="no final answer")
+    if domain == "math":
+        return Verification(correct=math_equal(predicted, ground_truth), extracted=predicted, decided_by="math")
+    from finmbs.verify.finance import compare
+
+    comparison = compare(predicted, ground_truth, question=question)
+    if comparison.verdict != "undecided":
+        return Verification(
+            correct=comparison.verdict == "equal", extracted=predicted, decided_by="comparer", reason=comparison.reason
+        )
+    if gateway is None or judge is None:
+        return Verification(correct=False, extracted=predicted, decided_by="undecided", reason=comparison.reason)
+    from finmbs.verify.judge import judge_equivalence
+
+    verdict = await judge_equivalence(gateway, judge, question=question, predicted=predicted, ground_truth=ground_truth)
+    return Verification(correct=verdict.equal, extracted=predicted, decided_by="judge", reason=verdict.reason)
+
+
+async def verify_response(
+    domain: str,
+    response: str,
+    ground_truth: str,
+    *,
+    question: str | None = None,
+    gateway: Gateway | None = None,
+    judge: Endpoint | None = None,
+) -> Verification:
+    """Extract the final answer of a full response, then verify it."""
+    return await verify_answer(
+        domain, extract_final_answer(response), ground_truth, question=question, gateway=gateway, judge=judge
+    )
