@@ -42,21 +42,23 @@ def check_endpoint(endpoint: Endpoint, probe: bool = False, gateway: Gateway | N
         return False, f"unreachable: {type(exc).__name__}: {exc}"
 
 
-def endpoint_table(config: RunConfig, probe: bool) -> tuple[Table, bool]:
+def endpoint_table(config: RunConfig, probe: bool) -> tuple[Table, list[str], bool]:
+    """The role table, one detail line per endpoint, and whether every endpoint checked out."""
     table = Table(title="finmbs roles")
     for column in ("role", "name", "model", "api_base", "key env", "conc.", "n", "status"):
-        table.add_column(column)
+        table.add_column(column, overflow="fold")
     gateway = Gateway(cache_path=None) if probe else None
-    all_ok = True
+    details, all_ok = [], True
     for role, endpoint in config.roles.all():
         ok, detail = check_endpoint(endpoint, probe, gateway)
         all_ok &= ok
         table.add_row(
             role, endpoint.name, endpoint.model, endpoint.api_base or "-", endpoint.api_key_env or "-",
             str(endpoint.max_concurrency), "yes" if endpoint.supports_n else "no",
-            f"[green]ok[/] {detail}" if ok else f"[red]FAIL[/] {detail}",
+            "[green]ok[/]" if ok else "[red]FAIL[/]",
         )
-    return table, all_ok
+        details.append(f"{'ok  ' if ok else 'FAIL'} {role} '{endpoint.name}': {detail}")
+    return table, details, all_ok
 
 
 def register(app: typer.Typer) -> None:
@@ -69,7 +71,9 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Show the resolved role -> endpoint table and check each endpoint is reachable."""
         resolved = resolve_config(config, set_)
-        table, ok = endpoint_table(resolved, probe)
+        table, details, ok = endpoint_table(resolved, probe)
         console.print(table)
+        for line in details:
+            console.print(line, highlight=False, soft_wrap=True, markup=False)
         if not ok:
             raise typer.Exit(1)

@@ -83,11 +83,11 @@ class LiteLLMBackend:
             cost_usd=self._cost(response),
         )
 
-    def _cost(self, response: Any) -> float | None:
-        try:
-            return float(self._litellm.completion_cost(completion_response=response))
-        except Exception:  # unknown model prices: the endpoint's own prices apply
-            return None
+    @staticmethod
+    def _cost(response: Any) -> float | None:
+        """The cost litellm already computed for the response (None for models it has no price for)."""
+        cost = (getattr(response, "_hidden_params", None) or {}).get("response_cost")
+        return float(cost) if cost is not None else None
 
 
 @lru_cache(maxsize=1)
