@@ -1,0 +1,111 @@
+"""How often the deterministic finance comparer decides without an LLM call, and how accurately.
+
+    python bench/bench_verify.py [--data ../shared/data]
+
+Two sets: the hand-written comparer table (tests/test_finance_compare.py) and FinanceBench answer
+pairs: each gold answer against reformatted variants of itself (should be equal), perturbed
+variants (a changed figure or a flipped yes/no: should differ), and another question's answer
+(should differ). Prints, per set, the fraction decided (equal/different, no judge needed), the
+accuracy of those decisions, the wrong "equal" count (the worst error), and the time per comparison.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import re
+import time
+from collections import Counter
+from decimal import Decimal
+from pathlib import Path
+
+from finmbs.verify.finance import compare, polarity
+
+ROOT = Path(__file__).resolve().parents[1]
+_SINGLE = re.compile(r"^(?P<cur>\$)?\s*(?P<num>-?[\d,]*\.?\d+)\s*(?P<pct>%)?$")
+
+
+def hand_written_cases() -> list[tuple[str, str, str | None, str]]:
+    spec = importlib.util.spec_from_file_location("cases", ROOT / "tests" / "test_finance_compare.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.CASES
+
+
+def _fmt(value: Decimal, cur: str, pct: str) -> str:
+    return f"{cur}{value:,}{pct}"
+
+
+def positives(gold: str) -> list[str]:
+    """Reformatted variants that mean the same as `gold`."""
+    variants = [gold.strip() + ".", gold.upper()]
+    if m := _SINGLE.match(gold.strip()):
+        value, cur, pct = Decimal(m["num"].replace(",", "")), m["cur"] or "", m["pct"] or ""
+        variants.append(_fmt(value, cur, pct))  # thousands separators
+        if pct:
+            variants += [f"{value} percent", f"{value / 100}", f"{value * 100} bps"]
+        elif cur:
+            variants += [f"USD {value}", f"{value}"]
+        else:
+            variants.append(f"{value}0" if "." in m["num"] else f"{value}.0")
+    if found := polarity(gold):
+        variants.append(found[0].capitalize())
+    return variants
+
+
+def perturbed(gold: str) -> list[str]:
+    """Variants that must not equal `gold`: a changed figure, a flipped yes/no."""
+    variants = []
+    if m := _SINGLE.match(gold.strip()):
+        value, cur, pct = Decimal(m["num"].replace(",", "")), m["cur"] or "", m["pct"] or ""
+        exponent = value.as_tuple().exponent
+        step = Decimal(1).scaleb(exponent if isinstance(exponent, int) else 0)
+        variants += [_fmt(value + 3 * step, cur, pct), _fmt((value * Decimal("1.1")).quantize(step) + step, cur, pct)]
+    if found := polarity(gold):
+        variants.append("No" if found[0] == "yes" else "Yes")
+    return variants
+
+
+def financebench_pairs(path: Path) -> list[tuple[str, str, str | None, str, str]]:
+    """(predicted, gold, question, truth, kind) pairs built deterministically from the answers."""
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    pairs = []
+    for i, row in enumerate(rows):
+        gold, question = row["answer"], row["question"]
+        pairs += [(p, gold, question, "equal", "reformatted") for p in positives(gold)]
+        pairs += [(p, gold, question, "different", "perturbed") for p in perturbed(gold)]
+        other = rows[(i + 1) % len(rows)]["answer"]
+        if other.strip().lower() != gold.strip().lower():
+            pairs.append((other, gold, question, "different", "other answer"))
+    return pairs
+
+
+def measure(name: str, cases: list[tuple[str, str, str | None, str, str]]) -> None:
+    start = time.perf_counter()
+    results = [(compare(p, g, q).verdict, truth, kind) for p, g, q, truth, kind in cases]
+    per_call_us = (time.perf_counter() - start) / len(cases) * 1e6
+    print(f"\n{name}: {len(cases)} comparisons, {per_call_us:.0f} us each")
+    print(f"{'kind':<16}{'n':>6}{'decided':>10}{'accuracy':>10}{'wrong equal':>13}")
+    for kind in sorted({k for *_, k in results}) + ["all"]:
+        rows = [r for r in results if kind in ("all", r[2])]
+        decided = [r for r in rows if r[0] != "undecided"]
+        correct = sum(r[0] == r[1] for r in decided)
+        wrong_equal = sum(r[0] == "equal" and r[1] != "equal" for r in decided)
+        accuracy = f"{correct / len(decided):.1%}" if decided else "-"
+        print(f"{kind:<16}{len(rows):>6}{len(decided) / len(rows):>10.1%}{accuracy:>10}{wrong_equal:>13}")
+    print("verdicts:", dict(Counter(r[0] for r in results)))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data")
+    args = parser.parse_args()
+    table = [(p, g, q, truth, truth) for p, g, q, truth in hand_written_cases()]
+    measure("hand-written table (truth = the table's label; undecided rows count as correct only when undecided)",
+            table)
+    measure("FinanceBench answer pairs", financebench_pairs(args.data / "financebench" / "financebench_open_source.jsonl"))
+
+
+if __name__ == "__main__":
+    main()
