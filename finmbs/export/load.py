@@ -1,0 +1,111 @@
+"""Read a finished (or partly finished) run folder into typed records, naming file and line on bad input."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from finmbs import runs
+from finmbs.records import DecompositionTree, Problem, Record, Rejection, SyntheticTree
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class RunReadError(ValueError):
+    """A run file that cannot be read; the message names the file and the line or record."""
+
+
+class SeedTrees(Record):
+    """The content of trees/SEED.json: one seed, its decomposition tree and its synthetic trees."""
+
+    seed: Problem
+    decomposition: DecompositionTree | None = None
+    synthetic: list[SyntheticTree] = []
+    dropped: str | None = None
+
+
+@dataclass
+class Run:
+    """Everything a run folder holds, as records."""
+
+    root: Path
+    config: dict[str, Any] = field(default_factory=dict)
+    seeds: list[Problem] = field(default_factory=list)
+    trees: dict[str, SeedTrees] = field(default_factory=dict)
+    qualified: list[Problem] = field(default_factory=list)
+    rejected: list[Rejection] = field(default_factory=list)
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.root.resolve().name
+
+
+def _error_text(exc: ValidationError) -> str:
+    first = exc.errors()[0]
+    where = ".".join(str(part) for part in first["loc"]) or "record"
+    more = f" (+{exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+    return f"{where}: {first['msg']}{more}"
+
+
+def read_records(path: Path, model: type[M]) -> list[M]:
+    """Validate every line of a JSONL file; a torn final line (killed writer) is skipped."""
+    if not path.exists():
+        return []
+    lines = path.read_text(encoding="utf-8").splitlines()
+    records = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            data = json.loads(line)
+        except json.JSONDecodeError as exc:
+            if number == len(lines) and not path.read_bytes().endswith(b"\n"):
+                continue
+            raise RunReadError(f"{path} line {number}: not JSON ({exc.msg})") from None
+        try:
+            records.append(model.model_validate(data))
+        except ValidationError as exc:
+            raise RunReadError(f"{path} line {number}: not a {model.__name__}: {_error_text(exc)}") from None
+    return records
+
+
+def read_json(path: Path, model: type[M]) -> M:
+    try:
+        return model.model_validate_json(path.read_bytes())
+    except ValidationError as exc:
+        raise RunReadError(f"{path}: not a {model.__name__} file: {_error_text(exc)}") from None
+
+
+def load_run(root: str | Path) -> Run:
+    """Load a run folder (layout in `finmbs.runs`); missing parts are empty, bad parts raise RunReadError."""
+    root = Path(root)
+    if not root.is_dir():
+        raise FileNotFoundError(f"run folder not found: {root}")
+    if not (root / runs.SEEDS).exists() and not (root / runs.QUALIFIED).exists():
+        raise RunReadError(f"{root} is not a run folder (no {runs.SEEDS} or {runs.QUALIFIED})")
+    run = Run(root=root)
+    config_path = root / runs.CONFIG
+    if config_path.exists():
+        try:
+            run.config = yaml.safe_load(config_path.read_text(encoding="utf-8")) or {}
+        except yaml.YAMLError as exc:
+            raise RunReadError(f"{config_path}: not YAML ({exc})") from None
+    run.seeds = read_records(root / runs.SEEDS, Problem)
+    for tree_file in sorted((root / runs.TREES).glob("*.json")):
+        trees = read_json(tree_file, SeedTrees)
+        run.trees[trees.seed.id] = trees
+    run.qualified = read_records(root / runs.QUALIFIED, Problem)
+    run.rejected = read_records(root / runs.REJECTED, Rejection)
+    metrics_path = root / runs.METRICS
+    if metrics_path.exists():
+        try:
+            run.metrics = json.loads(metrics_path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as exc:
+            raise RunReadError(f"{metrics_path} line {exc.lineno}: not JSON ({exc.msg})") from None
+    return run

@@ -1,0 +1,42 @@
+"""`finmbs report`: one self-contained HTML file (inline CSS, JS and SVG; no server, no CDN)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
+
+from finmbs.export.load import load_run
+from finmbs.report.charts import Chart, bar_chart
+from finmbs.report.view import BANDS, ReportView, build_view
+from finmbs.runs import atomic_write_text
+
+TEMPLATES = Path(__file__).parent / "templates"
+
+
+def charts(view: ReportView) -> list[Chart]:
+    """The band histogram (seeds vs synthetic) and the distribution of target pass counts k/N."""
+    band_chart = bar_chart(
+        "Target-policy bands", [(group, [(band, view.bands[group][band]) for band in BANDS])
+                                for group in ("seeds", "synthetic")], x_title="problems")
+    result = [band_chart]
+    if view.pass_rates:
+        result.append(bar_chart(
+            "Synthetic candidates by target pass count k of N",
+            [(str(k), [(band, count) for band, count in by_band.items() if count] or [("hard", 0)])
+             for k, by_band in view.pass_rates.items()], x_title="correct rollouts k"))
+    return result
+
+
+def render_report(run_dir: str | Path) -> str:
+    view = build_view(load_run(run_dir))
+    env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=select_autoescape(["html", "j2"]),
+                      undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    return env.get_template("report.html.j2").render(view=view, charts=charts(view), bands=BANDS)
+
+
+def write_report(run_dir: str | Path, out: str | Path | None = None) -> Path:
+    """Render the report of a run folder to `out` (default RUN/report.html), atomically."""
+    path = Path(out) if out is not None else Path(run_dir) / "report.html"
+    atomic_write_text(path, render_report(run_dir))
+    return path
