@@ -1,0 +1,90 @@
+"""`finmbs grow`: seeds -> calibrated synthetic problems (MBS or the direct-synthesis baseline)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Annotated, Literal
+
+import typer
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from finmbs.commands._common import (
+    ConfigOption, ExecutorOption, RayAddressOption, RayWorkersOption, SetOption, cli_errors, console, fail,
+    resolve_config,
+)
+from finmbs.executors import make_executor
+from finmbs.llm import BudgetExceeded, GatewayError
+from finmbs.records import RunMetrics
+from finmbs.seeds import SeedsError, load_seeds
+
+STAGES = {
+    "mbs": ["seeds", "traces", "students", "decompose", "leaf", "compose", "reground", "calibrate"],
+    "direct": ["seeds", "traces", "direct", "reground", "calibrate"],
+}
+
+
+def summary_table(metrics: RunMetrics, out: Path) -> Table:
+    table = Table(title=f"finmbs grow ({metrics.method}) -> {out}")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    rows = [
+        ("seeds in", metrics.seeds_in),
+        ("seeds with verified trace", metrics.seeds_with_trace),
+        ("effective / attempted decompositions", f"{metrics.decompositions_effective} / {metrics.decompositions_attempted}"),
+        ("descendants (calibrated candidates)", metrics.descendants),
+        ("goldilocks", f"{metrics.goldilocks} ({metrics.goldilocks_rate:.1%})"),
+        ("qualified", f"{metrics.qualified} ({metrics.qualified_rate:.1%})"),
+        ("seed conversion", f"{metrics.seeds_converted} ({metrics.seed_conversion:.1%})"),
+        ("LLM calls / cache hits", f"{sum(u.calls for u in metrics.usage.values())} / {metrics.cache_hits}"),
+        ("tokens", sum(u.prompt_tokens + u.completion_tokens for u in metrics.usage.values())),
+        ("cost (USD)", f"{sum(u.cost_usd for u in metrics.usage.values()):.4f}"),
+        ("wall time (s)", f"{metrics.wall_time_s:.1f}"),
+    ]
+    for name, value in rows:
+        table.add_row(name, str(value))
+    return table
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    @cli_errors
+    def grow(
+        seeds: Annotated[Path, typer.Option("--seeds", help="Seeds JSONL: id, question, answer[, domain, snippet, entity, meta].")],
+        out: Annotated[Path | None, typer.Option("--out", "-o", help="Run folder (default runs/SEEDS-METHOD).")] = None,
+        method: Annotated[Literal["mbs", "direct"], typer.Option(help="mbs, or the direct seed-synthesis baseline.")] = "mbs",
+        config: ConfigOption = None,
+        set_: SetOption = None,
+        executor: ExecutorOption = "local",
+        ray_address: RayAddressOption = None,
+        ray_workers: RayWorkersOption = None,
+    ) -> None:
+        """Grow seeds into calibrated synthetic problems; rerun the same command to resume."""
+        from finmbs.mbs.pipeline import run_grow
+
+        try:
+            problems = load_seeds(seeds)
+        except SeedsError as exc:
+            fail(str(exc))
+        resolved = resolve_config(config, set_)
+        out = out or Path("runs") / f"{seeds.stem}-{method}"
+        runner = make_executor(executor, resolved, ray_address=ray_address, ray_workers=ray_workers)
+        with Progress(SpinnerColumn(), TextColumn("{task.description}"), TextColumn("{task.completed}"),
+                      TimeElapsedColumn(), console=console, transient=False) as progress:
+            tasks = {stage: progress.add_task(stage, total=None) for stage in STAGES[method]}
+            progress.update(tasks["seeds"], description=f"seeds (of {len(problems)})")
+
+            def tick(stage: str, advance: int = 1) -> None:
+                if stage in tasks:
+                    progress.advance(tasks[stage], advance)
+
+            try:
+                metrics = asyncio.run(run_grow(resolved, problems, out, method=method, tick=tick, executor=runner))
+            except BudgetExceeded as exc:
+                fail(f"{exc}; finished seeds are saved in {out}: raise budget.max_tokens and rerun to continue", code=3)
+            except GatewayError as exc:
+                fail(f"{exc}; finished seeds are saved in {out}: rerun the same command to resume", code=1)
+            finally:
+                runner.close()
+        console.print(summary_table(metrics, out))

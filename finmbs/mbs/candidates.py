@@ -1,0 +1,46 @@
+"""Teacher-written candidate problems: the JSON shape teachers reply with, and turning a reply
+into a verified tree node (rejection-sampled like a seed, section 3.3)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from finmbs.mbs.context import Context, Ledger
+from finmbs.mbs.traces import teacher_trace
+from finmbs.records import Decision, Problem, Provenance, TreeNode
+
+
+class WorkedProblem(BaseModel):
+    """A teacher-written problem with its worked solution and one final answer."""
+
+    question: str = Field(min_length=1)
+    solution: str = ""
+    answer: str = Field(min_length=1)
+
+
+def derive(
+    origin: Problem, worked: WorkedProblem, *, id: str, stage: str, tree_path: str,
+    parent_ids: list[str], method: str = "mbs",
+) -> Problem:
+    """A new problem descended from `origin` (same domain, snippet and entity until re-grounded)."""
+    return Problem(
+        id=id, question=worked.question.strip(), answer=worked.answer.strip(), domain=origin.domain,
+        snippet=origin.snippet, entity=origin.entity,
+        provenance=Provenance(
+            seed_id=origin.provenance.seed_id or origin.id, method=method, stage=stage,
+            tree_path=tree_path, parent_ids=parent_ids,
+        ),
+        meta={"data_source": f"finmbs/{origin.domain}", "teacher_solution": worked.solution},
+    )
+
+
+async def verified_node(
+    ctx: Context, problem: Problem, ledger: Ledger, *, stage: str, path: str, mirrors: str | None = None
+) -> TreeNode | None:
+    """A node for `problem` when a teacher trace verifies its answer; otherwise a recorded rejection."""
+    trace, why = await teacher_trace(ctx, problem)
+    if trace is None:
+        ledger.reject(problem, stage, f"unverified: {why}")
+        return None
+    decision = Decision(stage=stage, outcome="accepted", reason=f"answer verified by {trace.model}")
+    return TreeNode(problem=problem, trace=trace, path=path, mirrors=mirrors, decisions=[decision])

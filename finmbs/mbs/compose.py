@@ -1,0 +1,87 @@
+"""Stage 4 (section 3.4): bottom-up composition of synthetic parents, propagated to the root.
+
+Each trial picks one synthetic version per child (combinations in order of increasing index sum,
+at most Nc distinct ones), and the teacher composes a parent with the original (parent, children)
+configuration as the pattern. Candidates are verified and discarded when the weakest student's
+accuracy exceeds alpha_parent; every passing trial becomes a synthetic version of the node.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from itertools import product
+
+from pydantic import BaseModel
+
+from finmbs.mbs.candidates import WorkedProblem, derive, verified_node
+from finmbs.mbs.context import Context, Ledger
+from finmbs.mbs.leaves import harder_leaves, screened
+from finmbs.mbs.solve import document_block, worked_examples
+from finmbs.records import Decision, TreeNode
+from finmbs.resources import render_prompt
+
+STAGE = "compose"
+
+
+class ComposedParent(WorkedProblem):
+    """The teacher's reply: one synthetic parent with its worked solution and answer."""
+
+
+def combinations(sizes: list[int], limit: int) -> list[tuple[int, ...]]:
+    """Up to `limit` index tuples (one version per child), lowest index sum first."""
+    return sorted(product(*(range(s) for s in sizes)), key=lambda c: (sum(c), c))[:limit]
+
+
+def compose_messages(node: TreeNode, chosen: list[TreeNode]) -> list[dict[str, str]]:
+    pattern = "\n".join(
+        render_prompt("pattern_child", question=c.problem.question, answer=c.problem.answer) for c in node.children
+    )
+    text = render_prompt(
+        "compose_parent", document=document_block(node.problem), parent=node.problem.question,
+        original_children=pattern,
+        synthetic_children=worked_examples([(c.problem, c.trace.text if c.trace else "") for c in chosen]),
+    )
+    return [{"role": "user", "content": text}]
+
+
+async def compose_trial(
+    ctx: Context, node: TreeNode, chosen: list[TreeNode], t: int, ledger: Ledger
+) -> TreeNode | None:
+    teacher = ctx.teachers[t % len(ctx.teachers)]
+    [reply] = await ctx.gateway.structured(
+        teacher, ComposedParent, role="teacher", messages=compose_messages(node, chosen)
+    )
+    ctx.tick(STAGE)
+    if reply is None:
+        node.decisions.append(Decision(stage=STAGE, outcome="rejected", reason=f"trial {t}: reply did not parse"))
+        return None
+    problem = derive(node.problem, reply, id=f"{node.problem.id}.s{t}", stage=STAGE, tree_path=node.path,
+                     parent_ids=[c.problem.id for c in chosen])
+    composed = await verified_node(ctx, problem, ledger, stage=STAGE, path=node.path, mirrors=node.problem.id)
+    if composed is not None:
+        composed.children = list(chosen)
+    return composed
+
+
+async def synthesize(ctx: Context, node: TreeNode, ledger: Ledger) -> tuple[list[TreeNode], list[TreeNode]]:
+    """(synthetic versions of `node`, synthetic subtrees below it that no version of `node` uses)."""
+    if node.is_leaf:
+        return await harder_leaves(ctx, node, ledger), []
+    results = await asyncio.gather(*(synthesize(ctx, child, ledger) for child in node.children))
+    pools = [versions for versions, _ in results]
+    orphans = [o for _, below in results for o in below]
+    missing = [c.problem.id for c, pool in zip(node.children, pools) if not pool]
+    if missing:
+        node.decisions.append(Decision(stage=STAGE, outcome="info", reason=f"no synthetic version of {missing}"))
+        return [], orphans + [v for pool in pools for v in pool]
+    trials = combinations([len(p) for p in pools], ctx.stages.Nc)
+    nodes = await asyncio.gather(
+        *(compose_trial(ctx, node, [pool[i] for pool, i in zip(pools, combo)], t, ledger)
+          for t, combo in enumerate(trials))
+    )
+    versions = await screened(ctx, list(nodes), ctx.stages.alpha_parent, STAGE, ledger)
+    node.decisions.append(
+        Decision(stage=STAGE, outcome="info", reason=f"kept {len(versions)} of {len(trials)} composition trials")
+    )
+    used = {id(c) for v in versions for c in v.children}
+    return versions, orphans + [v for pool in pools for v in pool if id(v) not in used]

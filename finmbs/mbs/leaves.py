@@ -1,0 +1,73 @@
+"""Stage 3 (section 3.4, leaf synthesis): N_leaf HARDER variants per leaf, verified, screened on the
+weakest student (discard when its accuracy exceeds alpha_leaf), up to R rounds over the teachers."""
+
+from __future__ import annotations
+
+import asyncio
+
+from pydantic import BaseModel, Field
+
+from finmbs.mbs.candidates import WorkedProblem, derive, verified_node
+from finmbs.mbs.context import Context, Ledger
+from finmbs.mbs.solve import document_block, student_accuracy
+from finmbs.records import Decision, TreeNode
+from finmbs.resources import render_prompt
+
+STAGE = "leaf"
+
+
+class LeafVariants(BaseModel):
+    variants: list[WorkedProblem] = Field(min_length=1)
+
+
+async def weakest_screen(ctx: Context, node: TreeNode, alpha: float, stage: str, ledger: Ledger) -> bool:
+    """Keep `node` unless the weakest student's accuracy on it exceeds `alpha`."""
+    weakest = ctx.weakest.name
+    acc = await student_accuracy(ctx, ctx.weakest, node.problem)
+    node.student_accuracy[weakest] = acc
+    if acc > alpha:
+        ledger.reject(node.problem, stage, f"too easy: weakest student {weakest} accuracy {acc:.3f} > alpha {alpha}")
+        return False
+    node.decisions.append(Decision(stage=stage, outcome="accepted", reason=f"{weakest} accuracy {acc:.3f} <= {alpha}"))
+    return True
+
+
+async def screened(
+    ctx: Context, nodes: list[TreeNode | None], alpha: float, stage: str, ledger: Ledger
+) -> list[TreeNode]:
+    """The verified nodes that pass the weakest-student screen."""
+    verified = [n for n in nodes if n is not None]
+    keep = await asyncio.gather(*(weakest_screen(ctx, n, alpha, stage, ledger) for n in verified))
+    return [n for n, k in zip(verified, keep) if k]
+
+
+async def harder_leaves(ctx: Context, leaf: TreeNode, ledger: Ledger) -> list[TreeNode]:
+    """Synthetic versions of one leaf; round r asks teacher r, until a round keeps a variant."""
+    params = ctx.stages
+    for r in range(params.R):
+        teacher = ctx.teachers[r % len(ctx.teachers)]
+        text = render_prompt(
+            "leaf_harder", n=params.N_leaf, document=document_block(leaf.problem), question=leaf.problem.question,
+            solution=leaf.trace.text if leaf.trace else "", answer=leaf.problem.answer,
+        )
+        [reply] = await ctx.gateway.structured(
+            teacher, LeafVariants, role="teacher", messages=[{"role": "user", "content": text}]
+        )
+        ctx.tick(STAGE)
+        variants = reply.variants[: params.N_leaf] if reply else []
+        candidates = [
+            derive(leaf.problem, v, id=f"{leaf.problem.id}.h{r}v{s}", stage=STAGE, tree_path=leaf.path,
+                   parent_ids=[leaf.problem.id])
+            for s, v in enumerate(variants)
+        ]
+        nodes = await asyncio.gather(
+            *(verified_node(ctx, c, ledger, stage=STAGE, path=leaf.path, mirrors=leaf.problem.id) for c in candidates)
+        )
+        kept = await screened(ctx, list(nodes), params.alpha_leaf, STAGE, ledger)
+        reason = f"round {r} ({teacher.name}): kept {len(kept)} of {len(candidates)} variants"
+        if reply is None:
+            reason += " (reply did not parse)"
+        leaf.decisions.append(Decision(stage=STAGE, outcome="info", reason=reason, data={"round": r}))
+        if kept:
+            return kept
+    return []

@@ -1,0 +1,208 @@
+"""A scripted arithmetic world for the MBS engine, served by the real ScriptedOpenAIServer.
+
+Problems read "Compute EXPR." with EXPR built from integers, + - * and parentheses. The world
+computes true answers. Each endpoint (by model name) is an `Agent` that solves a problem by rule:
+accuracy 1 when the problem has at most `capacity` operations, `partial` at capacity+1, 0 beyond
+(`table` overrides by operation count); shown worked examples whose operators cover the problem's,
+its capacity grows by `boost`. Sample i of a request is correct when floor((i+1)p) > floor(ip), so
+any N gives floor(N p) correct samples. A reply needs 4 + `words_per_op` * ops words; past the
+request's max_tokens it is cut and ends with finish_reason "length" (the answer stays up front).
+
+Teachers answer the structured tasks: decomposition into the compound operands plus one example of
+the top operator (an unhelpful "Compute 2 - 1." while fewer than `bad_decompositions` failed
+attempts are in the prompt; wrong answers with `wrong_child_answers`); harder leaf variants
+(variant s adds s+1 operations; a `lazy` teacher only renumbers); composition by substituting the
+synthetic children into the original parent; direct synthesis by renumbering the seed. Tasks in `malformed` first get unparseable JSON.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+import re
+from dataclasses import dataclass, field
+
+from finmbs.config import RunConfig
+from finmbs.testing.server import Reply, Request
+
+# phrases of the prompt templates that name each task (tests check the templates contain them)
+TASK_MARKERS = {
+    "compose": "Combine the synthetic children",
+    "leaf": "harder than the leaf",
+    "decompose": "easier, independent, self-contained subproblems",
+    "direct": "novel and not a simple rewrite",
+    "conditioned": "Study the solved child problems",
+}
+REPAIR_MARKER = "could not be used"
+_QUESTION = re.compile(r"Compute\s+(.+?)\.\s*$", re.MULTILINE)
+_OPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*"}
+
+
+def parse(expr: str) -> ast.expr:
+    tree = ast.parse(expr.strip(), mode="eval").body
+    for node in ast.walk(tree):
+        if not isinstance(node, (ast.BinOp, ast.UnaryOp, ast.USub, ast.Constant, ast.operator)) or (
+            isinstance(node, ast.Constant) and not isinstance(node.value, int)
+        ):
+            raise ValueError(f"not world arithmetic: {expr}")
+    return tree
+
+
+def value(expr: str) -> int:
+    return int(eval(compile(ast.Expression(parse(expr)), "<world>", "eval")))  # noqa: S307 (checked above)
+
+
+def operators(expr: str) -> list[str]:
+    return [_OPS[type(n.op)] for n in ast.walk(parse(expr)) if isinstance(n, ast.BinOp)]
+
+
+def norm(expr: str) -> str:
+    return ast.unparse(parse(expr))
+
+
+def question(expr: str) -> str:
+    return f"Compute {norm(expr)}."
+
+
+def expression(text: str) -> str:
+    """The expression of the first "Compute EXPR." in `text`."""
+    match = _QUESTION.search(text)
+    if not match:
+        raise ValueError(f"no problem in: {text[:200]!r}")
+    return match.group(1)
+
+
+def blocks(text: str, tag: str) -> list[str]:
+    return re.findall(rf"<{tag}>(.*?)</{tag}>", text, re.DOTALL)
+
+
+@dataclass
+class Agent:
+    """How one endpoint solves and writes problems."""
+
+    capacity: int = 99
+    partial: float = 0.0
+    boost: int = 0
+    table: dict[int, float] = field(default_factory=dict)
+    lazy: bool = False
+
+    def accuracy(self, ops: int, covered: bool) -> float:
+        if ops in self.table:
+            return self.table[ops]
+        capacity = self.capacity + (self.boost if covered else 0)
+        return 1.0 if ops <= capacity else self.partial if ops == capacity + 1 else 0.0
+
+
+def worked(expr: str, answer: int | None = None) -> dict[str, str]:
+    answer = value(expr) if answer is None else answer
+    return {"question": question(expr), "solution": f"Evaluate {norm(expr)} = {answer}.", "answer": str(answer)}
+
+
+@dataclass
+class World:
+    """The request handler: `server.handler = World(agents={...})`."""
+
+    agents: dict[str, Agent]
+    words_per_op: int = 6
+    bad_decompositions: int = 0
+    wrong_child_answers: bool = False
+    malformed: set[str] = field(default_factory=set)
+
+    def __call__(self, request: Request) -> Reply:
+        task_text = request.messages[0]["content"] if request.messages else request.text
+        task = next((name for name, marker in TASK_MARKERS.items() if marker in task_text), "solve")
+        agent = self.agents[request.model.split("/")[-1]]
+        if task in ("solve", "conditioned"):
+            return self.solve(agent, request, task_text)
+        if task in self.malformed and REPAIR_MARKER not in request.text:
+            return Reply(texts=["{\"subproblems\": [oops"])
+        return Reply(texts=[json.dumps(getattr(self, task)(agent, task_text))])
+
+    # solving ----------------------------------------------------------------------------------
+    def solve(self, agent: Agent, request: Request, text: str) -> Reply:
+        expr = expression(blocks(text, "problem")[-1])
+        ops = operators(expr)
+        shown = {op for block in blocks(text, "example") for op in operators(expression(block))}
+        p = agent.accuracy(len(ops), covered=bool(shown) and set(ops) <= shown)
+        first = int(request.body.get("seed", 0))
+        budget = int(request.body.get("max_tokens") or 10**6)
+        texts, reasons = [], []
+        for i in range(first, first + request.n):
+            correct = math.floor((i + 1) * p) > math.floor(i * p)
+            answer = value(expr) + (0 if correct else 1)
+            words = 4 + self.words_per_op * len(ops)
+            if words > budget:
+                texts.append(f"\\boxed{{{answer}}} " + " ".join(["step"] * (budget - 1)))
+                reasons.append("length")
+            else:
+                texts.append(" ".join(["step"] * (words - 4)) + f" Final answer: \\boxed{{{answer}}}")
+                reasons.append("stop")
+        return Reply(texts=texts, finish_reasons=reasons)
+
+    # teacher tasks ----------------------------------------------------------------------------
+    def decompose(self, agent: Agent, text: str) -> dict:
+        if text.count("<failed>") < self.bad_decompositions:
+            return {"skills": ["subtraction"], "subproblems": [worked("2 - 1")]}
+        tree = parse(expression(blocks(text, "problem")[0]))
+        if not isinstance(tree, ast.BinOp):
+            return {"skills": [], "subproblems": [worked("2 + 3")]}
+        parts = [ast.unparse(side) for side in (tree.left, tree.right) if isinstance(side, ast.BinOp)]
+        left, right = value(ast.unparse(tree.left)), value(ast.unparse(tree.right))
+        skill = f"{left} {_OPS[type(tree.op)]} {right}"
+        shift = 1 if self.wrong_child_answers else 0
+        children = [worked(e, value(e) + shift) for e in [*parts, skill]]
+        return {"skills": sorted(set(operators(ast.unparse(tree)))), "subproblems": children}
+
+    def leaf(self, agent: Agent, text: str) -> dict:
+        expr = norm(expression(blocks(text, "problem")[0]))
+        n = int(re.search(r"Generate (\d+)", text).group(1))  # type: ignore[union-attr]
+        if agent.lazy:
+            return {"variants": [worked(renumber(expr, s + 1)) for s in range(n)]}
+        return {"variants": [worked(f"({expr})" + "".join(f" + {k + 1}" for k in range(s + 1))) for s in range(n)]}
+
+    def compose(self, agent: Agent, text: str) -> dict:
+        pattern = blocks(text, "pattern")[0]
+        parent = norm(expression(blocks(pattern, "parent")[0]))
+        originals = [norm(expression(b)) for b in blocks(pattern, "child")]
+        synthetic = [norm(expression(b)) for b in blocks(text.split("</pattern>", 1)[1], "example")]
+        composed = parent
+        for original, new in zip(originals, synthetic):
+            composed = composed.replace(original, f"({new})", 1)
+        if composed == parent:
+            composed = " + ".join(f"({s})" for s in synthetic)
+        return worked(composed)
+
+    def direct(self, agent: Agent, text: str) -> dict:
+        expr = norm(expression(blocks(text, "problem")[0]))
+        n = int(re.search(r"Generate (\d+)", text).group(1))  # type: ignore[union-attr]
+        return {"problems": [worked(renumber(expr, s + 1)) for s in range(n)]}
+
+
+def renumber(expr: str, shift: int) -> str:
+    """The same expression with every integer increased by `shift` (a shallow variant)."""
+    return re.sub(r"\d+", lambda m: str(int(m.group()) + shift), expr)
+
+
+def world_config(
+    base_url: str, teachers: list[str], students: list[str], target: str, cache_path: str, **stages: object
+) -> RunConfig:
+    """A RunConfig whose roles are endpoints of the world's server (chat, `n` supported)."""
+
+    def endpoint(name: str, **extra: object) -> dict:
+        return dict(name=name, model=f"openai/{name}", api_base=base_url, max_concurrency=16, temperature=1.0,
+                    max_tokens=4096, timeout_s=10.0, max_retries=2, **extra)
+
+    return RunConfig.model_validate({
+        "domain": "math",
+        "roles": {
+            "teachers": [endpoint(t) for t in teachers],
+            "students": [endpoint(s, supports_n=True) for s in students],
+            "target": endpoint(target, supports_n=True),
+            "judge": endpoint(teachers[0]),
+        },
+        "stages": stages,
+        "cache_path": cache_path,
+        "seed_concurrency": 4,
+    })
+
