@@ -1,0 +1,222 @@
+"""`finmbs eval BENCH`, `finmbs eval compare A.json B.json`, `finmbs eval list`, and `finmbs audit runs/NAME`."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+import click
+import typer
+from pydantic import ValidationError
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from typer.core import TyperGroup
+
+from finmbs.commands._common import (
+    ConfigOption, ExecutorOption, RayAddressOption, RayWorkersOption, SetOption, UsageError, cli_errors, console,
+    resolve_config,
+)
+from finmbs.commands.calibrate import policy_endpoint
+from finmbs.config import ConfigError, Endpoint, RunConfig
+from finmbs.evaluate import EvalError
+from finmbs.evaluate.audit import audit, audit_markdown, load_run
+from finmbs.evaluate.benchmarks import known_benchmarks, load_benchmark
+from finmbs.evaluate.compare import compare_results, comparison_markdown
+from finmbs.evaluate.results import load_result, markdown_table
+from finmbs.evaluate.run import EvalSettings, run_eval, write_result
+from finmbs.executors import make_executor
+from finmbs.llm import Gateway
+from finmbs.runs import atomic_write_json, atomic_write_text
+
+DEFAULT_OUT = Path("eval/results")
+
+
+def resolve_endpoint(config: RunConfig, name: str, api_base: str | None = None, api_key_env: str | None = None) -> Endpoint:
+    """A role or endpoint name from the config, else a litellm model string (provider/model or with a server)."""
+    roles = ["target", "judge", "teacher", "student", *(e.name for _, e in config.roles.all())]
+    if name not in roles and "/" not in name and api_base is None:
+        known = ", ".join(dict.fromkeys(roles))
+        raise ConfigError(f"'{name}' is neither a role or endpoint of the config ({known}) nor a litellm model string")
+    endpoint = policy_endpoint(config, name, api_base)
+    return endpoint.model_copy(update={"api_key_env": api_key_env}) if api_key_env else endpoint
+
+
+def eval_errors(func: Callable[..., Any]) -> Callable[..., Any]:
+    """cli_errors, plus EvalError and invalid option values as one-line usage errors."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            raise UsageError(f"invalid {'.'.join(map(str, err['loc']))}: {err['msg']}") from None
+        except EvalError as exc:
+            raise UsageError(str(exc)) from None
+
+    return cli_errors(wrapper)
+
+
+@contextmanager
+def question_progress(label: str) -> Iterator[Callable[[int], Callable[[], None]]]:
+    """A rich progress bar over questions; yields `start(total) -> tick`."""
+    columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=False) as bar:
+
+        def start(total: int) -> Callable[[], None]:
+            task = bar.add_task(label, total=total)
+            return lambda: bar.advance(task)
+
+        yield start
+
+
+class EvalGroup(TyperGroup):
+    """`finmbs eval BENCH ...` runs a benchmark; `compare` and `list` are subcommands."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and args[0] not in ("--help", "-h"):
+            args = ["run", *args]
+        return super().parse_args(ctx, args)
+
+
+eval_app = typer.Typer(
+    cls=EvalGroup, no_args_is_help=True,
+    help="Evaluate a model on a benchmark (finmbs eval BENCH --model ...), or compare two results.",
+)
+
+
+def parse_ks(text: str | None) -> list[int] | None:
+    if text is None:
+        return None
+    try:
+        return sorted({int(part) for part in text.split(",") if part.strip()})
+    except ValueError:
+        raise UsageError(f"--k must be comma-separated integers such as 1,5, not '{text}'") from None
+
+
+@eval_app.command("run")
+@eval_errors
+def eval_run(
+    benchmark: Annotated[str, typer.Argument(help="Benchmark name (see `finmbs eval list`) or a YAML file.")],
+    model: Annotated[str, typer.Option("--model", "-m", help="Role/endpoint name from the config, or a litellm model string.")],
+    api_base: Annotated[str | None, typer.Option(help="Server URL for a litellm model string (vLLM, OpenAI-compatible).")] = None,
+    api_key_env: Annotated[str | None, typer.Option(help="Environment variable holding the model's API key.")] = None,
+    judge: Annotated[str | None, typer.Option(help="Judge for finance answers the comparer cannot decide: a role, a litellm model, or 'none' (default: the config's judge).")] = None,
+    judge_api_base: Annotated[str | None, typer.Option(help="Server URL for a litellm judge model.")] = None,
+    data: Annotated[Path | None, typer.Option(help="Local benchmark file or folder (default: the Hugging Face hub, when online).")] = None,
+    pdf_dir: Annotated[Path | None, typer.Option(help="Oracle mode: read evidence pages from these PDFs (FinanceBench pdfs/).")] = None,
+    n: Annotated[int | None, typer.Option("-n", help="Samples per question (default: the benchmark's, 8).")] = None,
+    temperature: Annotated[float | None, typer.Option(help="Sampling temperature (default: the benchmark's, 1.0).")] = None,
+    max_tokens: Annotated[int | None, typer.Option(help="Max response tokens (default: the benchmark's, 8192).")] = None,
+    k: Annotated[str | None, typer.Option("--k", help="pass@k to report, e.g. 1,5 (default: the benchmark's).")] = None,
+    mode: Annotated[str | None, typer.Option(help="closed-book | oracle | retrieval (default: the benchmark's).")] = None,
+    limit: Annotated[int | None, typer.Option(help="Evaluate only the first N questions.")] = None,
+    retrieval_k: Annotated[int, typer.Option(help="Retrieval mode: passages per question.")] = 5,
+    out: Annotated[Path, typer.Option(help="Results folder, or a .json file path.")] = DEFAULT_OUT,
+    config: ConfigOption = None,
+    set_: SetOption = None,
+    executor: ExecutorOption = "local",
+    ray_address: RayAddressOption = None,
+    ray_workers: RayWorkersOption = None,
+) -> None:
+    """Sample a model n times per question, grade, and report pass@k overall and per question type."""
+    bench = load_benchmark(benchmark)
+    resolved = resolve_config(config, set_)
+    policy = resolve_endpoint(resolved, model, api_base, api_key_env)
+    judge_endpoint = None
+    if bench.domain == "finance" and (judge or "").lower() != "none":
+        judge_endpoint = resolve_endpoint(resolved, judge, judge_api_base) if judge else resolved.roles.judge
+    scoring = bench.scoring
+    settings = EvalSettings(
+        mode=mode or bench.default_mode, n=scoring.n if n is None else n,
+        temperature=scoring.temperature if temperature is None else temperature,
+        max_tokens=scoring.max_tokens if max_tokens is None else max_tokens, k=parse_ks(k) or scoring.k, limit=limit,
+        data=str(data) if data else None, pdf_dir=str(pdf_dir) if pdf_dir else None, retrieval_k=retrieval_k,
+    )
+    runner = make_executor(executor, resolved, ray_address=ray_address, ray_workers=ray_workers)
+    try:
+        with question_progress(f"{bench.name} · {policy.name}") as progress:
+            result = run_eval(bench, settings, resolved, policy, judge_endpoint, progress, runner)
+    finally:
+        runner.close()
+    json_path, md_path = write_result(result, out)
+    for skip in result.skipped:
+        console.print(f"[yellow]skipped[/] {skip.id}: {skip.reason}", highlight=False, soft_wrap=True)
+    typer.echo(markdown_table(result))
+    console.print(f"wrote {json_path} and {md_path}", highlight=False)
+
+
+@eval_app.command("compare")
+@eval_errors
+def eval_compare(
+    a: Annotated[Path, typer.Argument(help="Result JSON of the base model (A).")],
+    b: Annotated[Path, typer.Argument(help="Result JSON of the trained model (B).")],
+    out: Annotated[Path | None, typer.Option(help="Also write the Markdown table to this file.")] = None,
+) -> None:
+    """Two eval results side by side with deltas (B - A) and paired bootstrap CIs."""
+    first, second = load_result(a), load_result(b)
+    table = comparison_markdown(first, second, compare_results(first, second), (a.stem, b.stem))
+    typer.echo(table)
+    if out:
+        atomic_write_text(out, table)
+        console.print(f"wrote {out}", highlight=False)
+
+
+@eval_app.command("list")
+@eval_errors
+def eval_list() -> None:
+    """The known benchmarks, their domain, modes and protocol defaults."""
+    table = Table(title="finmbs benchmarks")
+    for column in ("name", "domain", "modes", "n", "k", "hub dataset"):
+        table.add_column(column)
+    for name in known_benchmarks():
+        bench = load_benchmark(name)
+        table.add_row(
+            name, bench.domain, ", ".join(bench.modes), str(bench.scoring.n), ",".join(map(str, bench.scoring.k)),
+            bench.hub or "--data only",
+        )
+    console.print(table)
+
+
+def audit_command(
+    run: Annotated[Path, typer.Argument(help="Run folder (runs/NAME) with trees/ and qualified.jsonl.")],
+    against: Annotated[Path | None, typer.Option(help="A second run on the same seeds (e.g. --method direct): same-seed pairs.")] = None,
+    judge: Annotated[list[str] | None, typer.Option("--judge", help="Extra panel judge: a role/endpoint name or litellm model (repeatable).")] = None,
+    judge_api_base: Annotated[str | None, typer.Option(help="Server URL for litellm-string judges.")] = None,
+    pairs: Annotated[int, typer.Option(min=1, help="Seeds whose candidates get blueprint/novelty scores.")] = 100,
+    problems: Annotated[int, typer.Option(min=1, help="Problems per method checked by the correctness panel.")] = 50,
+    seed: Annotated[int, typer.Option(help="Sampling seed for the audited subset.")] = 0,
+    out: Annotated[Path | None, typer.Option(help="Output folder (default: RUN/audit).")] = None,
+    config: ConfigOption = None,
+    set_: SetOption = None,
+) -> None:
+    """The paper's data audits: blind blueprint preservation/novelty scores and a judge-panel correctness check."""
+    run_config = run / "config.yaml"
+    resolved = resolve_config(config or (run_config if run_config.is_file() else None), set_)
+    panel = {resolved.roles.judge.name: resolved.roles.judge}
+    for name in judge or []:
+        endpoint = resolve_endpoint(resolved, name, judge_api_base)
+        panel[endpoint.name] = endpoint
+    runs = [load_run(run)] + ([load_run(against)] if against else [])
+    gateway = Gateway.from_config(resolved)
+    try:
+        with question_progress("audit") as progress:
+            report = asyncio.run(audit(runs, gateway, panel, pairs=pairs, problems=problems, seed=seed,
+                                       progress=progress))
+    finally:
+        gateway.close()
+    folder = out or run / "audit"
+    table = audit_markdown(report)
+    atomic_write_json(folder / "audit.json", report)
+    atomic_write_text(folder / "audit.md", table)
+    typer.echo(table)
+    console.print(f"wrote {folder / 'audit.json'} and {folder / 'audit.md'}", highlight=False)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(eval_app, name="eval")
+    app.command("audit")(eval_errors(audit_command))
