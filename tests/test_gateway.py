@@ -191,3 +191,23 @@ def test_api_key_never_reaches_cache(tmp_path, openai_server, make_endpoint, mon
     gw.close()
     assert b"sk-secret-value-123" not in (tmp_path / "cache.sqlite").read_bytes()
     assert "sk-secret" not in json.dumps(openai_server.requests[0].body)
+
+
+async def test_identical_concurrent_requests_share_one_call(tmp_path, openai_server, make_endpoint):
+    openai_server.latency = 0.2
+    gw = gateway(tmp_path)
+    endpoint = make_endpoint()
+    results = await asyncio.gather(*(gw.generate(endpoint, role="judge", messages=USER, n=2) for _ in range(5)))
+    assert openai_server.request_count == 2
+    assert all([s.text for s in r] == [s.text for s in results[0]] for r in results)
+    assert gw.usage["judge"].calls == 2 and gw.usage["judge"].cache_hits == 8
+
+
+async def test_waiters_see_the_failure(tmp_path, openai_server, make_endpoint):
+    openai_server.script(Reply(status=400, delay=0.2))
+    gw = gateway(tmp_path)
+    endpoint = make_endpoint()
+    outcomes = await asyncio.gather(*(gw.generate(endpoint, role="t", messages=USER) for _ in range(3)),
+                                    return_exceptions=True)
+    assert all(isinstance(o, GatewayError) for o in outcomes)
+    assert openai_server.request_count == 1

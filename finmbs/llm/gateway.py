@@ -22,6 +22,7 @@ from finmbs.llm.cache import ResponseCache, request_key
 from finmbs.llm.limits import EndpointLimits
 from finmbs.llm.structured import extract_json
 from finmbs.llm.types import BudgetExceeded, GatewayError, Message, Sample
+from finmbs.llm.vllm_offline import PREFIX as VLLM_OFFLINE, VLLMOfflineBackend
 from finmbs.records import RoleUsage
 from finmbs.resources import render_prompt
 
@@ -61,6 +62,7 @@ class Gateway:
         self.retry_max_s = retry_max_s
         self._limits: dict[str, EndpointLimits] = {}
         self._backends: dict[str, Backend] = {}
+        self._inflight: dict[tuple[str, int], asyncio.Future[Sample]] = {}
 
     @classmethod
     def from_config(cls, config: RunConfig, **kwargs: Any) -> Gateway:
@@ -91,9 +93,9 @@ class Gateway:
 
     # plumbing -------------------------------------------------------------------------------
     def _backend(self, endpoint: Endpoint) -> Backend:
-        kind = "embedded" if endpoint.is_embedded else "litellm"
+        kind = "embedded" if endpoint.is_embedded else "vllm" if endpoint.model.startswith(VLLM_OFFLINE) else "litellm"
         if kind not in self._backends:
-            self._backends[kind] = EmbeddedBackend() if kind == "embedded" else LiteLLMBackend()
+            self._backends[kind] = {"embedded": EmbeddedBackend, "vllm": VLLMOfflineBackend, "litellm": LiteLLMBackend}[kind]()
         return self._backends[kind]
 
     def limits(self, endpoint: Endpoint) -> EndpointLimits:
@@ -197,9 +199,26 @@ class Gateway:
         )
         indices = list(range(first_index, first_index + n))
         found = self.cache.get(key, indices)
-        self.role_usage(role).cache_hits += len(found)
-        missing = [i for i in indices if i not in found]
+        waiting = {i: self._inflight[(key, i)] for i in indices if i not in found and (key, i) in self._inflight}
+        missing = [i for i in indices if i not in found and i not in waiting]
+        self.role_usage(role).cache_hits += len(found) + len(waiting)
         if missing:
+            found.update(await self._fetch(endpoint, role, msgs, prompt, params, key, missing))
+        for i, pending in waiting.items():
+            found[i] = (await pending).model_copy(update={"cached": True})
+        return [found[i] for i in indices]
+
+    async def _fetch(
+        self, endpoint: Endpoint, role: str, msgs: list[Message] | None, prompt: str | None, params: dict[str, Any],
+        key: str, missing: list[int],
+    ) -> dict[int, Sample]:
+        """Request the missing sample indices; identical requests arriving meanwhile wait for these."""
+        loop = asyncio.get_running_loop()
+        futures = {i: loop.create_future() for i in missing}
+        for i, future in futures.items():
+            future.add_done_callback(lambda f: f.cancelled() or f.exception())  # no "never retrieved" noise
+            self._inflight[(key, i)] = future
+        try:
             if endpoint.supports_n and not endpoint.is_embedded:
                 fresh = dict(zip(missing, await self._request(endpoint, role, msgs, prompt, len(missing), params)))
             else:
@@ -208,8 +227,17 @@ class Gateway:
                 )
                 fresh = {i: r[0] for i, r in zip(missing, replies)}
             self.cache.put(key, fresh)
-            found.update(fresh)
-        return [found[i] for i in indices]
+            for i, sample in fresh.items():
+                futures[i].set_result(sample)
+            return fresh
+        except BaseException as exc:
+            for future in futures.values():
+                if not future.done():
+                    future.set_exception(exc)
+            raise
+        finally:
+            for i in missing:
+                self._inflight.pop((key, i), None)
 
     async def structured(
         self,
