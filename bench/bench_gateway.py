@@ -1,7 +1,7 @@
 """Gateway overhead: achieved calls/s against a fixed-latency OpenAI-compatible server.
 
 For each concurrency C the ideal rate is C / latency. The gateway (litellm, cache, limits,
-retries, accounting) is run side by side with a bare httpx client (the baseline: no gateway) on
+retries, accounting) is run side by side with a bare aiohttp client (the baseline: no gateway) on
 the same server, and each prints achieved / ideal. Then the same workload is rerun on the
 gateway's persistent cache, which must send 0 requests.
 
@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import httpx
+import aiohttp
 
 from finmbs.config import Endpoint
 from finmbs.llm import Gateway
@@ -44,15 +44,17 @@ async def run_gateway(gateway: Gateway, endpoint: Endpoint, work: list) -> float
 
 
 async def run_baseline(base_url: str, concurrency: int, work: list) -> float:
-    """Bare httpx POSTs under a semaphore: what the server allows without the gateway."""
-    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    """Bare aiohttp POSTs under a semaphore: what server and machine allow without the gateway."""
     semaphore = asyncio.Semaphore(concurrency)
-    async with httpx.AsyncClient(base_url=base_url, limits=limits, timeout=60) as client:
+    connector = aiohttp.TCPConnector(limit=concurrency)
+    async with aiohttp.ClientSession(connector=connector) as client:
 
         async def one(messages: list) -> None:
             async with semaphore:
-                response = await client.post("/chat/completions", json={"model": "x", "messages": messages})
-                response.raise_for_status()
+                body = {"model": "x", "messages": messages}
+                async with client.post(f"{base_url}/chat/completions", json=body) as response:
+                    response.raise_for_status()
+                    await response.json()
 
         start = time.perf_counter()
         await asyncio.gather(*(one(m) for m in work))
@@ -68,7 +70,7 @@ def main() -> None:
     proc, base_url = start_server(args.latency)
     try:
         print(f"server {base_url} latency {args.latency * 1000:.0f} ms")
-        print(f"{'conc':>5} {'calls':>6} {'ideal/s':>8} {'gateway/s':>10} {'ratio':>6} {'httpx/s':>8} {'ratio':>6} {'gw/httpx':>8}")
+        print(f"{'conc':>5} {'calls':>6} {'ideal/s':>8} {'gateway/s':>10} {'ratio':>6} {'bare/s':>8} {'ratio':>6} {'gw/bare':>8}")
         for concurrency in args.concurrency:
             calls = concurrency * args.calls_per_slot
             ideal = concurrency / args.latency
