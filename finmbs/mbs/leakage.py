@@ -1,0 +1,243 @@
+"""The mechanical grounding and leakage check of a re-grounded problem (SPEC step 5, appendix D).
+
+A re-grounded problem `(q, d', a*)` must be supported by the new passage d' alone; no fact of the seed
+document may travel into it. Facts are read with the finance comparer's readers (figures in base
+units: amounts with scale words, percent and basis points, ratios; dates) plus defined terms (quoted
+terms and Title Case multi-word terms such as "Consolidated Total Leverage Ratio") and section
+references. The rules, in the order they are checked:
+
+1. Seed-only facts. A figure, date, defined term or section reference of q or a* that occurs in the
+   seed material the teacher saw (the seed snippet and summary) but not in d', or the seed entity's
+   name, rejects the problem: "seed-only fact: 3.50:1.00".
+2. Defined terms of q and a* must occur in d' (or in the new entity's name and document title).
+3. Figures of q are the problem's givens (a question may posit "Consolidated EBITDA of $250,000,000");
+   they need not occur in d' but are bound by rule 1. Every figure of a* must occur in d' or q, or be
+   reachable from them by a chain of steps, each at most two arithmetic operations (+ - * /; percent
+   figures also count as fractions, so "2% of $40,000,000" is one step) over the figures of d', q and
+   the results the worked solution already reached (a result written in the solution joins the pool
+   only if it is itself so reachable). Equality allows the rounding of the stated figure.
+4. A date in a* must occur in d' or q.
+Small counts (integers up to 12) are never evidence either way.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from finmbs.verify.finance import Figure, dates, figures
+
+TRIVIAL = 12
+_QUOTED = re.compile(r"[“\"]\s*([A-Z][^“”\"\n]{1,80}?)\s*[”\"]")
+_TITLE_WORD = r"(?:[A-Z][A-Za-z0-9&’'\-]*|of)"
+_TITLE = re.compile(rf"\b[A-Z][A-Za-z0-9&’'\-]*(?:[ \t]+{_TITLE_WORD})+")
+_SECTION = re.compile(r"\bSections?\s+(\d+(?:\.\d+)*(?:\s*\([a-z0-9]+\))*)", re.I)
+_GIVEN = re.compile(
+    r"[^.;?]{0,60}?\b(?:is|was|were|are|of|equals?|totals?|totaling|amounts?\s+to)\s+(?:an?\s+|the\s+)?[-$(\d]"
+)
+_STARTERS = set(
+    "a an the what which who whom whose how if under at for in on by as of and or to its it this that these those "
+    "is are was were does do did can could will would should may must has have had assume assuming suppose "
+    "given using use according based when where while after before during each every any all no not compute "
+    "calculate determine find state what's there then also both per with from into than".split()
+)
+_MONTHS = set("january february march april may june july august september october november december".split())
+_LEGAL = {"inc", "corp", "corporation", "co", "company", "ltd", "llc", "plc", "lp", "l.p", "n.a", "holdings", "the"}
+
+
+def _norm(text: str) -> str:
+    text = text.replace("’", "'").replace("“", '"').replace("”", '"').replace("\u2013", "-").replace("\u2014", "-")
+    return re.sub(r"\s+", " ", text).strip().lower()
+
+
+def _term_key(term: str) -> str:
+    return re.sub(r"'s$", "", _norm(term))
+
+
+def quoted_terms(text: str) -> set[str]:
+    """Terms in quotes, as an agreement defines them (“ Applicable Rate ” means ...)."""
+    return {m.group(1).strip() for m in _QUOTED.finditer(text)}
+
+
+def defined_terms(text: str, *, givens: bool = True) -> set[str]:
+    """Quoted terms and Title Case multi-word terms (sentence starters and months stripped; words up
+    to a possessive are the owner, not the term). With `givens=False`, a term the text itself gives
+    a figure for ("the Adjusted Term SOFR Screen Rate for the Interest Period is 4.35%") is left out."""
+    found = quoted_terms(text)
+    for m in _TITLE.finditer(text):
+        words = m.group(0).split()
+        owners = [i for i, w in enumerate(words) if re.search(r"['’]s$", w)]
+        words = words[owners[-1] + 1 :] if owners else words
+        while words and (words[0].lower() in _STARTERS or words[0].lower().rstrip(".") in _MONTHS):
+            words.pop(0)
+        while words and words[-1] == "of":
+            words.pop()
+        if sum(w[:1].isupper() for w in words) >= 2 and not any(w.lower().rstrip(".,") in _MONTHS for w in words):
+            found.add(" ".join(words))
+    terms = {t.strip(" ,.;:") for t in found if len(t) > 3}
+    if not givens:
+        terms -= {t for t in terms for m in re.finditer(re.escape(t), text) if _GIVEN.match(text, m.end())}
+    return terms
+
+
+def sections(text: str) -> set[str]:
+    return {"section " + re.sub(r"\s+", "", m.group(1)).lower() for m in _SECTION.finditer(text)}
+
+
+def text_figures(text: str) -> list[Figure]:
+    """The comparer's figures of a longer text, read clause by clause (section references left out)."""
+    pieces = re.split(r"\n|(?<=[;:])\s|(?<=\.)\s+(?=[A-Z(])", _SECTION.sub(" ", text))
+    return [fig for piece in pieces if piece.strip() for fig in figures(piece)]
+
+
+def values(fig: Figure) -> set[float]:
+    """A figure's readings as plain numbers: its value, and for a percent also the fraction."""
+    v = float(fig.value)
+    return {v, v / 100} if fig.kind == "percent" else {v}
+
+
+def tolerance(fig: Figure, value: float) -> float:
+    """How far a computed number may be from the figure and still round to it."""
+    step = float(fig.step) or 0.0
+    scale = 0.01 if fig.kind == "percent" and abs(value) < abs(float(fig.value)) else 1.0
+    return max(step * scale / 2, abs(value) * 1e-9)
+
+
+def trivial(fig: Figure) -> bool:
+    return fig.kind in ("plain", "count") and fig.value.denominator == 1 and 0 <= fig.value <= TRIVIAL
+
+
+def date_keys(text: str) -> set[str]:
+    return {d.strftime("%Y-%m-%d" if day else "%Y-%m") for d, day in dates(text)}
+
+
+class Pool:
+    """Numbers a result may be computed from, with every one-operation result over them."""
+
+    def __init__(self, numbers: Iterable[float]):
+        self.base = np.unique(np.array([x for x in numbers if np.isfinite(x)] or [0.0], dtype=float))
+        self._one = None
+
+    def add(self, value: float) -> None:
+        if not self.near(self.base, value, 0.0):
+            self.base = np.unique(np.append(self.base, value))
+            self._one = None
+
+    @property
+    def one(self) -> np.ndarray:
+        """Every a op b over the pool (op in + - * /), sorted."""
+        if self._one is None:
+            a, b = self.base[:, None], self.base[None, :]
+            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+                results = np.concatenate([(a + b).ravel(), (a - b).ravel(), (a * b).ravel(), (a / b).ravel()])
+            self._one = np.unique(results[np.isfinite(results)])
+        return self._one
+
+    @staticmethod
+    def near(sorted_values: np.ndarray, targets, tols) -> bool:
+        """Whether any target lies within its tolerance of some value."""
+        targets, tols = np.atleast_1d(np.asarray(targets, float)), np.atleast_1d(np.asarray(tols, float))
+        tols = np.maximum(tols, np.abs(targets) * 1e-9)
+        i = np.searchsorted(sorted_values, targets)
+        lo = sorted_values[np.clip(i - 1, 0, len(sorted_values) - 1)]
+        hi = sorted_values[np.clip(i, 0, len(sorted_values) - 1)]
+        return bool(np.any((np.abs(lo - targets) <= tols) | (np.abs(hi - targets) <= tols)))
+
+    def reaches(self, target: float, tol: float) -> bool:
+        """Target within `tol` of a pool number, a one-operation result, or r op x (r one-op, x in pool)."""
+        if self.near(self.base, target, tol) or self.near(self.one, target, tol):
+            return True
+        x = self.base[self.base != 0]
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            needed = [target - x, target + x, x - target, target / x, target * x, x / target if target else x * 0]
+            same = np.full_like(x, tol)
+            tols = [same, same, same, tol / np.abs(x), tol * np.abs(x), np.abs(x) * tol / (target * target or 1)]
+        return any(self.near(self.one, n[np.isfinite(n)], t[np.isfinite(n)]) for n, t in zip(needed, tols))
+
+
+@dataclass
+class Grounding:
+    """What one re-grounding passage allows, and what of the seed it must keep out."""
+
+    passage: str
+    seed_material: Sequence[str]
+    seed_entity: str | None = None
+    vocabulary: Sequence[str] = ()
+
+    def __post_init__(self) -> None:
+        allowed = "\n".join([self.passage, *self.vocabulary])
+        self._allowed_text = _norm(allowed)
+        self._passage_figs = text_figures(self.passage)
+        self._passage_values = {v for f in self._passage_figs for v in values(f)}
+        self._passage_dates = date_keys(self.passage)
+        self._passage_sections = sections(allowed)
+        seed = "\n".join(self.seed_material)
+        self._seed_values = {v for f in text_figures(seed) if not trivial(f) for v in values(f)}
+        self._seed_dates = date_keys(seed)
+        self._seed_terms = {_term_key(t) for t in defined_terms(seed)}
+        self._seed_sections = sections(seed)
+
+    # ---- helpers
+    def _in_passage(self, fig: Figure) -> bool:
+        return any(abs(v - p) <= tolerance(fig, v) for v in values(fig) for p in self._passage_values)
+
+    def _term_allowed(self, term: str) -> bool:
+        key = _term_key(term)
+        return key in self._allowed_text or (key.endswith("s") and key[:-1] in self._allowed_text)
+
+    def _seed_name(self) -> str | None:
+        words = [w for w in re.split(r"[\s,]+", self.seed_entity or "") if w and w.lower().strip(".") not in _LEGAL]
+        return " ".join(words) or None
+
+    # ---- the rules
+    def seed_only(self, text: str) -> str | None:
+        """The first seed-only fact in `text`, as written there; None if there is none."""
+        for fig in text_figures(text):
+            if not trivial(fig) and values(fig) & self._seed_values and not self._in_passage(fig):
+                return fig.text.lstrip("+ ")
+        for key in sorted(date_keys(text) & (self._seed_dates - self._passage_dates)):
+            return key
+        for term in sorted(defined_terms(text), key=text.find):
+            if _term_key(term) in self._seed_terms and not self._term_allowed(term):
+                return term
+        for ref in sorted(sections(text) & (self._seed_sections - self._passage_sections)):
+            return ref.title()
+        name = self._seed_name()
+        if name and _norm(name) in _norm(text) and _norm(name) not in self._allowed_text:
+            return name
+        return None
+
+    def derivation_pool(self, question: str, solution: str) -> Pool:
+        """Figures of d' and q, plus each solution result reachable from what came before it."""
+        given = self._passage_figs + text_figures(question)
+        pool = Pool(v for f in given for v in values(f))
+        for fig in text_figures(solution):
+            if trivial(fig):
+                continue
+            reached = [v for v in values(fig) if pool.reaches(v, tolerance(fig, v))]
+            for v in reached:
+                pool.add(v)
+        return pool
+
+    def check(self, question: str, answer: str, solution: str = "") -> str | None:
+        """None when the problem passes every rule, else the reason it is rejected."""
+        for text in (question, answer):
+            if fact := self.seed_only(text):
+                return f"seed-only fact: {fact}"
+        terms = defined_terms(question, givens=False) | defined_terms(answer)
+        for term in sorted(terms, key=lambda t: (question + " " + answer).find(t)):
+            if not self._term_allowed(term):
+                return f"term not in passage: {term}"
+        answer_figs = [f for f in text_figures(answer) if not trivial(f)]
+        if answer_figs:
+            pool = self.derivation_pool(question, solution)
+            for fig in answer_figs:
+                if not any(pool.reaches(v, tolerance(fig, v)) for v in values(fig)):
+                    return f"answer figure not derivable from passage and question: {fig.text.lstrip('+ ')}"
+        missing = date_keys(answer) - self._passage_dates - date_keys(question)
+        if missing:
+            return f"answer date not in passage: {sorted(missing)[0]}"
+        return None

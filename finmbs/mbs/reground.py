@@ -1,0 +1,327 @@
+"""Stage 5 (section 3.4 "Grounding on new documents", appendices D and E): re-grounding synthetic
+trees of a finance seed on unseen documents.
+
+Retrieve the top Kd documents most like the seed's document summary, never the seed's own document
+(by doc id, source path or content hash); from each the teacher copies an analogous passage d' and
+names an analogous entity e'. A passage not found verbatim (whitespace aside) in the stored document
+text is rejected. Each synthetic tree is then re-grounded on d' with every node threaded around e'
+(one teacher call per tree); every new node passes the mechanical grounding / leakage check
+(`leakage.py`) and then the judge, who confirms it is answerable from d' alone. Nodes that fail are
+rejected with their reason; the survivors form new SyntheticTrees (`grounding`, `entity` set) that go
+on to final calibration.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from finmbs.config import IndexSettings
+from finmbs.ingest import Index, find_verbatim, open_index
+from finmbs.mbs.candidates import WorkedProblem
+from finmbs.mbs.context import Context, Ledger
+from finmbs.mbs.leakage import Grounding, quoted_terms
+from finmbs.records import Chunk, Decision, Document, Problem, Provenance, Snippet, SyntheticTree, Trace, TreeNode
+from finmbs.resources import render_prompt, resource_dir
+
+STAGE = "reground"
+EXCERPT_CHUNKS = 6
+
+
+class Extraction(BaseModel):
+    """The teacher's reply to step 1: e' and d' copied from the new document."""
+
+    entity: str = ""
+    passage: str = ""
+
+
+class GroundedNode(WorkedProblem):
+    path: str
+
+
+class GroundedTree(BaseModel):
+    """The teacher's reply to step 2: every node of the tree, re-grounded."""
+
+    nodes: list[GroundedNode] = Field(min_length=1)
+
+
+class Answerability(BaseModel):
+    """The judge's verdict on one re-grounded problem."""
+
+    answerable: bool
+    supported: bool = True
+    reason: str = ""
+
+
+@dataclass
+class NewGround:
+    """An accepted re-grounding target: slot k (retrieval rank), its document, d' and e'."""
+
+    slot: int
+    document: Document
+    snippet: Snippet
+    entity: str
+
+
+# 1. the seed's own document and the unseen ones ----------------------------------------------
+def _file_sha(source_path: str | None) -> str | None:
+    """Content hash of the seed's source file when it can be found (as given, or in the checkout)."""
+    if not source_path:
+        return None
+    for path in (Path(source_path), resource_dir("corpora").parent / source_path):
+        if path.is_file():
+            return hashlib.sha256(path.read_bytes()).hexdigest()
+    return None
+
+
+def seed_documents(index: Index, seed: Problem) -> list[Document]:
+    """Every indexed copy of the seed's document: the same doc id, or the same content (file hash)."""
+    snippet = seed.snippet
+    if snippet is None:
+        return []
+    everything = index.documents()
+    hashes = {d.sha256 for d in everything if d.doc_id == snippet.doc_id}
+    if sha := _file_sha(snippet.source_path):
+        hashes.add(sha)
+    return [d for d in everything if d.doc_id == snippet.doc_id or d.sha256 in hashes]
+
+
+def retrieval_text(seed: Problem, own: list[Document]) -> str:
+    """The seed document's summary, or (document not indexed) the seed entity and snippet."""
+    if own and own[0].summary:
+        return own[0].summary
+    snippet = seed.snippet
+    return "\n".join(p for p in (seed.entity, snippet.section_path if snippet else "", snippet.text if snippet else "") if p)
+
+
+def unseen_documents(index: Index, seed: Problem, k: int) -> tuple[list[Document], list[Document]]:
+    """(the top-k unseen documents by summary similarity, the seed's own documents)."""
+    own = seed_documents(index, seed)
+    found = index.similar_documents(retrieval_text(seed, own), k, exclude_doc_ids=[d.doc_id for d in own])
+    return [doc for doc, _ in found], own
+
+
+# 2. d' and e' from one new document -----------------------------------------------------------
+def document_chunks(index: Index, doc_id: str, seed_text: str, k: int) -> list[Chunk]:
+    """What the teacher reads of a new document: the definitions of the terms the seed passage
+    defines or quotes, and the k chunks nearest to the seed passage, in document order."""
+    terms = {t.lower() for t in quoted_terms(seed_text)}
+    defined = [c for c in index.chunks(doc_id) if c.term and c.term.strip().lower() in terms] if terms else []
+    nearest = [hit.chunk for hit in index.search(seed_text, k, doc_id=doc_id)]
+    chunks = {c.chunk_id: c for c in defined + nearest}
+    return sorted(chunks.values(), key=lambda c: c.char_start or 0)
+
+
+def excerpt(chunks: list[Chunk]) -> str:
+    return "\n...\n".join(f"[{c.section_path}]\n{c.text}" if c.section_path else c.text for c in chunks)
+
+
+def locate(index: Index, doc: Document, passage: str) -> Snippet | None:
+    """d' as a Snippet of the stored document (exact text, offsets, section and page), or None."""
+    text = index.document_text(doc.doc_id)
+    span = find_verbatim(passage, text)
+    if span is None:
+        return None
+    start, end = span
+    home = next((c for c in index.chunks(doc.doc_id)
+                 if c.char_start is not None and c.char_end is not None and c.char_start <= start < c.char_end), None)
+    return Snippet(
+        text=text[start:end], doc_id=doc.doc_id, source_path=doc.source_path, char_start=start, char_end=end,
+        section_path=home.section_path if home else "", page=home.page if home else None,
+    )
+
+
+def _candidate(seed: Problem, method: str, slot: int, doc: Document | None, passage: str = "", entity: str = "") -> Problem:
+    """The re-grounding attempt itself (seed, document rank), as a record for rejected.jsonl."""
+    snippet = Snippet(text=passage, doc_id=doc.doc_id, source_path=doc.source_path) if doc else None
+    return Problem(
+        id=f"{seed.id}.g{slot}", question=seed.question, answer=seed.answer, domain=seed.domain, snippet=snippet,
+        entity=entity or None, provenance=Provenance(seed_id=seed.id, method=method, stage=STAGE),
+    )
+
+
+async def new_ground(
+    ctx: Context, index: Index, seed: Problem, method: str, slot: int, doc: Document, ledger: Ledger
+) -> NewGround | None:
+    """Ask the teacher for d' and e' in `doc`; prove d' verbatim or record the rejection."""
+    snippet = seed.snippet or Snippet(text="")
+    chunks = document_chunks(index, doc.doc_id, snippet.text or seed.question, EXCERPT_CHUNKS)
+    text = render_prompt(
+        "reground_extract", seed_entity=seed.entity or "", seed_passage=snippet.text, doc_id=doc.doc_id, title=doc.title,
+        document=excerpt(chunks),
+    )
+    teacher = ctx.teachers[slot % len(ctx.teachers)]
+    [reply] = await ctx.gateway.structured(teacher, Extraction, role="teacher", messages=[{"role": "user", "content": text}])
+    ctx.tick(STAGE)
+    passage, entity = (reply.passage.strip(), reply.entity.strip()) if reply else ("", "")
+    candidate = _candidate(seed, method, slot, doc, passage, entity)
+    if reply is None:
+        ledger.reject(candidate, STAGE, f"extraction reply did not parse for {doc.doc_id}", check="extract", document=doc.doc_id)
+        return None
+    if not passage or not entity:
+        ledger.reject(candidate, STAGE, f"no analogous passage or entity named in {doc.doc_id}", check="extract", document=doc.doc_id)
+        return None
+    located = locate(index, doc, passage)
+    if located is None:
+        ledger.reject(candidate, STAGE, f"passage not verbatim in {doc.doc_id}", check="verbatim", document=doc.doc_id)
+        return None
+    return NewGround(slot, doc, located, entity)
+
+
+# 3. the tree on d' and e' ---------------------------------------------------------------------
+def tree_block(tree: SyntheticTree) -> str:
+    def parent_of(path: str) -> str:
+        return path.rsplit(".", 1)[0] if "." in path and path != tree.root.path else ""
+
+    return "\n".join(
+        render_prompt("reground_node", path=n.path, parent=parent_of(n.path), question=n.problem.question,
+                      solution=n.problem.meta.get("teacher_solution") or (n.trace.text if n.trace else ""),
+                      answer=n.problem.answer)
+        for n in tree.root.walk()
+    )
+
+
+def grounded_id(problem: Problem, ground: NewGround, tree: SyntheticTree) -> str:
+    """ORIGINAL.g{k}t{tree}: unique per node, document rank k and tree (a node can sit in several trees)."""
+    return f"{problem.id}.g{ground.slot}t{tree.index}"
+
+
+def grounded_problem(node: TreeNode, new: GroundedNode, ground: NewGround, tree: SyntheticTree) -> Problem:
+    old = node.problem
+    return Problem(
+        id=grounded_id(old, ground, tree), question=new.question.strip(), answer=new.answer.strip(),
+        domain=old.domain, snippet=ground.snippet, entity=ground.entity,
+        provenance=old.provenance.model_copy(update={"stage": STAGE, "parent_ids": [old.id]}),
+        meta={**old.meta, "teacher_solution": new.solution, "regrounded_from": old.id, "document": ground.document.doc_id},
+    )
+
+
+def prune(node: TreeNode, kept: dict[str, TreeNode]) -> tuple[TreeNode | None, list[TreeNode]]:
+    """(the re-grounded version of `node` with its kept children, kept subtrees cut off below a dropped node)."""
+    results = [prune(child, kept) for child in node.children]
+    children = [c for c, _ in results if c is not None]
+    loose = [o for _, orphans in results for o in orphans]
+    if node.problem.id in kept:
+        return kept[node.problem.id].model_copy(update={"children": children}), loose
+    return None, children + loose
+
+
+class Regrounder:
+    """Re-grounds one seed's synthetic trees; holds the seed material the leakage check keeps out."""
+
+    def __init__(self, ctx: Context, seed: Problem, own: list[Document], ledger: Ledger):
+        self.ctx, self.seed, self.ledger = ctx, seed, ledger
+        snippet = seed.snippet.text if seed.snippet else ""
+        self.material = [snippet] + [d.summary for d in own[:1] if d.summary]
+
+    async def judge(self, problem: Problem) -> Answerability:
+        text = render_prompt("judge_answerable", passage=problem.snippet.text if problem.snippet else "",
+                             question=problem.question, answer=problem.answer)
+        [verdict] = await self.ctx.gateway.structured(
+            self.ctx.config.roles.judge, Answerability, role="judge",
+            messages=[{"role": "user", "content": text}], temperature=0.0,
+        )
+        return verdict or Answerability(answerable=False, supported=False, reason="judge reply unparseable after repair")
+
+    async def check(self, problem: Problem, grounding: Grounding) -> bool:
+        """Mechanical check, then the judge; a failure is recorded on the ledger."""
+        solution = problem.meta.get("teacher_solution", "")
+        if why := grounding.check(problem.question, problem.answer, solution):
+            self.ledger.reject(problem, STAGE, why, check="leakage", document=problem.meta["document"])
+            return False
+        verdict = await self.judge(problem)
+        self.ctx.tick(STAGE)
+        if not (verdict.answerable and verdict.supported):
+            what = "not answerable from the passage alone" if not verdict.answerable else "answer not supported by the passage"
+            self.ledger.reject(problem, STAGE, f"judge: {what}: {verdict.reason}", check="judge", document=problem.meta["document"])
+            return False
+        return True
+
+    async def tree(self, tree: SyntheticTree, ground: NewGround) -> list[SyntheticTree]:
+        """`tree` re-grounded on `ground`: its surviving nodes as one or more SyntheticTrees."""
+        teacher = self.ctx.teachers[(ground.slot + tree.index) % len(self.ctx.teachers)]
+        text = render_prompt(
+            "reground_tree", seed_entity=self.seed.entity or "", seed_passage=self.material[0], tree=tree_block(tree),
+            entity=ground.entity, passage=ground.snippet.text,
+        )
+        [reply] = await self.ctx.gateway.structured(teacher, GroundedTree, role="teacher",
+                                                     messages=[{"role": "user", "content": text}])
+        self.ctx.tick(STAGE)
+        by_path = {n.path.strip(): n for n in reply.nodes} if reply else {}
+        grounding = Grounding(ground.snippet.text, self.material, self.seed.entity,
+                              vocabulary=[ground.entity, ground.document.title, ground.document.company or ""])
+        pairs = []
+        for node in tree.root.walk():
+            if node.path in by_path:
+                pairs.append((node, grounded_problem(node, by_path[node.path], ground, tree)))
+                continue
+            why = "re-grounding reply did not parse" if reply is None else f"re-grounding reply has no node {node.path}"
+            missing = node.problem.model_copy(update={"id": grounded_id(node.problem, ground, tree)})
+            self.ledger.reject(missing, STAGE, why, check="reply", document=ground.document.doc_id)
+        passed = await asyncio.gather(*(self.check(problem, grounding) for _, problem in pairs))
+        decision = Decision(stage=STAGE, outcome="accepted",
+                            reason=f"grounded on {ground.document.doc_id}; leakage check and judge passed")
+        kept = {
+            node.problem.id: TreeNode(
+                problem=problem, path=node.path, mirrors=node.mirrors, decisions=[decision],
+                trace=Trace(text=by_path[node.path].solution, answer=problem.answer, model=teacher.name),
+            )
+            for (node, problem), ok in zip(pairs, passed) if ok
+        }
+        root, loose = prune(tree.root, kept)
+        roots = ([root] if root else []) + loose
+        return [SyntheticTree(seed_id=tree.seed_id, index=tree.index, root=r, grounding=ground.snippet, entity=ground.entity)
+                for r in roots]
+
+
+_OPEN: dict[str, list] = {}  # settings -> [index, users]
+
+
+@contextmanager
+def shared_index(settings: IndexSettings) -> Iterator[Index]:
+    """The run's index, opened once per process while any seed uses it (an embedded Qdrant Edge
+    folder admits one opener at a time)."""
+    key = settings.model_dump_json()
+    entry = _OPEN.setdefault(key, [None, 0])
+    if entry[0] is None:
+        entry[0] = open_index(settings)
+    entry[1] += 1
+    try:
+        yield entry[0]
+    finally:
+        entry[1] -= 1
+        if entry[1] == 0:
+            _OPEN.pop(key)[0].close()
+
+
+async def reground_trees(ctx: Context, seed: Problem, trees: list[SyntheticTree], ledger: Ledger) -> list[SyntheticTree]:
+    """Stage 5 for one finance seed, on the index of the run config."""
+    if not trees:
+        return []
+    with shared_index(ctx.config.index) as index:
+        return await reground(ctx, index, seed, trees, ledger)
+
+
+async def reground(ctx: Context, index: Index, seed: Problem, trees: list[SyntheticTree], ledger: Ledger) -> list[SyntheticTree]:
+    """Every synthetic tree of `seed` re-grounded on each accepted unseen document (new tree indexes follow)."""
+    if not trees:
+        return []
+    method = trees[0].root.problem.provenance.method
+    documents, own = unseen_documents(index, seed, ctx.stages.Kd)
+    if not documents:
+        ledger.reject(_candidate(seed, method, 0, None), STAGE, "no unseen document in the index to re-ground on",
+                      check="retrieve")
+        return []
+    grounds = await asyncio.gather(
+        *(new_ground(ctx, index, seed, method, k, doc, ledger) for k, doc in enumerate(documents))
+    )
+    regrounder = Regrounder(ctx, seed, own, ledger)
+    results = await asyncio.gather(*(regrounder.tree(t, g) for g in grounds if g is not None for t in trees))
+    first = max(t.index for t in trees) + 1
+    return [t.model_copy(update={"index": first + i}) for i, t in enumerate(t for found in results for t in found)]

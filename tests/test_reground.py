@@ -1,0 +1,196 @@
+"""Re-grounding (stage 5) against a real local Qdrant Edge index of real credit agreements, with the
+scripted finance world on the real OpenAI-compatible server playing the teacher and the judge; and the
+mechanical grounding / leakage check on the shipped seeds' real passages."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from finmbs.config import IndexSettings
+from finmbs.ingest import find_verbatim, open_index
+from finmbs.llm import Gateway
+from finmbs.mbs.context import Context, Ledger
+from finmbs.mbs.leakage import Grounding, Pool, defined_terms
+from finmbs.mbs.reground import locate, reground, unseen_documents
+from finmbs.records import Problem, SyntheticTree, TreeNode
+from finmbs.testing.finance_world import DUPLICATE, INVENTED, FinanceWorld, agreements_index
+from finmbs.testing.world import Agent, world_config, worked
+
+ROOT = Path(__file__).resolve().parents[1]
+SEEDS = {p.id: p for p in (Problem.model_validate_json(line) for line in
+                           (ROOT / "corpora" / "finance" / "seeds.jsonl").read_text().splitlines())}
+BF, AV = SEEDS["bf-pricing-split-ratings"], SEEDS["av-min-liquidity"]  # BF's agreement is indexed (twice), AV's is not
+
+
+@pytest.fixture(scope="module")
+def index(tmp_path_factory):
+    from conftest import SHARED_DATA
+
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"shared data folder not found at {SHARED_DATA}")
+    settings = agreements_index(tmp_path_factory.getbasetemp() / "finance-index", SHARED_DATA)
+    with open_index(settings) as opened:
+        yield opened
+
+
+def synthetic_tree(seed: Problem) -> SyntheticTree:
+    """A small synthetic tree over the seed's snippet, as composition leaves it (root + two children)."""
+
+    def node(pid: str, expr: str, path: str, children=()) -> TreeNode:
+        w = worked(expr)
+        problem = Problem(id=pid, question=w["question"], answer=w["answer"], domain="finance", snippet=seed.snippet,
+                          entity=seed.entity, meta={"teacher_solution": w["solution"]})
+        return TreeNode(problem=problem, path=path, mirrors=f"{seed.id}@{path}", children=list(children))
+
+    root = node(f"{seed.id}.s0", "(20 + 35) * 17", "0", [node(f"{seed.id}.h0", "20 + 35", "0.0"),
+                                                          node(f"{seed.id}.h1", "17 * 3", "0.1")])
+    return SyntheticTree(seed_id=seed.id, index=0, root=root)
+
+
+async def run_reground(server, tmp_path, index, seed: Problem, **knobs):
+    server.handler = FinanceWorld(agents={"teacher": Agent(), "student": Agent(), "target": Agent()}, **knobs)
+    config = world_config(server.base_url, ["teacher"], ["student"], "target", str(tmp_path / "cache.sqlite"), Kd=10)
+    gateway = Gateway.from_config(config)
+    ledger = Ledger(seed.id)
+    try:
+        trees = await reground(Context(config=config, gateway=gateway), index, seed, [synthetic_tree(seed)], ledger)
+    finally:
+        gateway.close()
+    return trees, ledger, gateway.usage
+
+
+def test_seed_document_never_retrieved(index):
+    docs, own = unseen_documents(index, BF, k=10)
+    # the seed's agreement by doc id, and its byte-identical copy under another name by content hash
+    assert sorted(d.doc_id for d in own) == sorted([BF.snippet.doc_id, DUPLICATE[1]])
+    assert {d.doc_id for d in docs} == {"commercial_metals_2022_sixth_ar_credit_agreement",
+                                        "host_hotels_2023_sixth_ar_credit_agreement"}
+    # a seed whose document is not indexed retrieves by its snippet, and every indexed document is unseen
+    docs, own = unseen_documents(index, AV, k=10)
+    assert own == [] and len(docs) == 4
+
+
+def test_passage_proven_verbatim_up_to_whitespace(index):
+    doc = index.document("commercial_metals_2022_sixth_ar_credit_agreement")
+    chunk = next(c for c in index.chunks(doc.doc_id) if "0.200%" in c.text)  # the pricing grid
+    copied = "  " + chunk.text.replace(" ", "\n", 3).replace(", ", ",   ", 2) + "\n"  # other line breaks and spacing
+    snippet = locate(index, doc, copied)
+    assert (snippet.text, snippet.char_start, snippet.char_end) == (chunk.text, chunk.char_start, chunk.char_end)
+    assert snippet.doc_id == doc.doc_id and snippet.section_path == chunk.section_path
+    assert locate(index, doc, copied.replace("0.200%", "0.250%", 1)) is None  # one figure changed
+
+
+async def test_accepted_tree_grounded_on_the_new_passage(tmp_path, openai_server, index):
+    trees, ledger, usage = await run_reground(openai_server, tmp_path, index, AV)
+    assert trees, [r.reason for r in ledger.rejected]
+    seed_docs = {AV.snippet.doc_id}
+    for tree in trees:
+        doc = tree.grounding.doc_id
+        assert doc not in seed_docs and tree.entity == doc  # the world names the document id as e'
+        text = index.document_text(doc)
+        assert text[tree.grounding.char_start:tree.grounding.char_end] == tree.grounding.text
+        assert find_verbatim(tree.grounding.text, text) == (tree.grounding.char_start, tree.grounding.char_end)
+        original = {n.path: n for n in synthetic_tree(AV).root.walk()}
+        for node in tree.root.walk():
+            assert node.problem.snippet == tree.grounding and node.problem.entity == tree.entity
+            assert tree.entity in node.problem.question
+            assert node.mirrors == original[node.path].mirrors and node.problem.provenance.stage == "reground"
+            assert node.problem.meta["regrounded_from"] == original[node.path].problem.id
+            assert node.decisions[-1].outcome == "accepted"
+    assert {t.index for t in trees} == set(range(1, len(trees) + 1))  # after the seed's synthetic tree 0
+    # every node that passed the mechanical check went to the judge, once
+    judged = sum(len(list(t.root.walk())) for t in trees) + sum(r.data["check"] == "judge" for r in ledger.rejected)
+    assert usage["judge"].calls == judged
+
+
+async def test_non_verbatim_passage_rejected(tmp_path, openai_server, index):
+    trees, ledger, _ = await run_reground(openai_server, tmp_path, index, AV, misquote={"commercial_metals"})
+    [rejection] = [r for r in ledger.rejected if r.data["check"] == "verbatim"]
+    assert rejection.reason == "passage not verbatim in commercial_metals_2022_sixth_ar_credit_agreement"
+    assert rejection.stage == "reground" and rejection.problem.id.startswith(f"{AV.id}.g")
+    assert all(t.grounding.doc_id != "commercial_metals_2022_sixth_ar_credit_agreement" for t in trees)
+
+
+async def test_planted_seed_only_number_caught(tmp_path, openai_server, index):
+    trees, ledger, usage = await run_reground(openai_server, tmp_path, index, AV, plant={"commercial_metals"})
+    leaks = [r for r in ledger.rejected if r.data["check"] == "leakage"]
+    assert leaks and all(r.data["document"] == "commercial_metals_2022_sixth_ar_credit_agreement" for r in leaks)
+    # the world adds the seed passage's $35,000,000 floor to the root question
+    assert {r.reason for r in leaks} == {"seed-only fact: 35000000"} and all(r.problem.meta["regrounded_from"] == f"{AV.id}.s0" for r in leaks)
+    # the children stay, cut loose as their own trees on the same passage
+    loose = [t for t in trees if t.grounding.doc_id.startswith("commercial_metals")]
+    assert sorted(t.root.path for t in loose) == ["0.0", "0.1"]
+
+
+async def test_judge_rejects_what_the_passage_cannot_answer(tmp_path, openai_server, index):
+    trees, ledger, _ = await run_reground(openai_server, tmp_path, index, AV, invent={"commercial_metals"})
+    judged = [r for r in ledger.rejected if r.data["check"] == "judge" and "commercial" in r.data["document"]]
+    assert [r.reason for r in judged] == [f"judge: not answerable from the passage alone: {INVENTED} is not in the passage"]
+
+
+# the mechanical check on real passages ---------------------------------------------------------
+NOTES = {s.id: s.meta["note"] for s in SEEDS.values()}
+
+
+@pytest.mark.parametrize("seed_id", sorted(SEEDS))
+def test_every_shipped_seed_is_grounded_on_its_own_snippet(seed_id):
+    seed = SEEDS[seed_id]
+    check = Grounding(seed.snippet.text, seed_material=[], vocabulary=[seed.entity])
+    assert check.check(seed.question, seed.answer, NOTES[seed_id]) is None
+
+
+@pytest.mark.parametrize(("seed_id", "passage_of", "reason"), [
+    ("al-min-liquidity", "av-min-liquidity", "seed-only fact: Delayed Draw Term Loans"),
+    ("av-min-liquidity", "al-min-liquidity", "seed-only fact: Total Commitment Amount"),
+    ("bf-pricing-two-ratings", "av-pricing-boundary", "seed-only fact: Index Debt"),
+    ("ri-leverage-cash-adjusted", "av-min-liquidity", "seed-only fact: 24 months"),
+    ("al-exit-fee", "ri-fixed-charge", "seed-only fact: Term Loans"),
+])
+def test_seed_questions_carried_to_another_passage_leak(seed_id, passage_of, reason):
+    seed, other = SEEDS[seed_id], SEEDS[passage_of]
+    check = Grounding(other.snippet.text, [seed.snippet.text], seed.entity, vocabulary=[other.entity])
+    assert check.check(seed.question, seed.answer, NOTES[seed_id]) == reason
+
+
+def test_leakage_rules_on_a_real_passage():
+    seed, new = SEEDS["al-min-liquidity"], SEEDS["av-min-liquidity"]  # Alphatec's floor is $25,000,000
+    check = Grounding(new.snippet.text, [seed.snippet.text], seed.entity, vocabulary=[new.entity])
+    q = "AvidXchange's Total Commitment Amount is $110,000,000. What is the minimum Available Liquidity?"
+    assert check.check(q, "$38,500,000") is None  # 35% x 110,000,000 = 38.5m, one step
+    assert check.check(q, "$38,500,000.00") is None
+    assert check.check(q + " Assume a floor of $25,000,000.", "$38,500,000") == "seed-only fact: $25,000,000"
+    assert check.check("What is Alphatec's minimum Available Liquidity?", "$35,000,000") == "seed-only fact: Alphatec"
+    assert check.check(q, "$38,500,001") == "answer figure not derivable from passage and question: $38,500,001"
+    # a given that is neither in the passage nor the seed is allowed; the answer may use it
+    assert check.check("If the Total Commitment Amount were $140,000,000, what is the minimum Available Liquidity?",
+                       "$49,000,000") is None
+    assert check.check(q, "$38,500,000 per the Consolidated Fixed Charge Coverage Ratio") == \
+        "term not in passage: Consolidated Fixed Charge Coverage Ratio"
+    # more than two operations need the worked solution's intermediate results
+    q3 = "The Total Commitment Amount is $110,000,000 and $2,500,000 of it is cancelled, then $1,000,000 more."
+    assert check.check(q3, "$37,275,000").startswith("answer figure not derivable")
+    assert check.check(q3, "$37,275,000", "110,000,000 - 2,500,000 = 107,500,000; 107,500,000 - 1,000,000 = "
+                       "106,500,000; 35% x 106,500,000 = 37,275,000") is None
+    assert check.check(q, "June 30, 2023") == "answer date not in passage: 2023-06-30"
+
+
+def test_defined_terms_and_pool():
+    q = SEEDS["bf-pricing-two-ratings"].question
+    assert "Adjusted Term SOFR Screen Rate" in defined_terms(q)
+    assert "Adjusted Term SOFR Screen Rate" not in defined_terms(q, givens=False)  # "... is 4.35%": a given
+    assert "Index Debt" in defined_terms(q, givens=False) and "Company" not in " ".join(defined_terms(q))
+    pool = Pool([8.4e9, 0.25, 6.5e8, 2.75e8])
+    assert pool.reaches(2.1e9, 0.5) and pool.reaches(1.45e9, 0.5) and not pool.reaches(1.175e9, 0.5)
+    pool.add(2.1e9)
+    assert pool.reaches(1.175e9, 0.5)
+
+
+async def test_no_unseen_document_is_recorded(tmp_path, openai_server):
+    with open_index(IndexSettings(path=str(tmp_path / "empty-index"))) as empty:
+        trees, ledger, _ = await run_reground(openai_server, tmp_path, empty, BF)
+    assert trees == [] and openai_server.request_count == 0
+    [rejection] = ledger.rejected
+    assert (rejection.stage, rejection.reason, rejection.data) == (
+        "reground", "no unseen document in the index to re-ground on", {"check": "retrieve"})
