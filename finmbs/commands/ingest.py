@@ -1,0 +1,93 @@
+"""`finmbs ingest PATH...` and `finmbs search QUERY`: build and query the document index."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from finmbs.commands._common import ConfigOption, SetOption, cli_errors, console, resolve_config
+from finmbs.config import IndexSettings, RunConfig, load_config
+from finmbs.llm import Gateway
+
+QdrantUrlOption = Annotated[str | None, typer.Option("--qdrant-url", envvar="QDRANT_URL", help="Qdrant server/cluster URL (API key from QDRANT_API_KEY).")]
+IndexPathOption = Annotated[Path | None, typer.Option("--index-path", help="Embedded index folder (default: index.path of the config).")]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON for machines.")]
+
+
+def index_settings(config: RunConfig, qdrant_url: str | None, index_path: Path | None) -> IndexSettings:
+    """The config's index settings with the command-line overrides applied."""
+    updates = {k: v for k, v in (("url", qdrant_url), ("path", str(index_path) if index_path else None)) if v}
+    return config.index.model_copy(update=updates)
+
+
+def report_table(report) -> Table:
+    table = Table(title="ingest report", show_header=False)
+    for key in ("files", "documents", "unchanged", "replaced", "pages", "chunks", "tables", "definitions"):
+        table.add_row(key, str(getattr(report, key)))
+    table.add_row("time", f"{report.seconds:.1f} s")
+    for skipped in report.skipped:
+        table.add_row("[red]skipped[/]", f"{skipped.path}: {skipped.reason}")
+    return table
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    @cli_errors
+    def ingest(
+        paths: Annotated[list[Path], typer.Argument(help="Files or folders (searched recursively).")],
+        config: ConfigOption = None,
+        set_: SetOption = None,
+        qdrant_url: QdrantUrlOption = None,
+        index_path: IndexPathOption = None,
+        summarize_with: Annotated[str | None, typer.Option(help="Role or endpoint name that writes document summaries (default: extractive).")] = None,
+        as_json: JsonOption = False,
+    ) -> None:
+        """Parse, chunk, summarize and index documents; unchanged files are skipped, changed ones replaced."""
+        from finmbs.ingest import ingest_paths
+
+        resolved = resolve_config(config, set_) if summarize_with else load_config(config, set_ or [])
+        settings = index_settings(resolved, qdrant_url, index_path)
+        endpoint = resolved.roles.endpoint(summarize_with) if summarize_with else None
+        gateway = Gateway.from_config(resolved) if endpoint else None
+        report = ingest_paths(paths, settings, gateway, endpoint, show_progress=not as_json, console=console)
+        if as_json:
+            typer.echo(report.model_dump_json(indent=2))
+        else:
+            console.print(report_table(report))
+        if report.failed:
+            raise typer.Exit(1)
+
+    @app.command()
+    @cli_errors
+    def search(
+        query: Annotated[str, typer.Argument(help="What to look for.")],
+        k: Annotated[int, typer.Option("-k", min=1, help="Number of hits.")] = 5,
+        exclude_doc: Annotated[list[str] | None, typer.Option("--exclude-doc", help="Leave out this doc id (repeatable).")] = None,
+        doc_type: Annotated[str | None, typer.Option("--doc-type", help="Only this document type (10-K, credit_agreement, EX-10.2...).")] = None,
+        company: Annotated[str | None, typer.Option("--company", help="Only this company.")] = None,
+        period: Annotated[str | None, typer.Option("--period", help="Only this period or year.")] = None,
+        config: ConfigOption = None,
+        set_: SetOption = None,
+        qdrant_url: QdrantUrlOption = None,
+        index_path: IndexPathOption = None,
+        as_json: JsonOption = False,
+    ) -> None:
+        """Ranked chunks with document, section, page and score."""
+        from finmbs.ingest import open_index
+        from finmbs.ingest.search import hit_json, hits_table
+
+        settings = index_settings(load_config(config, set_ or []), qdrant_url, index_path)
+        with open_index(settings) as index:
+            hits = index.search(query, k, exclude_doc_ids=exclude_doc or (), doc_type=doc_type, company=company, period=period)
+        if as_json:
+            typer.echo(json.dumps([hit_json(rank, hit) for rank, hit in enumerate(hits, 1)], indent=2, ensure_ascii=False))
+        elif not hits:
+            console.print("no hits (is the index empty? run `finmbs ingest PATH` first)")
+        else:
+            from rich.console import Console
+
+            Console().print(hits_table(query, hits))

@@ -1,0 +1,396 @@
+"""Parse source files into plain text that keeps numbers, tables (as Markdown) and page starts.
+
+Formats: PDF (pymupdf), HTML/XHTML (EDGAR exhibits, inline-XBRL 10-K/10-Q; lxml), plain text and
+Markdown, and EDGAR full submissions (`.nc`, or `.txt` holding `<DOCUMENT>` blocks), split into one
+document per block with its TYPE.
+
+Why not unstructured: its HTML/text partitioners fetch NLTK/spaCy data at first use (fails offline) and
+`unstructured[pdf]` swaps the CPU torch build for CUDA. pymupdf and lxml are wheels that work offline
+and give us what we need: exact text, page numbers and tables.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import lxml.html
+import pymupdf
+
+PDF_EXTS = {".pdf"}
+HTML_EXTS = {".html", ".htm", ".xhtml", ".xml"}
+TEXT_EXTS = {".txt", ".md", ".markdown", ".text"}
+SUBMISSION_EXTS = {".nc"}
+SUPPORTED_EXTS = PDF_EXTS | HTML_EXTS | TEXT_EXTS | SUBMISSION_EXTS
+
+_BLOCK_TAGS = {
+    "p", "div", "br", "h1", "h2", "h3", "h4", "h5", "h6", "li", "ul", "ol", "tr", "table", "center",
+    "blockquote", "section", "article", "dl", "dt", "dd", "hr", "body", "title", "caption", "page",
+}
+_DROP_TAGS = {"script", "style", "head", "ix:header", "noscript"}
+_MONEY_PREFIX = {"$", "€", "£", "¥", "(", "($", "$("}
+_SUFFIX_CELL = re.compile(r"^[)%]+$|^\)%$|^%\)$")
+
+
+class ParseError(ValueError):
+    """A file that cannot be turned into text, with the reason."""
+
+
+@dataclass
+class ParsedDocument:
+    """The text of one document and what the file says about it."""
+
+    text: str
+    key: str = ""
+    doc_type: str = "unknown"
+    title: str = ""
+    company: str | None = None
+    period: str | None = None
+    page_starts: list[int] | None = None
+    n_tables: int = 0
+
+    def page_of(self, offset: int) -> int | None:
+        """1-based page holding character `offset` (PDF only)."""
+        if self.page_starts is None:
+            return None
+        page = 0
+        for i, start in enumerate(self.page_starts):
+            if start <= offset:
+                page = i
+            else:
+                break
+        return page + 1
+
+
+def _clean(text: str) -> str:
+    """Strip trailing spaces per line and keep at most one blank line between paragraphs."""
+    lines = [line.rstrip() for line in text.replace("\r\n", "\n").replace("\r", "\n").split("\n")]
+    return re.sub(r"\n{3,}", "\n\n", "\n".join(lines)).strip("\n")
+
+
+def _check_text_bytes(data: bytes) -> None:
+    head = data[:8192]
+    if not head.strip():
+        raise ParseError("empty file")
+    controls = sum(1 for b in head if b < 32 and b not in (9, 10, 12, 13))
+    if b"\x00" in head or controls > len(head) * 0.05:
+        raise ParseError("binary content, not a text document")
+
+
+def _decode(data: bytes) -> str:
+    _check_text_bytes(data)
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        return data.decode("cp1252", errors="replace")
+
+
+# ---------------------------------------------------------------- tables
+
+
+def _merge_cells(cells: list[str]) -> list[str]:
+    """Join EDGAR's split cells: '$' with the number after it, ')' or '%' with the one before."""
+    out: list[str] = []
+    carry = ""
+    for cell in cells:
+        if cell in _MONEY_PREFIX:
+            carry += cell
+            continue
+        if _SUFFIX_CELL.match(cell) and out:
+            out[-1] += cell
+            continue
+        out.append(carry + cell)
+        carry = ""
+    if carry:
+        out.append(carry)
+    return out
+
+
+def _is_label_row(row: list[str]) -> bool:
+    """A row opened by a text label next to figures (not a column-header row, which lacks the label cell)."""
+    return bool(re.search(r"[A-Za-z]", row[0])) and any(re.search(r"\d", cell) for cell in row[1:])
+
+
+def rows_to_markdown(rows: list[list[str]]) -> str:
+    """A Markdown table (first row as header), or plain lines when the 'table' is only layout."""
+    rows = [row for row in rows if any(row)]
+    if not rows:
+        return ""
+    width = max(len(row) for row in rows)
+    if width <= 1:
+        return "\n\n".join(row[0] for row in rows if row)
+    first_full = next(i for i, row in enumerate(rows) if len(row) == width)
+    rows = [[""] * (width - len(row)) + row if i < first_full and not _is_label_row(row) else row for i, row in enumerate(rows)]
+    esc = [[cell.replace("|", "\\|") for cell in row] + [""] * (width - len(row)) for row in rows]
+    lines = ["| " + " | ".join(row) + " |" for row in esc]
+    lines.insert(1, "|" + "---|" * width)
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- HTML
+
+
+def _html_table(table: lxml.html.HtmlElement) -> list[list[str]]:
+    rows = []
+    for tr in table.iter("tr"):
+        cells = [re.sub(r"\s+", " ", td.text_content()).strip() for td in tr if td.tag in ("td", "th")]
+        rows.append(_merge_cells([c for c in cells if c]))
+    return rows
+
+
+class _HtmlText:
+    """Walk an lxml tree into text: blocks on their own paragraphs, tables as Markdown."""
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+        self.n_tables = 0
+
+    def walk(self, el: lxml.html.HtmlElement) -> None:
+        tag = el.tag if isinstance(el.tag, str) else ""
+        style = (el.get("style") or "").replace(" ", "").lower()
+        if tag in _DROP_TAGS or "display:none" in style:
+            self._tail(el)
+            return
+        if tag == "pre":
+            self.parts.append("\n\n" + el.text_content() + "\n\n")
+        elif tag == "table" and any(True for _ in el.iter("tr")):
+            markdown = rows_to_markdown(_html_table(el))
+            if markdown:
+                self.n_tables += markdown.startswith("|")
+                self.parts.append("\n\n" + markdown + "\n\n")
+        else:
+            block = tag in _BLOCK_TAGS
+            if block:
+                self.parts.append("\n\n" if tag != "br" else "\n")
+            if el.text and tag:
+                self.parts.append(re.sub(r"\s+", " ", el.text))
+            for child in el:
+                self.walk(child)
+            if block:
+                self.parts.append("\n\n")
+        self._tail(el)
+
+    def _tail(self, el: lxml.html.HtmlElement) -> None:
+        if el.tail:
+            self.parts.append(re.sub(r"\s+", " ", el.tail))
+
+
+def _html_facts(root: lxml.html.HtmlElement) -> dict[str, str]:
+    """Inline-XBRL cover facts (dei:*), first value of each."""
+    facts: dict[str, str] = {}
+    for el in root.iter("ix:nonnumeric"):
+        name = el.get("name", "")
+        if name.startswith("dei:") and name[4:] not in facts:
+            facts[name[4:]] = re.sub(r"\s+", " ", el.text_content()).strip()
+    return facts
+
+
+def parse_html(data: bytes | str) -> ParsedDocument:
+    """HTML or inline-XBRL XHTML -> text with Markdown tables; dei facts fill company/type/period."""
+    if isinstance(data, bytes):
+        _check_text_bytes(data)
+    try:
+        root = lxml.html.fromstring(data)
+    except (ValueError, lxml.etree.ParserError) as exc:
+        raise ParseError(f"unparseable HTML: {exc}") from None
+    facts = _html_facts(root)
+    walker = _HtmlText()
+    walker.walk(root)
+    text = _clean("".join(walker.parts).replace("\xa0", " "))
+    doc = ParsedDocument(text=text, n_tables=walker.n_tables)
+    doc.company = facts.get("EntityRegistrantName")
+    doc.doc_type = facts.get("DocumentType", doc.doc_type)
+    doc.period = facts.get("DocumentPeriodEndDate")
+    title = root.findtext(".//title")
+    doc.title = (title or "").strip()
+    return doc
+
+
+# ---------------------------------------------------------------- PDF
+
+
+_FIGURES = re.compile(r"\d[\d,.]*\)?%?\s{2,}\S*\s*\(?\$?\s*\d")
+
+
+def _tabular(text: str) -> bool:
+    """Cheap test before pymupdf's (slow) table finder: at least 6 lines with two figures side by side."""
+    return sum(1 for line in text.splitlines() if _FIGURES.search(line)) >= 6
+
+
+def _cell_text(page: pymupdf.Page, cell: tuple | None) -> str:
+    """A table cell's text by pymupdf's normal extraction (table.extract() loses spaces and commas)."""
+    return re.sub(r"\s+", " ", page.get_text(clip=pymupdf.Rect(cell))).strip() if cell else ""
+
+
+def _pdf_page(page: pymupdf.Page, tables_wanted: bool) -> tuple[str, int]:
+    """A page's text in reading order, detected tables replaced by Markdown tables."""
+    text = page.get_text(sort=True)
+    tables = page.find_tables().tables if tables_wanted and _tabular(text) else []
+    if not tables:
+        return _clean(text), 0
+    boxes = [pymupdf.Rect(t.bbox) for t in tables]
+    items: list[tuple[float, float, str]] = []
+    for x0, y0, x1, y1, block_text, _, block_type in page.get_text("blocks", sort=True):
+        rect = pymupdf.Rect(x0, y0, x1, y1)
+        if block_type == 0 and not any(box.intersects(rect) and (box & rect).get_area() > 0.5 * rect.get_area() for box in boxes):
+            items.append((y0, x0, _clean(block_text)))
+    n = 0
+    for table, box in zip(tables, boxes):
+        rows = [_merge_cells([c for c in (_cell_text(page, cell) for cell in row.cells) if c]) for row in table.rows]
+        markdown = rows_to_markdown(rows)
+        if markdown:
+            n += markdown.startswith("|")
+            items.append((box.y0, box.x0, markdown))
+    items.sort(key=lambda item: (round(item[0], 1), item[1]))
+    return "\n\n".join(t for _, _, t in items if t), n
+
+
+def parse_pdf(path: Path, tables: bool = True) -> ParsedDocument:
+    """PDF -> text with page starts and Markdown tables; encrypted/empty/corrupt PDFs raise ParseError."""
+    if path.stat().st_size == 0:
+        raise ParseError("empty file")
+    try:
+        pdf = pymupdf.open(path)
+    except (pymupdf.FileDataError, RuntimeError, ValueError) as exc:
+        raise ParseError(f"corrupt or unreadable PDF: {exc}") from None
+    with pdf:
+        if pdf.needs_pass:
+            raise ParseError("encrypted PDF (password required)")
+        if pdf.page_count == 0:
+            raise ParseError("empty PDF (no pages)")
+        text, starts, n_tables = "", [], 0
+        for page in pdf:
+            page_text, n = _pdf_page(page, tables)
+            starts.append(len(text) + (2 if text else 0))
+            text = f"{text}\n\n{page_text}" if text else page_text
+            n_tables += n
+        metadata = pdf.metadata or {}
+    if not text.strip():
+        raise ParseError("no extractable text (scanned or image-only PDF)")
+    return ParsedDocument(text=text, page_starts=starts, n_tables=n_tables, title=(metadata.get("title") or "").strip())
+
+
+# ---------------------------------------------------------------- EDGAR full submission
+
+_DOCUMENT = re.compile(r"<DOCUMENT>(.*?)</DOCUMENT>", re.S | re.I)
+
+
+def _tag(block: str, name: str) -> str | None:
+    match = re.search(rf"<{name}>([^\n<]*)", block, re.I)
+    return match.group(1).strip() if match and match.group(1).strip() else None
+
+
+def _header(text: str, sgml: str, plain: str) -> str | None:
+    match = re.search(rf"<{sgml}>([^\n<]+)|{plain}:\s*([^\n]+)", text[: text.find("<DOCUMENT>")])
+    return (match.group(1) or match.group(2)).strip() if match else None
+
+
+def is_submission(text: str) -> bool:
+    return "<DOCUMENT>" in text[:20000] and ("<SUBMISSION>" in text[:2000] or "<SEC-" in text[:2000] or "<TYPE>" in text[:5000])
+
+
+def parse_submission(text: str) -> list[ParsedDocument]:
+    """EDGAR full submission -> one document per text `<DOCUMENT>` block (main form and exhibits)."""
+    company = _header(text, "CONFORMED-NAME", "COMPANY CONFORMED NAME")
+    period = _header(text, "PERIOD", "CONFORMED PERIOD OF REPORT")
+    docs = []
+    for block in _DOCUMENT.findall(text):
+        body = re.search(r"<TEXT>(.*?)(?:</TEXT>|$)", block, re.S | re.I)
+        raw = body.group(1) if body else ""
+        if not raw.strip() or raw.lstrip().startswith("begin "):
+            continue  # uuencoded graphics, PDFs, zips
+        doc_type = _tag(block, "TYPE") or "unknown"
+        seq = _tag(block, "SEQUENCE") or str(len(docs) + 1)
+        if re.search(r"<(html|body|p|table|div)\b", raw[:5000], re.I):
+            doc = parse_html(raw)
+        else:
+            doc = ParsedDocument(text=_clean(re.sub(r"</?(PAGE|S|C|CAPTION|FN|F\d+)>", "", raw, flags=re.I)))
+        if not doc.text.strip():
+            continue
+        doc.key, doc.doc_type = f"{seq}-{doc_type}", doc_type
+        doc.title = _tag(block, "DESCRIPTION") or doc.title or doc_type
+        doc.company, doc.period = company, period
+        docs.append(doc)
+    if not docs:
+        raise ParseError("EDGAR submission without text documents")
+    return docs
+
+
+# ---------------------------------------------------------------- metadata
+
+_FILENAME_META = re.compile(r"^(?P<company>[A-Za-z0-9&]+)_(?P<period>\d{4}(?:Q\d)?)_(?P<type>10K|10Q|8K|EARNINGS|10KANNUALREPORT)", re.I)
+_TYPE_WORDS = [
+    (re.compile(r"FORM\s+10-K\b", re.I), "10-K"),
+    (re.compile(r"FORM\s+10-Q\b", re.I), "10-Q"),
+    (re.compile(r"\b(CREDIT|LOAN|FACILITY|TERM LOAN)\b.{0,40}\bAGREEMENT\b", re.I | re.S), "credit_agreement"),
+]
+
+
+def _sidecar(path: Path) -> dict[str, object]:
+    """Metadata for `path` from a `manifest*.jsonl` / `*document_information*.jsonl` next to it or one level up."""
+    for folder in (path.parent, path.parent.parent):
+        for manifest in sorted(folder.glob("*.jsonl")):
+            if "manifest" not in manifest.name and "document_information" not in manifest.name:
+                continue
+            for line in manifest.read_text(encoding="utf-8", errors="replace").splitlines():
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                names = {str(row.get(k)) for k in ("doc_id", "doc_name")} | {Path(str(row.get("file", ""))).name}
+                if path.stem in names or path.name in names:
+                    return row
+    return {}
+
+
+def _fill_metadata(doc: ParsedDocument, path: Path) -> None:
+    """Company, period, doc type and title from a sidecar manifest, the file name, or the text."""
+    row = _sidecar(path)
+    match = _FILENAME_META.match(path.stem)
+    if match and not doc.key:
+        doc.company = doc.company or match["company"]
+        doc.period = doc.period or match["period"]
+        if doc.doc_type == "unknown":
+            doc.doc_type = match["type"].upper().replace("10K", "10-K").replace("10Q", "10-Q").replace("8K", "8-K")
+    if row and not doc.key:
+        doc.company = str(row.get("company") or doc.company or "") or None
+        doc.title = str(row.get("title") or doc.title)
+        period = row.get("doc_period") or row.get("agreement_date") or row.get("period")
+        doc.period = str(period) if period else doc.period
+        if row.get("doc_type"):
+            doc.doc_type = str(row["doc_type"])
+    head = doc.text[:5000]
+    if doc.doc_type == "unknown":
+        doc.doc_type = next((name for pattern, name in _TYPE_WORDS if pattern.search(head)), "unknown")
+    if not doc.title:
+        lines = [line.strip() for line in head.splitlines() if line.strip()]
+        doc.title = next((line for line in lines if "AGREEMENT" in line.upper() and len(line) < 120), lines[0][:120] if lines else path.stem)
+
+
+def parse_file(path: Path, pdf_tables: bool = True) -> list[ParsedDocument]:
+    """One file -> its documents (several for an EDGAR submission); ParseError says why not."""
+    ext = path.suffix.lower()
+    if ext not in SUPPORTED_EXTS:
+        raise ParseError(f"unsupported file type '{ext or path.name}'")
+    try:
+        data = path.read_bytes() if ext not in PDF_EXTS else b""
+    except OSError as exc:
+        raise ParseError(f"unreadable: {exc.strerror or exc}") from None
+    if ext in PDF_EXTS:
+        docs = [parse_pdf(path, pdf_tables)]
+    elif ext in HTML_EXTS:
+        docs = [parse_html(data)]
+    else:
+        text = _decode(data)
+        if ext in SUBMISSION_EXTS or is_submission(text):
+            docs = parse_submission(text)
+        else:
+            docs = [ParsedDocument(text=_clean(text))]
+    docs = [doc for doc in docs if doc.text.strip()]
+    if not docs:
+        raise ParseError("no text content")
+    for doc in docs:
+        _fill_metadata(doc, path)
+    return docs

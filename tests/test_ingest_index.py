@@ -1,0 +1,144 @@
+"""Ingest real documents into a real Qdrant Edge index with the real MiniLM embedder, then search.
+
+One module-scoped ingest (small real documents: excerpts of two credit agreements, a FinanceBench
+8-K PDF, an EDGAR submission cut to four of its documents) is shared by the tests.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from finmbs.cli import app
+from finmbs.config import IndexSettings
+from finmbs.ingest import find_verbatim, ingest_paths, normalize_ws, open_index
+from finmbs.ingest.search import hit_json
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+FOOTLOCKER = "FOOTLOCKER_2022_8K_dated-2022-05-20.pdf"
+
+
+KEEP = ("10-K", "EX-10.2", "EX-21", "EX-23.1")
+
+
+def _excerpt_submission(text: str) -> str:
+    """The EDGAR submission with only four of its twelve documents (to keep embedding time small)."""
+    def keep(match: re.Match[str]) -> str:
+        return match[0] if match[1] in KEEP else ""
+
+    return re.sub(r"<DOCUMENT>\n<TYPE>([^\n]+).*?</DOCUMENT>\n", keep, text, flags=re.S)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> tuple[Path, IndexSettings]:
+    if not SHARED.is_dir():
+        pytest.skip(f"shared data folder not found at {SHARED}")
+    docs = tmp_path_factory.mktemp("docs")
+    agreements = SHARED / "credit_agreements/docs"
+    (docs / "brown_forman_excerpt.txt").write_text((agreements / "brown_forman_2023_credit_agreement.txt").read_text()[:30000])
+    (docs / "amazon_excerpt.html").write_bytes((agreements / "amazon_2023_term_loan_agreement.html").read_bytes()[:90000])
+    shutil.copy(SHARED / "financebench/pdfs" / FOOTLOCKER, docs / FOOTLOCKER)
+    nc = (SHARED / "sec_10k/tetra_tech_2004_10k_0001047469-05-000037.nc").read_text(encoding="latin-1")
+    (docs / "filings").mkdir()
+    (docs / "filings/tetra_tech_2004_10k.nc").write_text(_excerpt_submission(nc), encoding="latin-1")
+    settings = IndexSettings(path=str(tmp_path_factory.mktemp("index") / "qdrant"))
+    report = ingest_paths([docs], settings, show_progress=False)
+    return docs, settings, report
+
+
+@pytest.fixture
+def index(corpus):
+    with open_index(corpus[1]) as opened:
+        yield opened
+
+
+def test_ingest_report(corpus):
+    report = corpus[2]
+    assert report.files == 4 and not report.skipped
+    assert report.documents == 3 + len(KEEP)
+    assert report.pages >= 4 and report.tables > 10 and report.definitions > 30
+
+
+def test_documents_metadata_and_verbatim_text(index):
+    doc = index.document("tetra_tech_2004_10k/6-EX-21")
+    assert (doc.doc_type, doc.company, doc.period) == ("EX-21", "TETRA TECH INC", "20041003")
+    text = index.document_text(doc.doc_id)
+    chunks = index.chunks(doc.doc_id)
+    assert chunks and all(text[c.char_start : c.char_end] == c.text for c in chunks)
+    assert any("| Tetra Tech Canada Ltd. | ONTARIO, CANADA |" in c.text for c in chunks)
+    pdf = index.document("FOOTLOCKER_2022_8K_dated-2022-05-20")
+    assert pdf.n_pages == 4 and pdf.company == "FOOTLOCKER" and pdf.doc_type == "8-K" and pdf.summary
+    pdf_chunks = index.chunks(pdf.doc_id)
+    assert {c.page for c in pdf_chunks} == {1, 2, 3, 4}
+    passage = normalize_ws(pdf_chunks[2].text)
+    assert find_verbatim(passage, index.document_text(pdf.doc_id)) == (pdf_chunks[2].char_start, pdf_chunks[2].char_end)
+
+
+def test_search_finds_definition_with_section_path(index):
+    hits = index.search("definition of Adjusted Term SOFR", 5)
+    top = [h for h in hits if h.chunk.kind == "definition"]
+    assert top and top[0].chunk.term.startswith("Adjusted Term SOFR")
+    assert top[0].chunk.section_path.endswith("Section 1.01 Defined Terms")
+    assert hits == sorted(hits, key=lambda h: -h.score)
+
+
+def test_filters_exclude_company_doc_type_period(index):
+    query = "shareholder votes for the election of directors"
+    first = index.search(query, 5)[0].chunk.doc_id
+    assert first == "FOOTLOCKER_2022_8K_dated-2022-05-20"
+    assert all(h.chunk.doc_id != first for h in index.search(query, 20, exclude_doc_ids=[first]))
+    assert {h.chunk.doc_id for h in index.search(query, 10, company="FOOT LOCKER, INC.")} == {"FOOTLOCKER_2022_8K_dated-2022-05-20"}
+    assert {h.document.doc_type for h in index.search(query, 10, doc_type="10-k")} == {"10-K"}
+    assert {h.document.company for h in index.search(query, 10, period="2004")} == {"TETRA TECH INC"}
+    assert index.search(query, 5, company="nonexistent corp") == []
+
+
+def test_similar_documents_unseen(index):
+    seed = index.document("brown_forman_excerpt")
+    similar = index.similar_documents(seed.summary, 3, exclude_doc_ids=[seed.doc_id])
+    assert similar and seed.doc_id not in {d.doc_id for d, _ in similar}
+    assert similar[0][0].doc_id == "amazon_excerpt"
+
+
+def test_reingest_is_idempotent_and_changed_file_replaces(corpus):
+    docs, settings, _ = corpus
+    with open_index(settings) as index:
+        before = {d.doc_id: len(index.chunks(d.doc_id)) for d in index.documents()}
+    again = ingest_paths([docs], settings, show_progress=False)
+    assert (again.unchanged, again.documents, again.chunks) == (4, 0, 0)
+    changed = docs / "brown_forman_excerpt.txt"
+    changed.write_text(changed.read_text() + "\nSECTION 9.99 Added Provision. The Lenders agree to a new test clause.\n")
+    third = ingest_paths([docs], settings, show_progress=False)
+    assert (third.unchanged, third.replaced, third.documents) == (3, 1, 1)
+    with open_index(settings) as index:
+        after = {d.doc_id: len(index.chunks(d.doc_id)) for d in index.documents()}
+        assert set(after) == set(before)
+        new_chunks = index.chunks("brown_forman_excerpt")
+        assert len({c.chunk_id for c in new_chunks}) == len(new_chunks) == after["brown_forman_excerpt"]
+        assert new_chunks[-1].section_path.endswith("Section 9.99 Added Provision")
+        assert index.search("Lenders agree to a new test clause", 1)[0].chunk.doc_id == "brown_forman_excerpt"
+
+
+def test_search_cli_table_and_json(corpus):
+    runner = CliRunner()
+    path = corpus[1].path
+    result = runner.invoke(app, ["search", "subsidiaries jurisdiction of formation", "-k", "3", "--index-path", path, "--json"])
+    assert result.exit_code == 0, result.output
+    hits = json.loads(result.stdout)
+    assert [h["rank"] for h in hits] == [1, 2, 3] and hits[0]["doc_id"] == "tetra_tech_2004_10k/6-EX-21"
+    assert set(hit_json(1, _any_hit(path)).keys()) == set(hits[0].keys())
+    excluded = runner.invoke(app, ["search", "subsidiaries jurisdiction of formation", "--exclude-doc", "tetra_tech_2004_10k/6-EX-21",
+                                   "--doc-type", "EX-21", "--index-path", path, "--json"])
+    assert json.loads(excluded.stdout) == []
+    table = runner.invoke(app, ["search", "facility fee", "-k", "2", "--index-path", path])
+    assert table.exit_code == 0 and "score" in table.stdout and "section" in table.stdout
+
+
+def _any_hit(path: str):
+    with open_index(IndexSettings(path=path)) as index:
+        return index.search("anything", 1)[0]

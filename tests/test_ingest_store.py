@@ -1,0 +1,40 @@
+"""Both Qdrant engines behind the one Store interface behave the same (filters, exclusion, deletes)."""
+
+from __future__ import annotations
+
+import pytest
+
+from finmbs.ingest.index import ClientStore, EdgeStore, Where, company_key, doc_type_key, periods, point_id
+
+
+@pytest.fixture(params=["edge", "client-local"])
+def store(request, tmp_path):
+    opened = EdgeStore(tmp_path / "edge") if request.param == "edge" else ClientStore(path=str(tmp_path / "local"))
+    yield opened
+    opened.close()
+
+
+def vec(i: int) -> list[float]:
+    return [1.0 if j == i % 4 else 0.1 for j in range(4)]
+
+
+def test_store_filters_exclusion_scroll_delete(store):
+    assert store.query("c", vec(0), 3, None) == [] and store.scroll("c", Where()) == []
+    store.ensure("c", 4)
+    store.upsert("c", [(point_id(str(i)), vec(i), {"doc_id": f"d{i % 3}", "source_path": f"s{i % 3}", "periods": ["2023"], "text": "x" * i}) for i in range(12)])
+    top = store.query("c", vec(0), 3, None)
+    assert len(top) == 3 and top[0][0] >= top[-1][0]
+    kept = store.query("c", vec(0), 12, Where(must_not={"doc_id": ["d0", "d1"]}))
+    assert {p["doc_id"] for _, p in kept} == {"d2"} and len(kept) == 4
+    assert len(store.query("c", vec(0), 12, Where(must={"doc_id": ["d0", "d1"], "periods": "2023"}))) == 8
+    rows = store.scroll("c", Where(must={"doc_id": "d1"}), exclude=("text",))
+    assert len(rows) == 4 and all("text" not in r for r in rows)
+    store.delete("c", Where(must={"source_path": "s1"}))
+    assert len(store.scroll("c", Where())) == 8
+
+
+def test_normalized_filter_keys():
+    assert company_key("Amazon.com, Inc.") == company_key("AMAZON") == "amazon"
+    assert company_key("Foot Locker, Inc.") == company_key("FOOTLOCKER") == "footlocker"
+    assert doc_type_key("10-K") == doc_type_key("10k") == "10k"
+    assert periods("2023-01-03") == ["2023", "2023-01-03"] and periods(None) == []
