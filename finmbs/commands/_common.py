@@ -12,6 +12,7 @@ import typer
 from rich.console import Console
 
 from finmbs.config import ConfigError, RunConfig, load_config
+from finmbs.executors import ExecutorError, ExecutorName
 from finmbs.llm.types import GatewayError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -23,6 +24,15 @@ ConfigOption = Annotated[
 SetOption = Annotated[
     list[str] | None,
     typer.Option("--set", "-s", help="Override a config key, e.g. --set stages.N=4 (repeatable)."),
+]
+ExecutorOption = Annotated[
+    ExecutorName, typer.Option("--executor", help="Where the work runs: local (this process, asyncio) or ray.")
+]
+RayAddressOption = Annotated[
+    str | None, typer.Option("--ray-address", help="Ray cluster to join, e.g. auto or HEAD_IP:6379 (default: start a local one).")
+]
+RayWorkersOption = Annotated[
+    int | None, typer.Option("--ray-workers", min=1, help="Ray workers (default: one per CPU of the cluster).")
 ]
 
 
@@ -43,7 +53,7 @@ def cli_errors(func: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return func(*args, **kwargs)
-        except (ConfigError, GatewayError, UsageError, FileNotFoundError) as exc:
+        except (ConfigError, GatewayError, UsageError, ExecutorError, FileNotFoundError) as exc:
             fail(str(exc))
         except KeyboardInterrupt:
             console.print("interrupted; finished work is saved, rerun the same command to resume")
