@@ -38,3 +38,12 @@ def make_endpoint(openai_server):
         return Endpoint(**fields)
 
     return make
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Run finalizers of objects left by tests (servers, sessions, models) before pytest's own end-of-run
+    hooks: a finalizer that imports while another plugin builds an AST trips CPython 3.11's
+    "AST constructor recursion depth mismatch"."""
+    import gc
+
+    gc.collect()

@@ -22,7 +22,7 @@ def test_help_lists_commands():
 
 
 def test_models_reachable_scripted_endpoint(openai_server, tmp_path):
-    result = run("models", "--set", f"roles.judge.model=openai/judge", "--set", f"roles.judge.api_base={openai_server.base_url}")
+    result = run("models", "--set", "roles.judge.model=openai/judge", "--set", f"roles.judge.api_base={openai_server.base_url}")
     assert result.exit_code == 0, result.output
     assert "judge" in result.output
     assert openai_server.request_count == 0  # /models is a GET, completions untouched

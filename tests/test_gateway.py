@@ -211,3 +211,21 @@ async def test_waiters_see_the_failure(tmp_path, openai_server, make_endpoint):
                                     return_exceptions=True)
     assert all(isinstance(o, GatewayError) for o in outcomes)
     assert openai_server.request_count == 1
+
+
+def test_cache_created_by_many_processes_at_once(tmp_path):
+    import subprocess
+    import sys
+
+    path = tmp_path / "shared.sqlite"
+    code = (
+        "import sys; from finmbs.llm.cache import ResponseCache; from finmbs.llm.types import Sample;"
+        "c = ResponseCache(sys.argv[1]); c.put(sys.argv[2], {0: Sample(text='x', finish_reason='stop')})"
+    )
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(path), f"k{i}"], stderr=subprocess.PIPE)
+             for i in range(8)]
+    errors = [p.communicate()[1].decode() for p in procs if p.wait() != 0]
+    assert not errors, errors[0]
+    from finmbs.llm.cache import ResponseCache
+
+    assert len(ResponseCache(path)) == 8

@@ -10,15 +10,14 @@ import typer
 from rich.table import Table
 
 from finmbs.commands._common import (
-    ConfigOption, ExecutorOption, RayAddressOption, RayWorkersOption, SetOption, cli_errors, console, fail,
-    resolve_config,
+    ConfigOption, ExecutorOption, RayAddressOption, RayWorkersOption, SetOption, cli_errors, console, resolve_config,
 )
 from finmbs.config import ConfigError, Endpoint, RunConfig
 from finmbs.executors import make_executor
 from finmbs.llm import Gateway
 from finmbs.records import DifficultyReport
 from finmbs.runs import atomic_write_json, atomic_write_text, safe_name
-from finmbs.seeds import SeedsError, load_seeds
+from finmbs.seeds import load_seeds
 
 
 def policy_endpoint(config: RunConfig, model: str, api_base: str | None) -> Endpoint:
@@ -50,10 +49,7 @@ def register(app: typer.Typer) -> None:
         from finmbs.mbs.calibrate import band_summary, calibrate_all
         from finmbs.mbs.context import Context
 
-        try:
-            rows = load_seeds(problems)
-        except SeedsError as exc:
-            fail(str(exc))
+        rows = load_seeds(problems)
         resolved = resolve_config(config, set_)
         target = policy_endpoint(resolved, model, api_base)
         gateway = Gateway.from_config(resolved)

@@ -17,7 +17,7 @@ from finmbs.commands._common import (
 from finmbs.executors import make_executor
 from finmbs.llm import BudgetExceeded, GatewayError
 from finmbs.records import RunMetrics
-from finmbs.seeds import SeedsError, load_seeds
+from finmbs.seeds import load_seeds
 
 STAGES = {
     "mbs": ["seeds", "traces", "students", "decompose", "leaf", "compose", "reground", "calibrate"],
@@ -63,10 +63,7 @@ def register(app: typer.Typer) -> None:
         """Grow seeds into calibrated synthetic problems; rerun the same command to resume."""
         from finmbs.mbs.pipeline import run_grow
 
-        try:
-            problems = load_seeds(seeds)
-        except SeedsError as exc:
-            fail(str(exc))
+        problems = load_seeds(seeds)
         resolved = resolve_config(config, set_)
         out = out or Path("runs") / f"{seeds.stem}-{method}"
         runner = make_executor(executor, resolved, ray_address=ray_address, ray_workers=ray_workers)

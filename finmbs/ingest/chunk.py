@@ -119,7 +119,7 @@ class Chunker:
             rows.append((pos, pos + len(line)))
             pos += len(line) + 1
         out: list[tuple[int, int]] = []
-        cur_start, cur_tokens = rows[0][0], 0
+        cur_start, cur_tokens, prev_end = rows[0][0], 0, rows[0][1]
         for row_start, row_end in rows:
             n = self.tokens(text[row_start:row_end])
             if cur_tokens and cur_tokens + n > self.size:

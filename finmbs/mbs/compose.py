@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 from itertools import product
 
-from pydantic import BaseModel
 
 from finmbs.mbs.candidates import WorkedProblem, derive, verified_node
 from finmbs.mbs.context import Context, Ledger

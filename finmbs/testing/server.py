@@ -22,6 +22,8 @@ from typing import Any
 
 from aiohttp import web
 
+from finmbs.verify.math import AST_LOCK
+
 
 @dataclass
 class Reply:
@@ -127,7 +129,7 @@ class ScriptedOpenAIServer:
         with self._lock:
             self.requests.append(request)
             queued = self._queue.popleft() if self._queue else None
-        reply = queued or _as_reply(await asyncio.to_thread(self.handler, request))
+        reply = queued or _as_reply(await asyncio.to_thread(self._handle, request))
         delay = reply.delay or self.latency
         if delay:
             await asyncio.sleep(delay)
@@ -139,6 +141,11 @@ class ScriptedOpenAIServer:
                 status=reply.status,
             )
         return web.json_response(self._body(request, reply))
+
+    def _handle(self, request: Request) -> Reply | str | list[str]:
+        """The handler, one call at a time and never beside math-verify (see AST_LOCK)."""
+        with AST_LOCK:
+            return self.handler(request)
 
     def _body(self, request: Request, reply: Reply) -> dict[str, Any]:
         chat = request.path.endswith("chat/completions")

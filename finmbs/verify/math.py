@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import logging
+import threading
 from functools import lru_cache
 
 from finmbs.verify.extract import extract_final_answer
 
 
 logging.getLogger("math_verify").setLevel(logging.ERROR)
+
+# CPython 3.11 keeps the ast module's recursion bookkeeping per interpreter, not per thread: two
+# threads building ASTs at once can corrupt it ("AST constructor recursion depth mismatch") and
+# break every later ast.parse in the process. In-process AST users (math-verify's sympy parsing
+# here, the scripted test worlds' handlers) hold this lock.
+AST_LOCK = threading.RLock()
 
 
 def _wrap(expr: str) -> str:
@@ -26,9 +33,10 @@ def math_equal(predicted: str, ground_truth: str) -> bool:
     if predicted.strip() == ground_truth.strip():
         return True
     try:
-        gold = parse(_wrap(ground_truth), parsing_timeout=None)
-        pred = parse(_wrap(predicted), parsing_timeout=None)
-        return bool(gold and pred and verify(gold, pred, timeout_seconds=None))
+        with AST_LOCK:
+            gold = parse(_wrap(ground_truth), parsing_timeout=None)
+            pred = parse(_wrap(predicted), parsing_timeout=None)
+            return bool(gold and pred and verify(gold, pred, timeout_seconds=None))
     except Exception:  # math-verify raises on unparsable input: not equal
         return False
 
