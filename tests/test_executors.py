@@ -216,3 +216,12 @@ def test_limits_and_budget_are_shared_out_and_bad_options_are_named(ray_cluster,
 
 async def spent(item, gateway, tick):
     raise BudgetExceeded("token budget spent: 10 >= 10")
+
+
+def test_out_of_order_usage_snapshots_keep_the_newest():
+    from finmbs.executors.ray import latest_usage
+    from finmbs.records import RoleUsage
+
+    newer = {"target": RoleUsage(calls=12, completion_tokens=12), "judge": RoleUsage(calls=1)}
+    older = {"target": RoleUsage(calls=12, completion_tokens=8)}
+    assert latest_usage(newer, older) == latest_usage(older, newer) == newer

@@ -79,6 +79,18 @@ class Worker:
         return result, dict(ticks), os.getpid(), usage
 
 
+def latest_usage(seen: dict[str, RoleUsage], new: dict[str, RoleUsage]) -> dict[str, RoleUsage]:
+    """The newer of two cumulative usage snapshots of one worker, field by field.
+
+    A worker's snapshots only grow, but results (each carrying one) can reach the driver out of order.
+    """
+    merged = {}
+    for role in seen.keys() | new.keys():
+        a, b = seen.get(role, RoleUsage()), new.get(role, RoleUsage())
+        merged[role] = RoleUsage(**{field: max(getattr(a, field), getattr(b, field)) for field in RoleUsage.model_fields})
+    return merged
+
+
 def item_name(item: Any) -> str:
     return str(getattr(item, "id", item))[:80]
 
@@ -161,7 +173,7 @@ class RayExecutor:
                     worker, item, _ref = running.pop(future)
                     load[worker] -= 1
                     result, ticks, pid, usage = self._result(future, item)
-                    self._usage[(worker, pid)] = usage
+                    self._usage[(worker, pid)] = latest_usage(self._usage.get((worker, pid), {}), usage)
                     for stage, advance in ticks.items():
                         tick(stage, advance)
                     on_result(item, result)
