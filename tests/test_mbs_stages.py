@@ -64,7 +64,7 @@ async def test_effectivity_uses_strongest_zero_accuracy_student(tmp_path, openai
     assert root.student_accuracy == {"s3": 0.0, "s2": 0.0, "s1": 1.0}
     assert root.conditioned_accuracy == {"s2": 0.0}  # s3 (whom the children would help) is not evaluated
     assert [d.outcome for d in root.decisions] == ["rejected", "rejected", "rejected"]
-    assert root.decisions[-1].reason == "dropped: no effective decomposition after 1 retries"
+    assert root.decisions[-1].reason == "no effective decomposition after 1 retries"
     assert [r.stage for r in ledger.rejected] == ["effectivity"] * 6 and root.children == []
 
     agents["s2"] = Agent(capacity=2, boost=1)  # now conditioning lifts s2 to capacity 3

@@ -121,7 +121,7 @@ async def decompose(ctx: Context, node: TreeNode, ledger: Ledger, depth: int = 0
         node.decisions.append(Decision(stage=STAGE, outcome="rejected", reason=reason, data=data))
         failed.append((proposal.subproblems if proposal else [], reason))
     else:
-        reason = f"dropped: no effective decomposition after {ctx.stages.Nd} retries"
+        reason = f"no effective decomposition after {ctx.stages.Nd} retries"
         node.decisions.append(Decision(stage=STAGE, outcome="rejected", reason=reason))
         return False
     kept = await asyncio.gather(*(decompose(ctx, child, ledger, depth + 1) for child in node.children))
