@@ -93,6 +93,7 @@ _NEGATIVE_CUES = re.compile(
 )
 _POSITIVE_CUES = re.compile(r"\b(increas\w*|ris(?:e|es|ing|en)|rose|gr[eo]w\w*|higher|up|gain\w*|improv\w*)\b", re.IGNORECASE)
 _REFERENCE = re.compile(r"(?:section|article|exhibit|schedule|clause|note|item|annex|§|no\.|page|rule)\s*$", re.I)
+_REFERENCE_LOOKBACK = 40  # characters before a figure searched for a reference word (keeps figures() linear)
 
 _FRACTION_WORDS = "|".join(k.replace(" ", r"\s+") for k in _WORD_FRACTIONS)
 _NUM = r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+"
@@ -204,7 +205,7 @@ def figures(text: str) -> list[Figure]:
     whole = _FIGURE.fullmatch(text.strip()) is not None
     found = []
     for m in _FIGURE.finditer(text):
-        if not m.group(0).strip() or _REFERENCE.search(text[: m.start()]):
+        if not m.group(0).strip() or _REFERENCE.search(text[max(0, m.start() - _REFERENCE_LOOKBACK) : m.start()]):
             continue
         figure = _figure(m, whole)
         if figure is not None:
