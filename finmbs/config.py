@@ -10,6 +10,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from finmbs.records import first_error
 from finmbs.resources import resource_dir
 
 EMBEDDED_MODEL = "embedded/gemma3-270m"
@@ -221,10 +222,9 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     try:
         return RunConfig.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        key = ".".join(str(p) for p in err["loc"]) or "(root)"
+        key, message = first_error(exc)
         extra = f" (+{exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-        raise ConfigError(f"{err['msg']}{extra}", source=source, key=key) from None
+        raise ConfigError(f"{message}{extra}", source=source, key=key or "(root)") from None
 
 
 def dump_config(config: RunConfig) -> str:

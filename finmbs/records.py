@@ -4,11 +4,17 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 Domain = Literal["math", "finance"]
 Band = Literal["hard", "goldilocks", "stale"]
 FinishReason = Literal["stop", "length", "error", "other"]
+
+
+def first_error(exc: ValidationError) -> tuple[str, str]:
+    """(dotted location, message) of a validation error's first problem, for one-line reports."""
+    err = exc.errors()[0]
+    return ".".join(str(part) for part in err["loc"]), err["msg"]
 
 
 class Record(BaseModel):

@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from finmbs.records import Problem, Provenance
+from finmbs.records import Problem, Provenance, first_error
 
 _FIELDS = {"id", "question", "answer", "domain", "snippet", "entity", "meta", "provenance"}
 
@@ -39,8 +39,8 @@ def _problem(row: Any, domain: str | None) -> Problem:
     try:
         return Problem.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        raise ValueError(f"field {'.'.join(str(p) for p in first['loc'])}: {first['msg']}") from None
+        where, message = first_error(exc)
+        raise ValueError(f"field {where}: {message}") from None
 
 
 def load_seeds(path: str | Path, domain: str | None = None) -> list[Problem]:

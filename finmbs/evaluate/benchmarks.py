@@ -9,6 +9,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from finmbs.config import ConfigError
+from finmbs.records import first_error
 from finmbs.resources import resource_dir
 
 Mode = Literal["closed-book", "oracle", "retrieval"]
@@ -96,6 +97,5 @@ def load_benchmark(name: str) -> Benchmark:
     except yaml.YAMLError as exc:
         raise ConfigError(f"invalid YAML: {exc}", source=str(path)) from None
     except ValidationError as exc:
-        err = exc.errors()[0]
-        key = ".".join(str(p) for p in err["loc"]) or "(root)"
-        raise ConfigError(err["msg"], source=str(path), key=key) from None
+        key, message = first_error(exc)
+        raise ConfigError(message, source=str(path), key=key or "(root)") from None

@@ -12,7 +12,7 @@ from finmbs.evaluate import EvalError
 from finmbs.evaluate.grading import SampleGrade
 from finmbs.evaluate.loaders import Skipped
 from finmbs.evaluate.passk import bootstrap_ci, pass_at_k
-from finmbs.records import Record, RoleUsage
+from finmbs.records import Record, RoleUsage, first_error
 
 OVERALL = "overall"
 
@@ -146,6 +146,5 @@ def load_result(path: str | Path) -> EvalResult:
     try:
         return EvalResult.model_validate_json(path.read_text(encoding="utf-8"))
     except ValidationError as exc:
-        err = exc.errors()[0]
-        where = ".".join(str(p) for p in err["loc"]) or "(root)"
-        raise EvalError(f"{path} is not a finmbs eval result: {err['msg']} at {where}") from None
+        where, message = first_error(exc)
+        raise EvalError(f"{path} is not a finmbs eval result: {message} at {where or '(root)'}") from None

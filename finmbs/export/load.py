@@ -11,7 +11,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from finmbs import runs
-from finmbs.records import DecompositionTree, Problem, Record, Rejection, SyntheticTree
+from finmbs.records import DecompositionTree, Problem, Record, Rejection, SyntheticTree, first_error
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -47,10 +47,9 @@ class Run:
 
 
 def _error_text(exc: ValidationError) -> str:
-    first = exc.errors()[0]
-    where = ".".join(str(part) for part in first["loc"]) or "record"
+    where, message = first_error(exc)
     more = f" (+{exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-    return f"{where}: {first['msg']}{more}"
+    return f"{where or 'record'}: {message}{more}"
 
 
 def read_records(path: Path, model: type[M]) -> list[M]:

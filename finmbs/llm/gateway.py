@@ -23,7 +23,7 @@ from finmbs.llm.limits import EndpointLimits
 from finmbs.llm.structured import extract_json
 from finmbs.llm.types import BudgetExceeded, GatewayError, Message, Sample
 from finmbs.llm.vllm_offline import PREFIX as VLLM_OFFLINE, VLLMOfflineBackend
-from finmbs.records import RoleUsage
+from finmbs.records import RoleUsage, first_error
 from finmbs.resources import render_prompt
 
 log = logging.getLogger("finmbs.gateway")
@@ -300,6 +300,5 @@ def parse_structured(text: str, schema: type[T]) -> tuple[T | None, str]:
     try:
         return schema.model_validate(value), ""
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        return None, f"JSON does not match the schema at '{where}': {first['msg']}"
+        where, message = first_error(exc)
+        return None, f"JSON does not match the schema at '{where}': {message}"
