@@ -116,6 +116,18 @@ class StageParams(Settings):
     Nc: int = Field(10, ge=1, description="child-combination trials per parent")
     Kd: int = Field(35, ge=1, description="unseen documents retrieved per seed")
     L: int = Field(16384, ge=1, description="target-policy rollout budget (max new tokens)")
+    keep: Literal["roots", "all"] = Field(
+        "roots", description="roots: calibrate the synthetic roots only (the paper); all: also every other synthetic "
+                             "node, counted and written apart from the paper's metrics")
+    direct_reground: bool = Field(False, description="finance: re-ground the direct baseline's problems too")
+
+
+class NoveltySettings(Settings):
+    """The novelty guard: a synthetic problem with its seed's, its source's or a sibling's answer and
+    near-identical text (word-sequence similarity >= max_similarity) is rejected before calibration."""
+
+    enabled: bool = True
+    max_similarity: float = Field(0.75, gt=0, le=1, description="difflib ratio over the questions' word tokens")
 
 
 class Budget(Settings):
@@ -156,6 +168,7 @@ class RunConfig(Settings):
     cache_path: str = ".finmbs/cache.sqlite"
     seed_concurrency: int = Field(8, ge=1)
     index: IndexSettings = Field(default_factory=IndexSettings)
+    novelty: NoveltySettings = Field(default_factory=NoveltySettings)
 
     @model_validator(mode="after")
     def _unique_names(self) -> RunConfig:

@@ -196,18 +196,39 @@ class RoleUsage(Record):
     repairs: int = 0
 
 
+def merge_usage(*usages: dict[str, RoleUsage]) -> dict[str, RoleUsage]:
+    """Per-role usage summed field by field (earlier runs of a resumed folder + this one)."""
+    total: dict[str, RoleUsage] = {}
+    for usage in usages:
+        for role, u in usage.items():
+            base = total.setdefault(role, RoleUsage())
+            for field in RoleUsage.model_fields:
+                setattr(base, field, getattr(base, field) + getattr(u, field))
+    return total
+
+
 class RunMetrics(Record):
     """The paper's run metrics (section 4.1, table 8)."""
 
     method: str = "mbs"
+    keep: str = "roots"
     seeds_in: int = 0
     seeds_with_trace: int = 0
+    seeds_too_easy: int = 0  # roots the weakest student already solves (nothing to scaffold)
     decompositions_effective: int = 0
     decompositions_attempted: int = 0
-    descendants: int = 0
+    answer_leaks: int = 0  # subproblems rejected for revealing their parent's answer
+    descendants: int = 0  # calibrated synthetic roots (the paper's count)
     goldilocks: int = 0
     qualified: int = 0
     seeds_converted: int = 0
+    novelty_rejected: int = 0  # synthetic problems restating their seed, source or a sibling
+    reground_unverified: int = 0  # re-grounded problems with no verified teacher trace
+    reground_too_easy: int = 0  # re-grounded problems failing their stage's weakest-student screen
+    other_descendants: int = 0  # keep=all: calibrated non-root synthetic nodes, apart from the above
+    other_goldilocks: int = 0
+    other_qualified: int = 0
+    construction_tokens: int = 0  # prompt + completion tokens of every role but the target policy
     usage: dict[str, RoleUsage] = Field(default_factory=dict)
     wall_time_s: float = 0.0
 
@@ -224,6 +245,14 @@ class RunMetrics(Record):
         return self.seeds_converted / self.seeds_in if self.seeds_in else 0.0
 
     @property
+    def construction_tokens_per_seed(self) -> float:
+        return self.construction_tokens / self.seeds_in if self.seeds_in else 0.0
+
+    @property
+    def construction_tokens_per_qualified(self) -> float | None:
+        return self.construction_tokens / self.qualified if self.qualified else None
+
+    @property
     def cache_hits(self) -> int:
         return sum(u.cache_hits for u in self.usage.values())
 
@@ -234,6 +263,8 @@ class RunMetrics(Record):
             goldilocks_rate=self.goldilocks_rate,
             qualified_rate=self.qualified_rate,
             seed_conversion=self.seed_conversion,
+            construction_tokens_per_seed=self.construction_tokens_per_seed,
+            construction_tokens_per_qualified=self.construction_tokens_per_qualified,
             cache_hits=self.cache_hits,
         )
         return data

@@ -33,10 +33,15 @@ def summary_table(metrics: RunMetrics, out: Path) -> Table:
         ("seeds in", metrics.seeds_in),
         ("seeds with verified trace", metrics.seeds_with_trace),
         ("effective / attempted decompositions", f"{metrics.decompositions_effective} / {metrics.decompositions_attempted}"),
-        ("descendants (calibrated candidates)", metrics.descendants),
+        ("seeds too easy (weakest student solves the root)", metrics.seeds_too_easy),
+        ("descendants (calibrated synthetic roots)", metrics.descendants),
         ("goldilocks", f"{metrics.goldilocks} ({metrics.goldilocks_rate:.1%})"),
         ("qualified", f"{metrics.qualified} ({metrics.qualified_rate:.1%})"),
         ("seed conversion", f"{metrics.seeds_converted} ({metrics.seed_conversion:.1%})"),
+        ("rejected: answer leaks / novelty", f"{metrics.answer_leaks} / {metrics.novelty_rejected}"),
+        *([("other nodes (keep all): calibrated / qualified", f"{metrics.other_descendants} / {metrics.other_qualified}")]
+          if metrics.keep == "all" else []),
+        ("construction tokens per seed", f"{metrics.construction_tokens_per_seed:.0f}"),
         ("LLM calls / cache hits", f"{sum(u.calls for u in metrics.usage.values())} / {metrics.cache_hits}"),
         ("tokens", sum(u.prompt_tokens + u.completion_tokens for u in metrics.usage.values())),
         ("cost (USD)", f"{sum(u.cost_usd for u in metrics.usage.values()):.4f}"),
@@ -56,6 +61,11 @@ def register(app: typer.Typer) -> None:
         method: Annotated[Literal["mbs", "direct"], typer.Option(help="mbs, or the direct seed-synthesis baseline.")] = "mbs",
         config: ConfigOption = None,
         set_: SetOption = None,
+        keep: Annotated[Literal["roots", "all"] | None, typer.Option(
+            help="roots: keep the synthetic roots (the paper); all: also calibrate every other synthetic node, "
+                 "reported apart (qualified_nodes.jsonl). Default: stages.keep of the config.")] = None,
+        match_budget: Annotated[Path | None, typer.Option(
+            help="--method direct: oversample each seed to the construction tokens this MBS run folder spent on it.")] = None,
         executor: ExecutorOption = "local",
         ray_address: RayAddressOption = None,
         ray_workers: RayWorkersOption = None,
@@ -64,7 +74,16 @@ def register(app: typer.Typer) -> None:
         from finmbs.mbs.pipeline import run_grow
 
         problems = load_seeds(seeds)
-        resolved = resolve_config(config, set_)
+        resolved = resolve_config(config, [*(set_ or []), *([f"stages.keep={keep}"] if keep else [])])
+        if match_budget is not None:
+            from finmbs.baselines.direct import construction_budgets, with_budgets
+
+            if method != "direct":
+                fail("--match-budget is for --method direct", code=2)
+            try:
+                problems = with_budgets(problems, construction_budgets(match_budget))
+            except ValueError as exc:
+                fail(str(exc), code=2)
         out = out or Path("runs") / f"{seeds.stem}-{method}"
         runner = make_executor(executor, resolved, ray_address=ray_address, ray_workers=ray_workers)
         with Progress(SpinnerColumn(), TextColumn("{task.description}"), TextColumn("{task.completed}"),

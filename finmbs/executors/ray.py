@@ -25,8 +25,7 @@ from finmbs.config import Budget, Endpoint, RunConfig
 from finmbs.executors import ExecutorError, Tick, Work, no_tick
 from finmbs.llm import Gateway
 from finmbs.llm.cache import ResponseCache
-from finmbs.mbs.pipeline import merge_usage
-from finmbs.records import RoleUsage
+from finmbs.records import RoleUsage, merge_usage
 
 T = TypeVar("T")
 MAX_RETRIES = 3

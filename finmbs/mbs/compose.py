@@ -1,9 +1,12 @@
 """Stage 4 (section 3.4): bottom-up composition of synthetic parents, propagated to the root.
 
-Each trial picks one synthetic version per child (combinations in order of increasing index sum,
-at most Nc distinct ones), and the teacher composes a parent with the original (parent, children)
-configuration as the pattern. Candidates are verified and discarded when the weakest student's
-accuracy exceeds alpha_parent; every passing trial becomes a synthetic version of the node.
+Up to Nc child-combination trials per parent: each picks one synthetic version per child
+(combinations in order of increasing index sum; when the pools hold fewer than Nc combinations, the
+trials cycle through them again, each retry a fresh teacher sample). The teacher composes a parent
+with the original (parent with its verified solution, children) configuration as the pattern (the
+dependency pattern lives in the parent's solution, appendix E). Candidates are verified and discarded
+when the weakest student's accuracy exceeds alpha_parent; every passing trial becomes a synthetic
+version of the node.
 """
 
 from __future__ import annotations
@@ -27,8 +30,14 @@ class ComposedParent(WorkedProblem):
 
 
 def combinations(sizes: list[int], limit: int) -> list[tuple[int, ...]]:
-    """Up to `limit` index tuples (one version per child), lowest index sum first."""
+    """Up to `limit` distinct index tuples (one version per child), lowest index sum first."""
     return sorted(product(*(range(s) for s in sizes)), key=lambda c: (sum(c), c))[:limit]
+
+
+def trials(sizes: list[int], nc: int) -> list[tuple[int, ...]]:
+    """The Nc trials: the distinct combinations in order, cycled again while fewer than Nc."""
+    combos = combinations(sizes, nc)
+    return [combos[t % len(combos)] for t in range(nc)]
 
 
 def compose_messages(node: TreeNode, chosen: list[TreeNode]) -> list[dict[str, str]]:
@@ -37,7 +46,7 @@ def compose_messages(node: TreeNode, chosen: list[TreeNode]) -> list[dict[str, s
     )
     text = render_prompt(
         "compose_parent", document=document_block(node.problem), parent=node.problem.question,
-        original_children=pattern,
+        parent_solution=node.trace.text if node.trace else "", original_children=pattern,
         synthetic_children=worked_examples([(c.problem, c.trace.text if c.trace else "") for c in chosen]),
     )
     return [{"role": "user", "content": text}]
@@ -47,8 +56,8 @@ async def compose_trial(
     ctx: Context, node: TreeNode, chosen: list[TreeNode], t: int, ledger: Ledger
 ) -> TreeNode | None:
     teacher = ctx.teachers[t % len(ctx.teachers)]
-    [reply] = await ctx.gateway.structured(
-        teacher, ComposedParent, role="teacher", messages=compose_messages(node, chosen)
+    [reply] = await ctx.gateway.structured(  # trial t is sample t: a retried combination gets a fresh sample
+        teacher, ComposedParent, role="teacher", messages=compose_messages(node, chosen), first_index=t
     )
     ctx.tick(STAGE)
     if reply is None:
@@ -73,14 +82,16 @@ async def synthesize(ctx: Context, node: TreeNode, ledger: Ledger) -> tuple[list
     if missing:
         node.decisions.append(Decision(stage=STAGE, outcome="info", reason=f"no synthetic version of {missing}"))
         return [], orphans + [v for pool in pools for v in pool]
-    trials = combinations([len(p) for p in pools], ctx.stages.Nc)
+    chosen = trials([len(p) for p in pools], ctx.stages.Nc)
     nodes = await asyncio.gather(
         *(compose_trial(ctx, node, [pool[i] for pool, i in zip(pools, combo)], t, ledger)
-          for t, combo in enumerate(trials))
+          for t, combo in enumerate(chosen))
     )
     versions = await screened(ctx, list(nodes), ctx.stages.alpha_parent, STAGE, ledger)
-    node.decisions.append(
-        Decision(stage=STAGE, outcome="info", reason=f"kept {len(versions)} of {len(trials)} composition trials")
-    )
+    distinct = len(set(chosen))
+    node.decisions.append(Decision(
+        stage=STAGE, outcome="info",
+        reason=f"kept {len(versions)} of {len(chosen)} composition trials ({distinct} distinct combinations)",
+    ))
     used = {id(c) for v in versions for c in v.children}
     return versions, orphans + [v for pool in pools for v in pool if id(v) not in used]

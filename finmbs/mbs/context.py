@@ -1,7 +1,9 @@
-"""What every stage shares: the run config, the gateway, progress, and a per-seed ledger of rejections."""
+"""What every stage shares: the run config, the gateway, progress, and a per-seed ledger of rejections
+and meter of tokens."""
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -9,6 +11,29 @@ from finmbs.config import Endpoint, RunConfig, StageParams
 from finmbs.executors import Tick, no_tick
 from finmbs.llm import Gateway
 from finmbs.records import Problem, Rejection
+
+
+TARGET_ROLE = "target"
+
+
+class SeedGateway:
+    """The run's gateway as one seed sees it: every call passes through, and the samples' prompt and
+    completion tokens are counted per role (cached samples too: the count is what constructing this
+    seed's problems costs, whether or not a cache saved the calls)."""
+
+    def __init__(self, gateway: Gateway):
+        self.inner = gateway
+        self.tokens: Counter[str] = Counter()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def generate(self, endpoint: Endpoint, *, role: str, **request: Any) -> list:
+        samples = await self.inner.generate(endpoint, role=role, **request)
+        self.tokens[role] += sum(s.prompt_tokens + s.completion_tokens for s in samples)
+        return samples
+
+    structured = Gateway.structured  # its generate calls come back through this meter
 
 
 @dataclass
@@ -35,6 +60,19 @@ class Context:
     @property
     def weakest(self) -> Endpoint:
         return self.config.roles.students[-1]
+
+    def for_seed(self) -> Context:
+        """This context with a fresh per-seed token meter on its gateway."""
+        inner = self.gateway.inner if isinstance(self.gateway, SeedGateway) else self.gateway
+        return Context(config=self.config, gateway=SeedGateway(inner), tick=self.tick)  # type: ignore[arg-type]
+
+    def tokens(self) -> dict[str, int]:
+        """Tokens per role spent through this context's meter (empty without one)."""
+        return dict(self.gateway.tokens) if isinstance(self.gateway, SeedGateway) else {}
+
+    def construction_tokens(self) -> int:
+        """Tokens spent constructing problems: every role but the target policy's calibration."""
+        return sum(n for role, n in self.tokens().items() if role != TARGET_ROLE)
 
 
 @dataclass

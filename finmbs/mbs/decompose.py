@@ -1,12 +1,15 @@
 """Stage 2 (section 3.3): top-down decomposition with verified children and the effectivity test.
 
-At each node the students are evaluated weakest -> strongest; the evaluated student is the
-strongest one with zero accuracy on the node (a node the weakest student already solves needs no
-scaffold and stays a leaf). The teacher proposes K easier subproblems; each is rejection-sampled;
-the evaluated student is re-sampled N times on the node with the verified children as worked
-examples. Effective when conditioned accuracy > unconditioned accuracy. Otherwise the teacher is
-re-prompted with the failed attempts as negative context, up to Nd retries; a node whose
-decomposition stays ineffective is dropped. Recurse on each child up to depth D.
+At each node the students are evaluated weakest -> strongest until one scores > 0; S_n is the
+students evaluated with zero accuracy (weakest up to the strongest with zero accuracy, the
+"evaluated student"). A node the weakest student already solves needs no scaffold and stays a leaf;
+at the root this is its own outcome, a seed too easy for the student pool (`too_easy`). The teacher
+proposes K easier subproblems; a subproblem that reveals its parent's answer (appendix B.3: its
+answer is the parent's, or its question states it) is rejected with its reason, the others are
+rejection-sampled. Every S in S_n is re-sampled N times on the node with the verified children as
+worked examples; effective when conditioning raises accuracy for at least one S in S_n. Otherwise
+the teacher is re-prompted with the failed attempts as negative context, up to Nd retries; a node
+whose decomposition stays ineffective is dropped. Recurse on each child up to depth D.
 """
 
 from __future__ import annotations
@@ -18,11 +21,13 @@ from pydantic import BaseModel, Field
 from finmbs.config import Endpoint
 from finmbs.mbs.candidates import WorkedProblem, derive, verified_node
 from finmbs.mbs.context import Context, Ledger
+from finmbs.mbs.novelty import reveals
 from finmbs.mbs.solve import document_block, student_accuracy
-from finmbs.records import Decision, TreeNode
+from finmbs.records import Decision, Problem, TreeNode
 from finmbs.resources import render_prompt
 
 STAGE = "decompose"
+ANSWER_LEAK = "answer_leak"  # the rejection check of a subproblem revealing its parent's answer
 
 
 class Decomposition(BaseModel):
@@ -32,16 +37,17 @@ class Decomposition(BaseModel):
     subproblems: list[WorkedProblem] = Field(min_length=1)
 
 
-async def evaluated_student(ctx: Context, node: TreeNode) -> tuple[Endpoint, float] | None:
-    """The strongest zero-accuracy student, evaluating weakest -> strongest; None if the weakest solves it."""
-    chosen = None
+async def evaluated_students(ctx: Context, node: TreeNode) -> list[Endpoint]:
+    """S_n: evaluating weakest -> strongest, the students with zero accuracy up to the first that
+    scores (its last member is the evaluated student); empty when the weakest solves the node."""
+    evaluated = []
     for student in reversed(ctx.students):
         acc = await student_accuracy(ctx, student, node.problem)
         node.student_accuracy[student.name] = acc
         if acc > 0:
             break
-        chosen = (student, acc)
-    return chosen
+        evaluated.append(student)
+    return evaluated
 
 
 def failed_context(failed: list[tuple[list[WorkedProblem], str]]) -> str:
@@ -72,16 +78,53 @@ async def propose(ctx: Context, node: TreeNode, attempt: int, failed: list) -> D
     return parsed
 
 
+def without_leaks(node: TreeNode, candidates: list[Problem], ledger: Ledger) -> list[Problem]:
+    """The subproblems that do not reveal the parent's answer (appendix B.3); the others are rejected."""
+    kept = []
+    for child in candidates:
+        if why := reveals(child, node.problem):
+            ledger.reject(child, STAGE, why, check=ANSWER_LEAK)
+            continue
+        kept.append(child)
+    return kept
+
+
 async def verified_children(ctx: Context, node: TreeNode, proposal: Decomposition, attempt: int, ledger: Ledger):
     candidates = [
         derive(node.problem, worked, id=f"{node.problem.id}.d{attempt}c{k}", stage=STAGE,
                tree_path=f"{node.path}.{k}", parent_ids=[node.problem.id])
         for k, worked in enumerate(proposal.subproblems[: ctx.stages.K])
     ]
+    candidates = without_leaks(node, candidates, ledger)
     nodes = await asyncio.gather(
         *(verified_node(ctx, c, ledger, stage=STAGE, path=c.provenance.tree_path) for c in candidates)
     )
     return [n for n in nodes if n is not None]
+
+
+def solved_leaf(ctx: Context, node: TreeNode, depth: int) -> Decision:
+    """The decision for a node the weakest student already solves; at the root, a seed too easy."""
+    weakest = ctx.weakest.name
+    acc = f"accuracy {node.student_accuracy[weakest]:.3f}"
+    if depth == 0:
+        return Decision(stage=STAGE, outcome="info", data={"too_easy": True},
+                        reason=f"seed too easy: weakest student {weakest} already solves it ({acc}); kept as a leaf")
+    return Decision(stage=STAGE, outcome="info", reason=f"leaf: weakest student {weakest} already solves it ({acc})")
+
+
+async def effectivity(
+    ctx: Context, node: TreeNode, students: list[Endpoint], children: list[TreeNode]
+) -> dict[str, float]:
+    """acc_cond(S, p | children) for every S in S_n (N samples each)."""
+    examples = [(c.problem, c.trace.text) for c in children if c.trace]
+    accs = await asyncio.gather(*(student_accuracy(ctx, s, node.problem, examples=examples) for s in students))
+    cond = {s.name: acc for s, acc in zip(students, accs)}
+    node.conditioned_accuracy.update(cond)
+    return cond
+
+
+def effect(base: dict[str, float], cond: dict[str, float]) -> str:
+    return ", ".join(f"{name} {base[name]:.3f} -> {acc:.3f}" for name, acc in cond.items())
 
 
 async def decompose(ctx: Context, node: TreeNode, ledger: Ledger, depth: int = 0) -> bool:
@@ -89,16 +132,15 @@ async def decompose(ctx: Context, node: TreeNode, ledger: Ledger, depth: int = 0
     if depth >= ctx.stages.D:
         node.decisions.append(Decision(stage=STAGE, outcome="info", reason=f"leaf: depth limit D={ctx.stages.D}"))
         return True
-    chosen = await evaluated_student(ctx, node)
-    if chosen is None:
-        weakest = ctx.weakest.name
-        reason = f"leaf: weakest student {weakest} already solves it (accuracy {node.student_accuracy[weakest]:.3f})"
-        node.decisions.append(Decision(stage=STAGE, outcome="info", reason=reason))
+    students = await evaluated_students(ctx, node)
+    if not students:
+        node.decisions.append(solved_leaf(ctx, node, depth))
         return True
-    student, base = chosen
+    base = {s.name: node.student_accuracy[s.name] for s in students}
     failed: list[tuple[list[WorkedProblem], str]] = []
     for attempt in range(ctx.stages.Nd + 1):
-        data = {"attempt": attempt, "student": student.name, "unconditioned": base}
+        data = {"attempt": attempt, "student": students[-1].name, "students": list(base),
+                "unconditioned": base[students[-1].name]}
         proposal = await propose(ctx, node, attempt, failed)
         children = await verified_children(ctx, node, proposal, attempt, ledger) if proposal else []
         if proposal is None:
@@ -106,16 +148,15 @@ async def decompose(ctx: Context, node: TreeNode, ledger: Ledger, depth: int = 0
         elif not children:
             reason = "no subproblem verified"
         else:
-            examples = [(c.problem, c.trace.text) for c in children if c.trace]
-            cond = await student_accuracy(ctx, student, node.problem, examples=examples)
-            node.conditioned_accuracy[student.name] = cond
-            data.update(conditioned=cond, children=[c.problem.id for c in children], skills=proposal.skills)
-            if cond > base:
-                reason = f"effective: {student.name} accuracy {base:.3f} -> {cond:.3f} with {len(children)} children"
+            cond = await effectivity(ctx, node, students, children)
+            data.update(conditioned=cond[students[-1].name], conditioned_by_student=cond,
+                        children=[c.problem.id for c in children], skills=proposal.skills)
+            if any(cond[name] > base[name] for name in cond):
+                reason = f"effective: {effect(base, cond)} with {len(children)} children"
                 node.decisions.append(Decision(stage=STAGE, outcome="accepted", reason=reason, data=data))
                 node.children = children
                 break
-            reason = f"ineffective: {student.name} accuracy {base:.3f} -> {cond:.3f} when conditioned"
+            reason = f"ineffective: {effect(base, cond)} when conditioned"
             for child in children:
                 ledger.reject(child.problem, "effectivity", reason)
         node.decisions.append(Decision(stage=STAGE, outcome="rejected", reason=reason, data=data))

@@ -20,13 +20,16 @@ class LeafVariants(BaseModel):
     variants: list[WorkedProblem] = Field(min_length=1)
 
 
-async def weakest_screen(ctx: Context, node: TreeNode, alpha: float, stage: str, ledger: Ledger) -> bool:
-    """Keep `node` unless the weakest student's accuracy on it exceeds `alpha`."""
+async def weakest_screen(
+    ctx: Context, node: TreeNode, alpha: float, stage: str, ledger: Ledger, **data: object
+) -> bool:
+    """Keep `node` unless the weakest student's accuracy on it exceeds `alpha` (`data` goes on the rejection)."""
     weakest = ctx.weakest.name
     acc = await student_accuracy(ctx, ctx.weakest, node.problem)
     node.student_accuracy[weakest] = acc
     if acc > alpha:
-        ledger.reject(node.problem, stage, f"too easy: weakest student {weakest} accuracy {acc:.3f} > alpha {alpha}")
+        ledger.reject(node.problem, stage, f"too easy: weakest student {weakest} accuracy {acc:.3f} > alpha {alpha}",
+                      **data)
         return False
     node.decisions.append(Decision(stage=stage, outcome="accepted", reason=f"{weakest} accuracy {acc:.3f} <= {alpha}"))
     return True

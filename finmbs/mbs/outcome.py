@@ -1,21 +1,31 @@
 """What one seed yields (its trees, qualified problems and rejections), and the steps every method
-shares around synthesis: the seed's verified root, and final calibration of the synthetic trees."""
+shares around synthesis: the seed's verified root, and final calibration of the synthetic trees.
+
+What is kept (figure 1, section 3.4): the synthetic *roots*, the synthetic versions of the seed's root
+(path "0"), as the paper counts them. With `stages.keep: all` every other synthetic node is calibrated
+too and reported apart. Before calibration the novelty guard rejects a problem that restates its seed,
+its source or a sibling (`novelty.py`)."""
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from finmbs.mbs.calibrate import STAGE as CALIBRATE, annotate, calibrate
 from finmbs.mbs.context import Context, Ledger
+from finmbs.mbs.novelty import STAGE as NOVELTY, restated
 from finmbs.mbs.traces import teacher_trace
 from finmbs.records import Decision, DecompositionTree, Problem, Rejection, SyntheticTree, TreeNode
 
 
 @dataclass
 class SeedOutcome:
-    """One seed's result; `tree_json()` is the trees/SEED.json document."""
+    """One seed's result; `tree_json()` is the trees/SEED.json document.
+
+    `qualified` holds the qualified synthetic roots (the paper's yield); `qualified_nodes` the other
+    qualified synthetic nodes, calibrated only with `stages.keep: all`. `tokens`: per-role tokens
+    spent on this seed."""
 
     seed: Problem
     decomposition: DecompositionTree | None
@@ -23,6 +33,8 @@ class SeedOutcome:
     dropped: str | None
     qualified: list[Problem]
     rejected: list[Rejection]
+    qualified_nodes: list[Problem] = field(default_factory=list)
+    tokens: dict[str, int] = field(default_factory=dict)
 
     def tree_json(self) -> dict[str, Any]:
         return {
@@ -30,6 +42,7 @@ class SeedOutcome:
             "decomposition": self.decomposition.model_dump(mode="json") if self.decomposition else None,
             "synthetic": [t.model_dump(mode="json") for t in self.synthetic],
             "dropped": self.dropped,
+            "tokens": self.tokens,
         }
 
 
@@ -56,33 +69,77 @@ def candidates(trees: list[SyntheticTree]) -> list[TreeNode]:
     return list(seen.values())
 
 
-async def calibrate_trees(ctx: Context, trees: list[SyntheticTree], ledger: Ledger) -> list[Problem]:
-    """Final calibration of every synthetic node; returns the qualified problems, rejects the rest."""
-    nodes = candidates(trees)
+ROOT_PATH = "0"
+
+
+def is_root(node: TreeNode) -> bool:
+    """A synthetic root: a synthetic version of the seed's root (it parallels path "0")."""
+    return node.path == ROOT_PATH
+
+
+def problems_by_id(seed: Problem, tree: DecompositionTree | None, trees: list[SyntheticTree]) -> dict[str, Problem]:
+    nodes = [*(tree.root.walk() if tree else []), *(n for t in trees for n in t.root.walk())]
+    return {seed.id: seed, **{n.problem.id: n.problem for n in nodes}}
+
+
+def sources(node: TreeNode, known: dict[str, Problem]) -> list[tuple[str, Problem]]:
+    """The problems `node` was made from: the original it mirrors, its parents, what it was re-grounded from."""
+    ids = [node.mirrors, node.problem.meta.get("regrounded_from"), *node.problem.provenance.parent_ids]
+    return [("source", known[i]) for i in dict.fromkeys(ids) if i and i in known]
+
+
+def novel(ctx: Context, nodes: list[TreeNode], seed: Problem, known: dict[str, Problem], ledger: Ledger) -> list[TreeNode]:
+    """The nodes that restate neither their seed, their sources nor an earlier kept sibling."""
+    if not ctx.config.novelty.enabled:
+        return nodes
+    kept: list[TreeNode] = []
+    for node in nodes:
+        others = [("seed", seed), *sources(node, known), *(("sibling", k.problem) for k in kept)]
+        if why := restated(node.problem, others, ctx.config.novelty):
+            ledger.reject(node.problem, NOVELTY, why)
+            continue
+        kept.append(node)
+    return kept
+
+
+async def calibrate_trees(
+    ctx: Context, seed: Problem, trees: list[SyntheticTree], known: dict[str, Problem], ledger: Ledger
+) -> tuple[list[Problem], list[Problem]]:
+    """Final calibration of the kept synthetic nodes (the roots; every node with keep: all) that pass
+    the novelty guard; returns the qualified (roots, other nodes) and rejects the rest."""
+    nodes = [n for n in candidates(trees) if ctx.stages.keep == "all" or is_root(n)]
+    nodes = novel(ctx, nodes, seed, known, ledger)
     reports = await asyncio.gather(*(calibrate(ctx, node.problem) for node in nodes))
-    qualified = []
+    roots: list[Problem] = []
+    others: list[Problem] = []
     for node, report in zip(nodes, reports):
         node.target = report
         if report.qualified:
-            qualified.append(annotate(node.problem, report))
+            kind = "root" if is_root(node) else "node"
+            problem = annotate(node.problem, report)
+            (roots if kind == "root" else others).append(
+                problem.model_copy(update={"meta": {**problem.meta, "kind": kind}}))
             continue
         why = report.band if report.in_budget else f"{report.band}, not solvable in budget"
         score = f"{report.k}/{report.n} correct for {report.policy} at L={report.budget}"
         ledger.reject(node.problem, CALIBRATE, f"{why} ({score})", difficulty=report.model_dump(mode="json"))
-    return qualified
+    return roots, others
 
 
 async def finish(
     ctx: Context, seed: Problem, tree: DecompositionTree | None, synthetic: list[SyntheticTree],
-    dropped: str | None, ledger: Ledger,
+    dropped: str | None, ledger: Ledger, *, reground: bool = True,
 ) -> SeedOutcome:
     """Calibrate the synthetic trees and gather the seed's outcome. A finance seed's trees are first
-    re-grounded on unseen documents (stage 5); only the re-grounded trees are calibrated."""
-    if seed.domain == "finance" and synthetic:
+    re-grounded on unseen documents (stage 5, unless `reground` is False); only the re-grounded trees
+    are calibrated."""
+    grounded: list[SyntheticTree] = []
+    calibrated = synthetic
+    if seed.domain == "finance" and synthetic and reground:
         from finmbs.mbs.reground import reground_trees
 
         grounded = await reground_trees(ctx, seed, synthetic, ledger)
-        qualified = await calibrate_trees(ctx, grounded, ledger)
-        return SeedOutcome(seed, tree, synthetic + grounded, dropped, qualified, ledger.rejected)
-    qualified = await calibrate_trees(ctx, synthetic, ledger)
-    return SeedOutcome(seed, tree, synthetic, dropped, qualified, ledger.rejected)
+        calibrated = grounded
+    known = problems_by_id(seed, tree, synthetic + grounded)
+    roots, others = await calibrate_trees(ctx, seed, calibrated, known, ledger)
+    return SeedOutcome(seed, tree, synthetic + grounded, dropped, roots, ledger.rejected, others, ctx.tokens())

@@ -10,19 +10,22 @@ from __future__ import annotations
 
 import json
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
 
+from finmbs.baselines.direct import grow_seed_direct
 from finmbs.config import RunConfig, dump_config
 from finmbs.executors import Executor, Tick, make_executor, no_tick
 from finmbs.llm import Gateway
 from finmbs.mbs.compose import synthesize
-from finmbs.mbs.context import Context, Ledger
-from finmbs.mbs.decompose import STAGE as DECOMPOSE, decompose
-from finmbs.mbs.outcome import SeedOutcome, finish, seed_root, synthetic_trees
-from finmbs.records import DecompositionTree, Problem, RoleUsage, RunMetrics, SyntheticTree, TreeNode
+from finmbs.mbs.context import TARGET_ROLE, Context, Ledger
+from finmbs.mbs.decompose import ANSWER_LEAK, STAGE as DECOMPOSE, decompose
+from finmbs.mbs.novelty import STAGE as NOVELTY
+from finmbs.mbs.outcome import SeedOutcome, finish, is_root, seed_root, synthetic_trees
+from finmbs.records import DecompositionTree, Problem, RoleUsage, RunMetrics, SyntheticTree, TreeNode, merge_usage
 from finmbs.runs import (
     CONFIG, METRICS, QUALIFIED, REJECTED, SEEDS, JsonlLog, RunDir, atomic_write_json, atomic_write_text, read_jsonl,
 )
@@ -33,7 +36,7 @@ METRICS_EVERY_S = 30.0
 
 async def grow_seed(seed: Problem, ctx: Context) -> SeedOutcome:
     """MagicBeanStalk on one seed."""
-    ledger = Ledger(seed.id)
+    ctx, ledger = ctx.for_seed(), Ledger(seed.id)
     root = await seed_root(ctx, seed, ledger)
     if root is None:
         return await finish(ctx, seed, None, [], ledger.rejected[-1].reason, ledger)
@@ -46,24 +49,29 @@ async def grow_seed(seed: Problem, ctx: Context) -> SeedOutcome:
 
 
 def growers() -> dict[str, Grower]:
-    from finmbs.baselines.direct import grow_seed_direct
-
     return {"mbs": grow_seed, "direct": grow_seed_direct}
 
 
 # run folder -----------------------------------------------------------------------------------
+REGROUND = "reground"  # reground.STAGE, named here so metrics need not import the index stack
+QUALIFIED_NODES = "qualified_nodes.jsonl"  # keep: all -- qualified non-root nodes, apart from qualified.jsonl
+
+
 def save_seed(run: RunDir, outcome: SeedOutcome, qualified: JsonlLog, rejected: JsonlLog) -> None:
     """Write one finished seed: tree file, qualified and rejected rows, then the done marker."""
     atomic_write_json(run.tree_path(outcome.seed.id), outcome.tree_json())
     qualified.append(outcome.qualified)
+    if outcome.qualified_nodes:
+        JsonlLog(run.path(QUALIFIED_NODES)).append(outcome.qualified_nodes)
     rejected.append(outcome.rejected)
     run.mark_done(outcome.seed.id)
 
 
-def load_tree(path: Path) -> tuple[DecompositionTree | None, list[SyntheticTree]]:
+def load_tree(path: Path) -> tuple[DecompositionTree | None, list[SyntheticTree], dict[str, int]]:
+    """(decomposition, synthetic trees, tokens per role) of one finished seed's tree file."""
     data = json.loads(path.read_text(encoding="utf-8"))
     tree = DecompositionTree.model_validate(data["decomposition"]) if data["decomposition"] else None
-    return tree, [SyntheticTree.model_validate(t) for t in data["synthetic"]]
+    return tree, [SyntheticTree.model_validate(t) for t in data["synthetic"]], data.get("tokens", {})
 
 
 def decomposition_attempts(nodes: list[TreeNode]) -> tuple[int, int]:
@@ -72,39 +80,50 @@ def decomposition_attempts(nodes: list[TreeNode]) -> tuple[int, int]:
     return sum(d.outcome == "accepted" for d in attempts), len(attempts)
 
 
-def collect_metrics(run: RunDir, seeds: list[Problem], method: str) -> RunMetrics:
-    """The paper's metrics from the finished seeds' tree files and the dropped nodes in rejected.jsonl."""
-    metrics = RunMetrics(method=method, seeds_in=len(seeds))
+def too_easy(tree: DecompositionTree | None) -> bool:
+    return tree is not None and any(d.data.get("too_easy") for d in tree.root.decisions)
+
+
+def count_rejections(metrics: RunMetrics, rows: list[dict[str, Any]]) -> None:
+    """The counted rejections: answer leaks, novelty, re-grounded problems failing verification."""
+    checks = Counter((row["stage"], row.get("data", {}).get("check")) for row in rows)
+    metrics.answer_leaks = checks[(DECOMPOSE, ANSWER_LEAK)]
+    metrics.novelty_rejected = sum(n for (stage, _), n in checks.items() if stage == NOVELTY)
+    metrics.reground_unverified = checks[(REGROUND, "verify")]
+    metrics.reground_too_easy = checks[(REGROUND, "screen")]
+
+
+def collect_metrics(run: RunDir, seeds: list[Problem], method: str, keep: str = "roots") -> RunMetrics:
+    """The paper's metrics over the synthetic roots of the finished seeds' tree files (other nodes,
+    calibrated with keep: all, counted apart) and the rejections in rejected.jsonl."""
+    metrics = RunMetrics(method=method, keep=keep, seeds_in=len(seeds))
+    rows = list(read_jsonl(run.path(REJECTED)))
+    count_rejections(metrics, rows)
     nodes: list[TreeNode] = [
         TreeNode.model_validate(row["data"]["node"])
-        for row in read_jsonl(run.path(REJECTED)) if row["stage"] == DECOMPOSE and "node" in row.get("data", {})
+        for row in rows if row["stage"] == DECOMPOSE and "node" in row.get("data", {})
     ]
     for seed in seeds:
         path = run.tree_path(seed.id)
         if not run.is_done(seed.id) or not path.exists():
             continue
-        tree, synthetic = load_tree(path)
+        tree, synthetic, tokens = load_tree(path)
         metrics.seeds_with_trace += tree is not None
+        metrics.seeds_too_easy += too_easy(tree)
+        metrics.construction_tokens += sum(n for role, n in tokens.items() if role != TARGET_ROLE)
         nodes.extend(tree.root.walk() if tree else [])
         seen: dict[str, TreeNode] = {n.problem.id: n for t in synthetic for n in t.root.walk() if n.target}
-        reports = [n.target for n in seen.values() if n.target]
-        metrics.descendants += len(reports)
-        metrics.goldilocks += sum(r.band == "goldilocks" for r in reports)
-        metrics.qualified += sum(r.qualified for r in reports)
-        metrics.seeds_converted += any(r.qualified for r in reports)
+        roots = [n.target for n in seen.values() if n.target and is_root(n)]
+        others = [n.target for n in seen.values() if n.target and not is_root(n)]
+        metrics.descendants += len(roots)
+        metrics.goldilocks += sum(r.band == "goldilocks" for r in roots)
+        metrics.qualified += sum(r.qualified for r in roots)
+        metrics.seeds_converted += any(r.qualified for r in roots)
+        metrics.other_descendants += len(others)
+        metrics.other_goldilocks += sum(r.band == "goldilocks" for r in others)
+        metrics.other_qualified += sum(r.qualified for r in others)
     metrics.decompositions_effective, metrics.decompositions_attempted = decomposition_attempts(nodes)
     return metrics
-
-
-def merge_usage(*usages: dict[str, RoleUsage]) -> dict[str, RoleUsage]:
-    """Per-role usage summed field by field (earlier runs of a resumed folder + this one)."""
-    total: dict[str, RoleUsage] = {}
-    for usage in usages:
-        for role, u in usage.items():
-            base = total.setdefault(role, RoleUsage())
-            for field in RoleUsage.model_fields:
-                setattr(base, field, getattr(base, field) + getattr(u, field))
-    return total
 
 
 def previous_totals(run: RunDir) -> tuple[dict[str, RoleUsage], float]:
@@ -143,7 +162,7 @@ async def run_grow(
     start = last_metrics = time.monotonic()
 
     def write_metrics() -> RunMetrics:
-        metrics = collect_metrics(run, seeds, method)
+        metrics = collect_metrics(run, seeds, method, config.stages.keep)
         metrics.usage = merge_usage(usage_before, executor.usage)
         metrics.wall_time_s = wall_before + time.monotonic() - start
         atomic_write_json(run.path(METRICS), metrics.summary())

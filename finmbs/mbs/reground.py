@@ -6,9 +6,12 @@ Retrieve the top Kd documents most like the seed's document summary, never the s
 names an analogous entity e'. A passage not found verbatim (whitespace aside) in the stored document
 text is rejected. Each synthetic tree is then re-grounded on d' with every node threaded around e'
 (one teacher call per tree); every new node passes the mechanical grounding / leakage check
-(`leakage.py`) and then the judge, who confirms it is answerable from d' alone. Nodes that fail are
-rejected with their reason; the survivors form new SyntheticTrees (`grounding`, `entity` set) that go
-on to final calibration.
+(`leakage.py`) and then the judge, who confirms it is answerable from d' alone. Then it is verified
+like every other node: a teacher trace by rejection sampling over the teacher pool against its new
+answer (stage 1), and the weakest-student screen its stage requires (alpha_leaf for a leaf variant,
+alpha_parent for a composed parent). Nodes that fail are rejected with their reason (`data.check`:
+extract, verbatim, reply, leakage, judge, verify, screen); the survivors form new SyntheticTrees
+(`grounding`, `entity` set) that go on to final calibration.
 """
 
 from __future__ import annotations
@@ -27,7 +30,9 @@ from finmbs.ingest import Index, find_verbatim, open_index
 from finmbs.mbs.candidates import WorkedProblem
 from finmbs.mbs.context import Context, Ledger
 from finmbs.mbs.leakage import Grounding, quoted_terms
-from finmbs.records import Chunk, Decision, Document, Problem, Provenance, Snippet, SyntheticTree, Trace, TreeNode
+from finmbs.mbs.leaves import weakest_screen
+from finmbs.mbs.traces import teacher_trace
+from finmbs.records import Chunk, Decision, Document, Problem, Provenance, Snippet, SyntheticTree, TreeNode
 from finmbs.resources import render_prompt, resource_dir
 
 STAGE = "reground"
@@ -243,6 +248,26 @@ class Regrounder:
             return False
         return True
 
+    async def verified(self, node: TreeNode, problem: Problem, grounding: Grounding) -> TreeNode | None:
+        """The re-grounded node when it passes the checks, a verified teacher trace of its new answer and
+        its stage's weakest-student screen; otherwise None (the failure is on the ledger)."""
+        if not await self.check(problem, grounding):
+            return None
+        document = problem.meta["document"]
+        trace, why = await teacher_trace(self.ctx, problem)
+        if trace is None:
+            self.ledger.reject(problem, STAGE, f"unverified: {why}", check="verify", document=document)
+            return None
+        decision = Decision(stage=STAGE, outcome="accepted",
+                            reason=f"grounded on {document}; leakage check and judge passed; answer verified by {trace.model}")
+        new = TreeNode(problem=problem, path=node.path, mirrors=node.mirrors, decisions=[decision], trace=trace)
+        alpha = {"leaf": self.ctx.stages.alpha_leaf, "compose": self.ctx.stages.alpha_parent}.get(
+            node.problem.provenance.stage)
+        if alpha is not None and not await weakest_screen(self.ctx, new, alpha, STAGE, self.ledger, check="screen",
+                                                          document=document):
+            return None
+        return new
+
     async def tree(self, tree: SyntheticTree, ground: NewGround) -> list[SyntheticTree]:
         """`tree` re-grounded on `ground`: its surviving nodes as one or more SyntheticTrees."""
         teacher = self.ctx.teachers[(ground.slot + tree.index) % len(self.ctx.teachers)]
@@ -264,16 +289,8 @@ class Regrounder:
             why = "re-grounding reply did not parse" if reply is None else f"re-grounding reply has no node {node.path}"
             missing = node.problem.model_copy(update={"id": grounded_id(node.problem, ground, tree)})
             self.ledger.reject(missing, STAGE, why, check="reply", document=ground.document.doc_id)
-        passed = await asyncio.gather(*(self.check(problem, grounding) for _, problem in pairs))
-        decision = Decision(stage=STAGE, outcome="accepted",
-                            reason=f"grounded on {ground.document.doc_id}; leakage check and judge passed")
-        kept = {
-            node.problem.id: TreeNode(
-                problem=problem, path=node.path, mirrors=node.mirrors, decisions=[decision],
-                trace=Trace(text=by_path[node.path].solution, answer=problem.answer, model=teacher.name),
-            )
-            for (node, problem), ok in zip(pairs, passed) if ok
-        }
+        verified = await asyncio.gather(*(self.verified(node, problem, grounding) for node, problem in pairs))
+        kept = {node.problem.id: new for (node, _), new in zip(pairs, verified) if new is not None}
         root, loose = prune(tree.root, kept)
         roots = ([root] if root else []) + loose
         return [SyntheticTree(seed_id=tree.seed_id, index=tree.index, root=r, grounding=ground.snippet, entity=ground.entity)

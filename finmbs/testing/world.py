@@ -9,10 +9,12 @@ any N gives floor(N p) correct samples. A reply needs 4 + `words_per_op` * ops w
 request's max_tokens it is cut and ends with finish_reason "length" (the answer stays up front).
 
 Teachers answer the structured tasks: decomposition into the compound operands plus one example of
-the top operator (an unhelpful "Compute 2 - 1." while fewer than `bad_decompositions` failed
-attempts are in the prompt; wrong answers with `wrong_child_answers`); harder leaf variants
-(variant s adds s+1 operations; a `lazy` teacher only renumbers); composition by substituting the
-synthetic children into the original parent; direct synthesis by renumbering the seed. Tasks in `malformed` first get unparseable JSON.
+the top operator on the operand values with the right one plus 1 (with `reveal_answer`, the parent's
+own last step, whose answer is the parent's); an unhelpful "Compute 2 - 1." while fewer than
+`bad_decompositions` failed attempts are in the prompt; wrong answers with `wrong_child_answers`);
+harder leaf variants (variant s adds s+1 operations; a `lazy` teacher only renumbers); composition by
+substituting the synthetic children into the original parent; direct synthesis by renumbering the
+seed (a `parrot` teacher restates the seed: "Now, Compute EXPR."). Tasks in `malformed` first get unparseable JSON.
 """
 
 from __future__ import annotations
@@ -86,6 +88,7 @@ class Agent:
     boost: int = 0
     table: dict[int, float] = field(default_factory=dict)
     lazy: bool = False
+    parrot: bool = False
 
     def accuracy(self, ops: int, covered: bool) -> float:
         if ops in self.table:
@@ -107,6 +110,7 @@ class World:
     words_per_op: int = 6
     bad_decompositions: int = 0
     wrong_child_answers: bool = False
+    reveal_answer: bool = False
     malformed: set[str] = field(default_factory=set)
 
     def __call__(self, request: Request) -> Reply:
@@ -149,7 +153,8 @@ class World:
             return {"skills": [], "subproblems": [worked("2 + 3")]}
         parts = [ast.unparse(side) for side in (tree.left, tree.right) if isinstance(side, ast.BinOp)]
         left, right = value(ast.unparse(tree.left)), value(ast.unparse(tree.right))
-        skill = f"{left} {_OPS[type(tree.op)]} {right}"
+        # one example of the top operator; with `reveal_answer` it is the parent's own last step
+        skill = f"{left} {_OPS[type(tree.op)]} {right + (0 if self.reveal_answer else 1)}"
         shift = 1 if self.wrong_child_answers else 0
         children = [worked(e, value(e) + shift) for e in [*parts, skill]]
         return {"skills": sorted(set(operators(ast.unparse(tree)))), "subproblems": children}
@@ -176,6 +181,8 @@ class World:
     def direct(self, agent: Agent, text: str) -> dict:
         expr = norm(expression(blocks(text, "problem")[0]))
         n = int(re.search(r"Generate (\d+)", text).group(1))  # type: ignore[union-attr]
+        if agent.parrot:
+            return {"problems": [{**worked(expr), "question": f"Now, {question(expr)}"}] * n}
         return {"problems": [worked(renumber(expr, s + 1)) for s in range(n)]}
 
 

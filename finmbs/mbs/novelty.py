@@ -1,0 +1,71 @@
+"""Answer matching between problems, and the novelty guard.
+
+Appendix C asks for problems that are "substantively new rather than a paraphrase"; appendix B.3 asks
+that a subproblem not reveal its parent's answer. Both come down to comparing two problems:
+
+- `same_answer`: the two answers are equal by the domain's checker (math-verify in math, the
+  finance comparer in finance; an undecided comparison is not a match);
+- `reveals`: a subproblem gives away its parent's answer: its own answer is the parent's, or its
+  question states the parent's answer (a figure of the question equal to it, short counts aside);
+- `restated`: a synthetic problem restates another problem when it has the same answer and
+  near-identical text (difflib ratio over word tokens >= `novelty.max_similarity`).
+"""
+
+from __future__ import annotations
+
+import re
+from difflib import SequenceMatcher
+
+from finmbs.config import NoveltySettings
+from finmbs.records import Problem
+from finmbs.verify.finance import compare, compare_figures, figures
+from finmbs.verify.math import math_equal
+
+STAGE = "novelty"
+_TOKEN = re.compile(r"\w+|[^\w\s]")
+_NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?![\w.])")
+SHORT_COUNT = 9  # a whole number up to this is too common in text to count as stating an answer
+
+
+def same_answer(domain: str, a: str, b: str, question: str | None = None) -> bool:
+    if domain == "math":
+        return math_equal(a, b)
+    return compare(a, b, question=question).verdict == "equal"
+
+
+def similarity(a: str, b: str) -> float:
+    """Word-sequence similarity of two texts in [0, 1] (case and spacing aside)."""
+    return SequenceMatcher(None, _TOKEN.findall(a.lower()), _TOKEN.findall(b.lower()), autojunk=False).ratio()
+
+
+def _states(domain: str, text: str, answer: str, question: str) -> bool:
+    """Whether `text` states `answer` (a single figure that is not a short count)."""
+    if domain == "math":
+        if not _NUMBER.fullmatch(answer.strip()) or abs(float(answer)) <= SHORT_COUNT:
+            return False
+        return any(math_equal(n, answer) for n in _NUMBER.findall(text))
+    gold = figures(answer)
+    if len(gold) != 1 or (gold[0].kind in ("plain", "count") and abs(gold[0].value) <= SHORT_COUNT):
+        return False
+    return any(compare_figures(f, gold[0], question).verdict == "equal" for f in figures(text))
+
+
+def reveals(child: Problem, parent: Problem) -> str | None:
+    """Why `child` gives away `parent`'s answer, or None."""
+    if same_answer(parent.domain, child.answer, parent.answer, parent.question):
+        return f"reveals the parent's answer: its answer {child.answer!r} is the parent's ({parent.answer!r})"
+    if _states(parent.domain, child.question, parent.answer, parent.question):
+        return f"reveals the parent's answer: its question states {parent.answer!r}"
+    return None
+
+
+def restated(problem: Problem, others: list[tuple[str, Problem]], settings: NoveltySettings) -> str | None:
+    """Why `problem` restates one of `others` ((relation, problem) pairs), or None."""
+    for relation, other in others:
+        if other.id == problem.id or not same_answer(problem.domain, problem.answer, other.answer, other.question):
+            continue
+        score = similarity(problem.question, other.question)
+        if score >= settings.max_similarity:
+            return (f"restates its {relation} {other.id}: same answer {other.answer!r}, "
+                    f"text similarity {score:.2f} >= {settings.max_similarity}")
+    return None
