@@ -127,7 +127,8 @@ class NoveltySettings(Settings):
     near-identical text (word-sequence similarity >= max_similarity) is rejected before calibration."""
 
     enabled: bool = True
-    max_similarity: float = Field(0.75, gt=0, le=1, description="difflib ratio over the questions' word tokens")
+    max_similarity: float = Field(
+        0.85, gt=0, le=1, description="share of the shorter question's word tokens the other repeats in order")
 
 
 class Budget(Settings):

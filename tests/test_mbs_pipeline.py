@@ -10,13 +10,14 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from finmbs.baselines.direct import construction_budgets, with_budgets
 from finmbs.cli import app
 from finmbs.config import Budget
 from finmbs.llm import BudgetExceeded, Gateway
 from finmbs.mbs.pipeline import run_grow
 from finmbs.records import Problem, RunMetrics
 from finmbs.runs import read_jsonl
-from finmbs.testing.world import Agent, World, world_config
+from finmbs.testing.world import TASK_MARKERS, Agent, World, world_config
 
 AGENTS = {
     "weak-teacher": Agent(capacity=2), "strong-teacher": Agent(),
@@ -36,37 +37,52 @@ def config(server, tmp_path, **stages):
                         str(tmp_path / "cache.sqlite"), **stages)
 
 
+VOLATILE = ("usage", "wall_time_s", "cache_hits", "construction_tokens", "construction_tokens_per_seed",
+            "construction_tokens_per_qualified")
+ZERO = {"seeds_too_easy": 0, "answer_leaks": 0, "reground_unverified": 0, "reground_too_easy": 0,
+        "other_descendants": 0, "other_goldilocks": 0, "other_qualified": 0}
+
+
 def metrics_of(out) -> dict:
     data = json.loads((out / "metrics.json").read_text())
-    return {k: v for k, v in data.items() if k not in ("usage", "wall_time_s", "cache_hits")}
+    return {k: v for k, v in data.items() if k not in VOLATILE}
 
 
 async def test_mbs_run_folder_and_exact_metrics(tmp_path, openai_server):
     out = tmp_path / "run"
     metrics = await run_grow(config(openai_server, tmp_path), SEEDS, out)
-    # seed a: s2 (weakest) 0/8, s1 4/8 -> evaluated s2; children 2+3, 4+1, 5*5 lift s2 to 8/8: effective.
-    # Each leaf: variant of 2 ops (s2 7/8 > 0.8, rejected), variant of 3 ops kept (0/8). One composition
-    # (7 ops, target capacity 6 -> 4/8 goldilocks, qualified); the three 3-op leaves are stale (8/8).
+    # seed a: s2 (weakest) 0/8, s1 4/8 -> S_n = {s2}; children 2+3, 4+1, 5*6 lift s2 to 8/8: effective.
+    # Each leaf: variant of 2 ops (s2 7/8 > 0.8, rejected), variant of 3 ops kept (0/8): one combination,
+    # so the Nc=10 trials all use it and compose the same parent a.s0..a.s9 (7 ops). Only the synthetic
+    # roots are calibrated: a.s0 (target capacity 6 -> 4/8 goldilocks, in budget: qualified); a.s1..a.s9
+    # restate their sibling a.s0 and are rejected by the novelty guard; the 3-op leaves are not calibrated.
     assert metrics_of(out) == {
-        "method": "mbs", "seeds_in": 2, "seeds_with_trace": 1, "decompositions_effective": 1,
-        "decompositions_attempted": 1, "descendants": 4, "goldilocks": 1, "qualified": 1, "seeds_converted": 1,
-        "goldilocks_rate": 0.25, "qualified_rate": 0.25, "seed_conversion": 0.5,
+        "method": "mbs", "keep": "roots", "seeds_in": 2, "seeds_with_trace": 1, "decompositions_effective": 1,
+        "decompositions_attempted": 1, "descendants": 1, "goldilocks": 1, "qualified": 1, "seeds_converted": 1,
+        "novelty_rejected": 9, "goldilocks_rate": 1.0, "qualified_rate": 1.0, "seed_conversion": 0.5, **ZERO,
     }
-    assert metrics.usage["target"].calls == 4 and metrics.usage["target"].samples == 32
+    assert metrics.usage["target"].calls == 1 and metrics.usage["target"].samples == 8
     [qualified] = list(read_jsonl(out / "qualified.jsonl"))
     assert qualified["question"] == "Compute (2 + 3 + 1 + 2) * (4 + 1 + 1 + 2)." and qualified["answer"] == "64"
     assert qualified["provenance"] == {"seed_id": "a", "method": "mbs", "stage": "compose", "tree_path": "0",
                                        "parent_ids": ["a.d0c0.h0v1", "a.d0c1.h0v1", "a.d0c2.h0v1"], "source": None}
     assert qualified["meta"]["difficulty"]["band"] == "goldilocks" and qualified["meta"]["data_source"] == "finmbs/math"
+    assert qualified["meta"]["kind"] == "root" and not (out / "qualified_nodes.jsonl").exists()
     rejected = list(read_jsonl(out / "rejected.jsonl"))
-    assert Counter(r["stage"] for r in rejected) == {"traces": 1, "leaf": 3, "calibrate": 3}
+    assert Counter(r["stage"] for r in rejected) == {"traces": 1, "leaf": 3, "novelty": 9}
     assert next(r for r in rejected if r["stage"] == "traces")["problem"]["id"] == "bad"
+    assert {r["reason"] for r in rejected if r["stage"] == "novelty"} == {
+        "restates its sibling a.s0: same answer '64', text similarity 1.00 >= 0.85"}
     tree = json.loads((out / "trees" / "a.json").read_text())
-    assert set(tree) == {"seed", "decomposition", "synthetic", "dropped"} and tree["dropped"] is None
+    assert set(tree) == {"seed", "decomposition", "synthetic", "dropped", "tokens"} and tree["dropped"] is None
     assert tree["decomposition"]["root"]["student_accuracy"] == {"s2": 0.0, "s1": 0.5}
-    assert [t["root"]["problem"]["id"] for t in tree["synthetic"]] == ["a.s0"]
+    assert [t["root"]["problem"]["id"] for t in tree["synthetic"]] == [f"a.s{t}" for t in range(10)]
+    assert set(tree["tokens"]) == {"teacher", "student", "target"} and all(n > 0 for n in tree["tokens"].values())
     dropped = json.loads((out / "trees" / "bad.json").read_text())
     assert dropped["decomposition"] is None and dropped["dropped"].startswith("no verified trace after 2x2 tries")
+    assert set(dropped["tokens"]) == {"teacher"}
+    construction = tree["tokens"]["teacher"] + tree["tokens"]["student"] + dropped["tokens"]["teacher"]
+    assert metrics.construction_tokens == construction and metrics.construction_tokens_per_seed == construction / 2
     assert yaml.safe_load((out / "config.yaml").read_text())["stages"]["N_leaf"] == 2
     assert sorted(p.name for p in (out / "done").iterdir()) == ["a", "bad"]
 
@@ -77,20 +93,67 @@ async def test_mbs_run_folder_and_exact_metrics(tmp_path, openai_server):
     assert len(list(read_jsonl(out / "rejected.jsonl"))) == len(rejected)
 
 
-async def test_direct_baseline_same_filters_and_metrics(tmp_path, openai_server):
+async def test_keep_all_reports_other_nodes_apart(tmp_path, openai_server):
+    # a weaker target (capacity 2): the composed root (7 ops) is hard, each 3-op leaf variant 4/8 goldilocks
+    cfg = config(openai_server, tmp_path)
+    openai_server.handler.agents["target"] = Agent(capacity=2, partial=0.5)
+    roots = await run_grow(cfg, SEEDS[:1], tmp_path / "roots")
+    assert (roots.descendants, roots.goldilocks, roots.qualified, roots.other_descendants) == (1, 0, 0, 0)
+    assert roots.usage["target"].calls == 1  # only the root is calibrated
+    cfg = cfg.model_copy(update={"stages": cfg.stages.model_copy(update={"keep": "all"})})
+    every = await run_grow(cfg, SEEDS[:1], tmp_path / "all")
+    # the paper's metrics are unchanged; the three leaf variants are counted apart
+    assert (every.descendants, every.goldilocks, every.qualified, every.seeds_converted) == (1, 0, 0, 0)
+    assert (every.other_descendants, every.other_goldilocks, every.other_qualified) == (3, 3, 3)
+    assert every.keep == "all" and every.novelty_rejected == 9
+    assert list(read_jsonl(tmp_path / "all" / "qualified.jsonl")) == []
+    nodes = list(read_jsonl(tmp_path / "all" / "qualified_nodes.jsonl"))
+    assert [n["question"] for n in nodes] == ["Compute 2 + 3 + 1 + 2.", "Compute 4 + 1 + 1 + 2.", "Compute 5 * 6 + 1 + 2."]
+    assert {n["meta"]["kind"] for n in nodes} == {"node"}
+
+
+async def test_direct_baseline_single_call_per_seed(tmp_path, openai_server):
     out = tmp_path / "direct"
     await run_grow(config(openai_server, tmp_path, R=2), SEEDS[:1], out, method="direct")
-    # 2 rounds x 2 renumbered copies of the 3-op seed: all verified, all stale for the target (capacity 6)
+    # one teacher call (weak-teacher) writes one renumbered copy of the 3-op seed: verified, stale for the target
     assert metrics_of(out) | {"goldilocks_rate": 0, "qualified_rate": 0} == {
-        "method": "direct", "seeds_in": 1, "seeds_with_trace": 1, "decompositions_effective": 0,
-        "decompositions_attempted": 0, "descendants": 4, "goldilocks": 0, "qualified": 0, "seeds_converted": 0,
-        "goldilocks_rate": 0, "qualified_rate": 0, "seed_conversion": 0.0,
+        "method": "direct", "keep": "roots", "seeds_in": 1, "seeds_with_trace": 1, "decompositions_effective": 0,
+        "decompositions_attempted": 0, "descendants": 1, "goldilocks": 0, "qualified": 0, "seeds_converted": 0,
+        "novelty_rejected": 0, "goldilocks_rate": 0, "qualified_rate": 0, "seed_conversion": 0.0, **ZERO,
     }
     tree = json.loads((out / "trees" / "a.json").read_text())
     assert tree["decomposition"]["root"]["children"] == []
-    assert [t["root"]["problem"]["question"] for t in tree["synthetic"]] == [
-        "Compute (3 + 4) * (5 + 2).", "Compute (4 + 5) * (6 + 3).", "Compute (3 + 4) * (5 + 2).",
-        "Compute (4 + 5) * (6 + 3)."]
+    assert [t["root"]["problem"]["question"] for t in tree["synthetic"]] == ["Compute (3 + 4) * (5 + 2)."]
+    assert [d["reason"] for d in tree["decomposition"]["root"]["decisions"]][1:] == ["call 0 (weak-teacher): 1 of 1 verified"]
+    assert sum(TASK_MARKERS["direct"] in r.text for r in openai_server.requests) == 1
+
+
+async def test_direct_restating_the_seed_is_rejected(tmp_path, openai_server):
+    cfg = config(openai_server, tmp_path)
+    openai_server.handler.agents["weak-teacher"] = Agent(parrot=True)  # writes "Now, Compute <seed>."
+    metrics = await run_grow(cfg, SEEDS[:1], tmp_path / "direct", method="direct")
+    assert (metrics.descendants, metrics.novelty_rejected, metrics.usage["target"].calls) == (0, 1, 0)
+    [rejection] = [r for r in read_jsonl(tmp_path / "direct" / "rejected.jsonl") if r["stage"] == "novelty"]
+    assert rejection["problem"]["question"] == "Now, Compute (2 + 3) * (4 + 1)."
+    assert rejection["reason"] == "restates its seed a: same answer '25', text similarity 1.00 >= 0.85"
+
+
+async def test_direct_matched_budget_oversamples_to_the_mbs_tokens(tmp_path, openai_server):
+    cfg = config(openai_server, tmp_path)
+    mbs = await run_grow(cfg, SEEDS[:1], tmp_path / "mbs")
+    budgets = construction_budgets(tmp_path / "mbs")
+    assert budgets == {"a": mbs.construction_tokens}
+    seeds = with_budgets(SEEDS[:1], budgets)
+    direct = await run_grow(cfg, seeds, tmp_path / "direct", method="direct")
+    tree = json.loads((tmp_path / "direct" / "trees" / "a.json").read_text())
+    calls = [d for d in tree["decomposition"]["root"]["decisions"] if "call" in d["data"]]
+    # calls go on, teachers in turn, until the seed's construction tokens reach the MBS seed's
+    assert direct.construction_tokens >= mbs.construction_tokens and len(calls) > 1
+    assert [d["reason"].split(":")[0] for d in calls[:2]] == ["call 0 (weak-teacher)", "call 1 (strong-teacher)"]
+    # every call renumbers the seed the same way: one problem, the other copies restate it
+    assert (direct.descendants, direct.novelty_rejected) == (1, len(calls) - 1)
+    with pytest.raises(ValueError, match="no grown seeds"):
+        construction_budgets(tmp_path / "nothing-here")
 
 
 async def test_budget_stops_cleanly_and_a_larger_budget_continues(tmp_path, openai_server):

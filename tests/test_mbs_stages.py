@@ -55,36 +55,42 @@ async def test_traces_try_teachers_in_order_up_to_nt(tmp_path, openai_server):
     assert why.count("'20'") == 4 and openai_server.request_count == 3 + 4
 
 
-async def test_effectivity_uses_strongest_zero_accuracy_student(tmp_path, openai_server):
-    # weakest -> strongest: s3 0/8, s2 0/8 (3 ops = capacity+1, partial 0), s1 8/8 -> evaluated: s2
-    agents = {"s1": Agent(capacity=4), "s2": Agent(capacity=2, boost=0), "s3": Agent(capacity=1, boost=2)}
+async def test_effectivity_over_every_evaluated_student(tmp_path, openai_server):
+    # weakest -> strongest: s3 0/8, s2 0/8 (3 ops = capacity+1, partial 0), s1 8/8 -> S_n = {s3, s2}
+    agents = {"s1": Agent(capacity=4), "s2": Agent(capacity=2, boost=0), "s3": Agent(capacity=1, boost=0)}
     ctx, _ = setup(openai_server, tmp_path, agents, students=("s1", "s2", "s3"), Nd=1, N=8)
     root, ledger = node(), Ledger("a")
-    assert await decompose(ctx, root, ledger) is False  # s2 gains nothing from the children: dropped
+    assert await decompose(ctx, root, ledger) is False  # no student of S_n gains from the children: dropped
     assert root.student_accuracy == {"s3": 0.0, "s2": 0.0, "s1": 1.0}
-    assert root.conditioned_accuracy == {"s2": 0.0}  # s3 (whom the children would help) is not evaluated
+    assert root.conditioned_accuracy == {"s3": 0.0, "s2": 0.0}  # s1 (accuracy > 0) is not in S_n
     assert [d.outcome for d in root.decisions] == ["rejected", "rejected", "rejected"]
+    assert root.decisions[0].reason == "ineffective: s3 0.000 -> 0.000, s2 0.000 -> 0.000 when conditioned"
     assert root.decisions[-1].reason == "no effective decomposition after 1 retries"
     assert [r.stage for r in ledger.rejected] == ["effectivity"] * 6 and root.children == []
 
-    agents["s2"] = Agent(capacity=2, boost=1)  # now conditioning lifts s2 to capacity 3
+    # the children help the weakest student only (capacity 1 + 2 covers 3 operations): effective, since
+    # conditioning raises accuracy for at least one S in S_n (section 3.3), not only for s2
+    agents["s3"] = Agent(capacity=1, boost=2)
     ctx, _ = setup(openai_server, tmp_path / "b", agents, students=("s1", "s2", "s3"), Nd=1, N=8)
     root = node()
     assert await decompose(ctx, root, Ledger("a")) is True
-    assert root.conditioned_accuracy == {"s2": 1.0}
-    assert root.decisions[0].outcome == "accepted" and root.decisions[0].data["student"] == "s2"
-    assert root.decisions[0].data["skills"] == ["*", "+"]
-    assert [c.problem.question for c in root.children] == ["Compute 2 + 3.", "Compute 4 + 1.", "Compute 5 * 5."]
+    assert root.conditioned_accuracy == {"s3": 1.0, "s2": 0.0}
+    decision = root.decisions[0]
+    assert decision.outcome == "accepted" and decision.reason == (
+        "effective: s3 0.000 -> 1.000, s2 0.000 -> 0.000 with 3 children")
+    assert decision.data["student"] == "s2" and decision.data["students"] == ["s3", "s2"]
+    assert decision.data["conditioned_by_student"] == {"s3": 1.0, "s2": 0.0} and decision.data["skills"] == ["*", "+"]
+    assert [c.problem.question for c in root.children] == ["Compute 2 + 3.", "Compute 4 + 1.", "Compute 5 * 6."]
     # children: the weakest student already solves each (1 operation), so they stay leaves
     assert all(c.decisions[-1].reason.startswith("leaf: weakest student s3 already solves it") for c in root.children)
 
 
-async def test_all_students_at_zero_evaluates_the_strongest(tmp_path, openai_server):
+async def test_all_students_at_zero_are_all_evaluated(tmp_path, openai_server):
     agents = {"s1": Agent(capacity=1, boost=2), "s2": Agent(capacity=0)}
     ctx, _ = setup(openai_server, tmp_path, agents, students=("s1", "s2"), N=4)
     root = node()
     assert await decompose(ctx, root, Ledger("a"))
-    assert root.student_accuracy == {"s2": 0.0, "s1": 0.0} and root.conditioned_accuracy == {"s1": 1.0}
+    assert root.student_accuracy == {"s2": 0.0, "s1": 0.0} and root.conditioned_accuracy == {"s2": 0.0, "s1": 1.0}
 
 
 async def test_retries_carry_failed_attempts_as_negative_context(tmp_path, openai_server):
@@ -96,7 +102,7 @@ async def test_retries_carry_failed_attempts_as_negative_context(tmp_path, opena
     assert outcomes == [("rejected", 0), ("rejected", 1), ("accepted", 2)]
     asks = [r.text for r in openai_server.requests if TASK_MARKERS["decompose"] in r.text]
     assert [a.count("<failed>") for a in asks] == [0, 1, 2]
-    assert "Compute 2 - 1." in asks[2] and "ineffective: s accuracy 0.000 -> 0.000" in asks[2]
+    assert "Compute 2 - 1." in asks[2] and "ineffective: s 0.000 -> 0.000 when conditioned" in asks[2]
     # with one retry only, the same world drops the node
     ctx, _ = setup(openai_server, tmp_path / "b", {"s": Agent(capacity=1, boost=2)},
                    world=World(agents={}, bad_decompositions=2), Nd=1, N=4)
@@ -173,8 +179,8 @@ def test_combinations_lowest_index_sum_first():
 
 @pytest.mark.parametrize("acc_at_5,kept", [(0.75, 1), (0.625, 3)])
 async def test_compose_alpha_parent_and_nc(tmp_path, openai_server, acc_at_5, kept):
-    # leaves 2+3, 4+1, 5*5 get variants of 2 and 3 operations; Nc=3 trials: combos (0,0,0), (0,0,1),
-    # (0,1,0) compose parents with 2+2+1=5, 5 and 2+3+1=6 operations (the 5*5 child is not in the parent)
+    # leaves 2+3, 4+1, 5*6 get variants of 2 and 3 operations; Nc=3 trials: combos (0,0,0), (0,0,1),
+    # (0,1,0) compose parents with 2+2+1=5, 5 and 2+3+1=6 operations (the 5*6 child is not in the parent)
     agents = {"s": Agent(capacity=1, boost=2, partial=0.75, table={5: acc_at_5})}
     ctx, _ = setup(openai_server, tmp_path, agents, N_leaf=2, Nc=3, N=8)
     root, ledger = node(), Ledger("a")
@@ -184,7 +190,7 @@ async def test_compose_alpha_parent_and_nc(tmp_path, openai_server, acc_at_5, ke
     assert [v.problem.id for v in versions][-1] == "a.s2"
     assert versions[-1].problem.question == "Compute (2 + 3 + 1) * (4 + 1 + 1 + 2)."
     assert [c.problem.id for c in versions[-1].children] == ["a.d0c0.h0v0", "a.d0c1.h0v1", "a.d0c2.h0v0"]
-    assert root.decisions[-1].reason == f"kept {kept} of 3 composition trials"
+    assert root.decisions[-1].reason == f"kept {kept} of 3 composition trials (3 distinct combinations)"
     too_easy = [r for r in ledger.rejected if r.stage == "compose"]
     assert len(too_easy) == 3 - kept
     assert all(r.reason == "too easy: weakest student s accuracy 0.750 > alpha 0.625" for r in too_easy)

@@ -49,13 +49,14 @@ def synthetic_tree(seed: Problem) -> SyntheticTree:
     return SyntheticTree(seed_id=seed.id, index=0, root=root)
 
 
-async def run_reground(server, tmp_path, index, seed: Problem, **knobs):
-    server.handler = FinanceWorld(agents={"teacher": Agent(), "student": Agent(), "target": Agent()}, **knobs)
+async def run_reground(server, tmp_path, index, seed: Problem, *, agents=None, tree=None, **knobs):
+    agents = {"teacher": Agent(), "student": Agent(), "target": Agent(), **(agents or {})}
+    server.handler = FinanceWorld(agents=agents, **knobs)
     config = world_config(server.base_url, ["teacher"], ["student"], "target", str(tmp_path / "cache.sqlite"), Kd=10)
     gateway = Gateway.from_config(config)
     ledger = Ledger(seed.id)
     try:
-        trees = await reground(Context(config=config, gateway=gateway), index, seed, [synthetic_tree(seed)], ledger)
+        trees = await reground(Context(config=config, gateway=gateway), index, seed, [tree or synthetic_tree(seed)], ledger)
     finally:
         gateway.close()
     return trees, ledger, gateway.usage
@@ -128,6 +129,37 @@ async def test_judge_rejects_what_the_passage_cannot_answer(tmp_path, openai_ser
     trees, ledger, _ = await run_reground(openai_server, tmp_path, index, AV, invent={"commercial_metals"})
     judged = [r for r in ledger.rejected if r.data["check"] == "judge" and "commercial" in r.data["document"]]
     assert [r.reason for r in judged] == [f"judge: not answerable from the passage alone: {INVENTED} is not in the passage"]
+
+
+async def test_regrounded_problems_get_a_verified_trace(tmp_path, openai_server, index):
+    # a teacher of capacity 1 verifies no re-grounded root ((a + b) * c: 2 operations) after Nt=4 tries;
+    # the 1-operation children get verified traces and are cut loose as their own trees
+    trees, ledger, _ = await run_reground(openai_server, tmp_path, index, AV, agents={"teacher": Agent(capacity=1)})
+    unverified = [r for r in ledger.rejected if r.data["check"] == "verify"]
+    assert unverified and all(r.problem.meta["regrounded_from"] == f"{AV.id}.s0" for r in unverified)
+    assert all(r.reason.startswith("unverified: no verified trace after 1x4 tries") for r in unverified)
+    assert trees and sorted({t.root.path for t in trees}) == ["0.0", "0.1"]
+    assert all(n.trace.verified and n.trace.model == "teacher" and n.trace.answer == n.problem.answer
+               for t in trees for n in t.root.walk())
+
+
+async def test_regrounded_problems_pass_their_stages_screen(tmp_path, openai_server, index):
+    # a composed root is screened at alpha_parent, leaf variants at alpha_leaf, on the weakest student
+    def staged():
+        tree = synthetic_tree(AV)
+        for node, stage in zip(tree.root.walk(), ["compose", "leaf", "leaf"]):
+            node.problem.provenance.stage = stage
+        return tree
+
+    trees, ledger, _ = await run_reground(openai_server, tmp_path, index, AV, tree=staged())  # the student solves all
+    screened = [r for r in ledger.rejected if r.data["check"] == "screen"]
+    assert trees == [] and screened
+    assert {r.reason for r in screened} == {"too easy: weakest student student accuracy 1.000 > alpha 0.625",
+                                            "too easy: weakest student student accuracy 1.000 > alpha 0.8"}
+    trees, ledger, _ = await run_reground(openai_server, tmp_path / "b", index, AV, tree=staged(),
+                                          agents={"student": Agent(capacity=0)})  # 0/8 on every node: all kept
+    assert trees and not [r for r in ledger.rejected if r.data["check"] == "screen"]
+    assert all(n.student_accuracy == {"student": 0.0} for t in trees for n in t.root.walk() if n.path == "0")
 
 
 # the mechanical check on real passages ---------------------------------------------------------

@@ -17,9 +17,9 @@ TARGET_ROLE = "target"
 
 
 class SeedGateway:
-    """The run's gateway as one seed sees it: every call passes through, and the samples' prompt and
-    completion tokens are counted per role (cached samples too: the count is what constructing this
-    seed's problems costs, whether or not a cache saved the calls)."""
+    """The run's gateway as one seed sees it: every call passes through, and its tokens (the prompt
+    once, every sample's completion) are counted per role; cached samples count too, so the count is
+    what constructing this seed's problems costs whether or not a cache saved the calls."""
 
     def __init__(self, gateway: Gateway):
         self.inner = gateway
@@ -30,7 +30,8 @@ class SeedGateway:
 
     async def generate(self, endpoint: Endpoint, *, role: str, **request: Any) -> list:
         samples = await self.inner.generate(endpoint, role=role, **request)
-        self.tokens[role] += sum(s.prompt_tokens + s.completion_tokens for s in samples)
+        prompt = max((s.prompt_tokens for s in samples), default=0)  # one request: its prompt counts once
+        self.tokens[role] += prompt + sum(s.completion_tokens for s in samples)
         return samples
 
     structured = Gateway.structured  # its generate calls come back through this meter

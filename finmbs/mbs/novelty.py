@@ -8,7 +8,7 @@ that a subproblem not reveal its parent's answer. Both come down to comparing tw
 - `reveals`: a subproblem gives away its parent's answer: its own answer is the parent's, or its
   question states the parent's answer (a figure of the question equal to it, short counts aside);
 - `restated`: a synthetic problem restates another problem when it has the same answer and
-  near-identical text (difflib ratio over word tokens >= `novelty.max_similarity`).
+  near-identical text (`similarity` >= `novelty.max_similarity`).
 """
 
 from __future__ import annotations
@@ -34,8 +34,14 @@ def same_answer(domain: str, a: str, b: str, question: str | None = None) -> boo
 
 
 def similarity(a: str, b: str) -> float:
-    """Word-sequence similarity of two texts in [0, 1] (case and spacing aside)."""
-    return SequenceMatcher(None, _TOKEN.findall(a.lower()), _TOKEN.findall(b.lower()), autojunk=False).ratio()
+    """How much of the shorter text the longer one repeats, in order: matched word tokens over the
+    shorter text's tokens, in [0, 1] (case and spacing aside). A rewording that adds a clause to the
+    seed scores near 1; two problems sharing a frame but not their figures score lower."""
+    x, y = _TOKEN.findall(a.lower()), _TOKEN.findall(b.lower())
+    if not x or not y:
+        return 0.0
+    matched = sum(block.size for block in SequenceMatcher(None, x, y, autojunk=False).get_matching_blocks())
+    return matched / min(len(x), len(y))
 
 
 def _states(domain: str, text: str, answer: str, question: str) -> bool:

@@ -1,0 +1,233 @@
+"""The paper's rules that the engine once bent (issue 12) and the novelty guard, each in the scripted
+arithmetic world on the real OpenAI-compatible server, expectations worked out by hand from the
+world's rules (finmbs/testing/world.py); plus the package's import graph."""
+
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+
+import yaml
+from typer.testing import CliRunner
+
+from finmbs.cli import app
+from finmbs.config import NoveltySettings
+from finmbs.llm import Gateway
+from finmbs.mbs.compose import synthesize, trials
+from finmbs.mbs.context import Context, Ledger
+from finmbs.mbs.decompose import ANSWER_LEAK, decompose
+from finmbs.mbs.novelty import restated, reveals, similarity
+from finmbs.mbs.pipeline import run_grow
+from finmbs.mbs.traces import teacher_trace
+from finmbs.records import Problem, TreeNode
+from finmbs.runs import read_jsonl
+from finmbs.testing.world import TASK_MARKERS, Agent, World, world_config
+
+ROOT = Path(__file__).resolve().parents[1]
+SEED = Problem(id="a", question="Compute (2 + 3) * (4 + 1).", answer="25")
+
+
+def context(server, tmp_path, agents, *, world=None, students=("s",), **stages):
+    world = world or World(agents={})
+    world.agents = {"teacher": Agent(), "target": Agent(capacity=6, partial=0.5), **agents}
+    server.handler = world
+    config = world_config(server.base_url, ["teacher"], list(students), "target", str(tmp_path / "cache.sqlite"),
+                          **stages)
+    return Context(config=config, gateway=Gateway(cache_path=str(tmp_path / "cache.sqlite"))), config
+
+
+# appendix B.3: a subproblem must not reveal its parent's answer --------------------------------------
+async def test_child_revealing_the_parents_answer_is_rejected(tmp_path, openai_server):
+    # the world's third child is the parent's last step, 5 * 5 = 25: its answer is the parent's. Without
+    # it the children (2+3, 4+1: only "+") do not cover "*", so the student gains nothing.
+    world = World(agents={}, reveal_answer=True)
+    ctx, _ = context(openai_server, tmp_path, {"s": Agent(capacity=1, boost=2)}, world=world, Nd=0, N=4)
+    root, ledger = TreeNode(problem=SEED), Ledger("a")
+    assert await decompose(ctx, root, ledger) is False
+    [leak] = [r for r in ledger.rejected if r.data.get("check") == ANSWER_LEAK]
+    assert leak.problem.question == "Compute 5 * 5." and leak.stage == "decompose"
+    assert leak.reason == "reveals the parent's answer: its answer '25' is the parent's ('25')"
+    assert root.decisions[0].reason == "ineffective: s 0.000 -> 0.000 when conditioned"
+    # the leaking child was never sent for verification
+    assert not any("Compute 5 * 5." in r.text and "<problem>" in r.text for r in openai_server.requests)
+
+
+async def test_answer_leaks_counted_in_metrics(tmp_path, openai_server):
+    agents = {"s": Agent(capacity=1, boost=2)}
+    _, config = context(openai_server, tmp_path, agents, world=World(agents={}, reveal_answer=True), Nd=1, N=4)
+    metrics = await run_grow(config, [SEED], tmp_path / "run")
+    # 2 attempts (Nd=1), each with one leaking child; both ineffective: the seed is dropped
+    assert (metrics.answer_leaks, metrics.decompositions_effective, metrics.decompositions_attempted) == (2, 0, 2)
+    assert metrics.descendants == 0
+
+
+def test_reveals_by_answer_or_by_stating_it():
+    parent = Problem(id="p", domain="finance", answer="0.625%",
+                     question="Which margin applies to term loans when the borrower's ratings fall in Level II?")
+    same = Problem(id="c1", domain="finance", answer="0.625 percent",
+                   question="What is the term loan margin in the pricing grid for the borrower's ratings?")
+    stated = Problem(id="c2", domain="finance", answer="5.625%",
+                     question="With a margin of 0.625% over a 5% base rate, what is the all-in rate?")
+    fine = Problem(id="c3", domain="finance", answer="Level II", question="Which pricing level do the ratings fall in?")
+    assert reveals(same, parent) == "reveals the parent's answer: its answer '0.625 percent' is the parent's ('0.625%')"
+    assert reveals(stated, parent) == "reveals the parent's answer: its question states '0.625%'"
+    assert reveals(fine, parent) is None
+    math_parent = Problem(id="m", question="Compute (2 + 3) * (4 + 1).", answer="25")
+    assert reveals(Problem(id="x", question="Compute 25 - 5.", answer="20"), math_parent).endswith("states '25'")
+    assert reveals(Problem(id="y", question="Compute 5 * 6.", answer="30"), math_parent) is None
+    assert reveals(Problem(id="z", question="Compute 2 + 3.", answer="5"), Problem(id="q", question="Compute 1 + 4.",
+                                                                                     answer="5")) is not None
+
+
+# a root nobody fails ----------------------------------------------------------------------------------
+async def test_seed_too_easy_is_its_own_outcome(tmp_path, openai_server):
+    # "Compute 2 + 3." has 1 operation: the weakest student (capacity 1) solves it 4/4
+    agents = {"s": Agent(capacity=1, partial=0.875)}
+    _, config = context(openai_server, tmp_path, agents, N=4, N_leaf=2, L=100)
+    easy = Problem(id="e", question="Compute 2 + 3.", answer="5")
+    metrics = await run_grow(config, [easy, SEED], tmp_path / "run")
+    assert metrics.seeds_too_easy == 1
+    tree = json.loads((tmp_path / "run" / "trees" / "e.json").read_text())
+    [decision] = [d for d in tree["decomposition"]["root"]["decisions"] if d["stage"] == "decompose"]
+    assert decision["reason"] == "seed too easy: weakest student s already solves it (accuracy 1.000); kept as a leaf"
+    assert decision["data"] == {"too_easy": True}
+    seed_a = json.loads((tmp_path / "run" / "trees" / "a.json").read_text())
+    assert not any(d["data"].get("too_easy") for d in seed_a["decomposition"]["root"]["decisions"])
+
+
+# composition: Nc trials, and the parent's solution in the pattern --------------------------------------
+def test_trials_cycle_through_a_small_pool():
+    assert trials([1, 1, 1], 4) == [(0, 0, 0)] * 4
+    assert trials([2, 1], 3) == [(0, 0), (1, 0), (0, 0)]
+    assert trials([2, 2], 3) == [(0, 0), (0, 1), (1, 0)]
+
+
+async def test_compose_retries_one_combination_with_the_parents_solution(tmp_path, openai_server):
+    # leaf variants of 2 ops are too easy (0.875 > 0.8): each pool holds one variant, one combination;
+    # the Nc=3 trials all use it, each a fresh teacher sample (seed 0, 1, 2)
+    ctx, _ = context(openai_server, tmp_path, {"s": Agent(capacity=1, boost=2, partial=0.875)}, N_leaf=2, Nc=3, N=8)
+    trace, _ = await teacher_trace(ctx, SEED)
+    root, ledger = TreeNode(problem=SEED, trace=trace), Ledger("a")
+    assert await decompose(ctx, root, ledger)
+    versions, orphans = await synthesize(ctx, root, ledger)
+    asks = [r for r in openai_server.requests if TASK_MARKERS["compose"] in r.text]
+    assert [r.body.get("seed") for r in asks] == [0, 1, 2]
+    assert all(f"<parent_solution>\n{trace.text}\n</parent_solution>" in r.text for r in asks)
+    assert [v.problem.id for v in versions] == ["a.s0", "a.s1", "a.s2"] and orphans == []
+    assert root.decisions[-1].reason == "kept 3 of 3 composition trials (1 distinct combinations)"
+
+
+# the novelty guard -----------------------------------------------------------------------------------
+def test_novelty_similarity_and_restatement():
+    seed = Problem(id="s", question="How many outfits can be made from 3 shirts, 4 pants and 5 hats?", answer="60")
+    reworded = Problem(id="r", answer="60", question="How many outfits can be made from 3 shirts, 4 pants and 5 hats "
+                                                     "if each type of clothing must be used exactly once?")
+    new = Problem(id="n", answer="60", question="A diner offers 4 starters, 3 mains and 5 desserts. How many "
+                                                 "three-course meals are possible?")
+    other_answer = reworded.model_copy(update={"answer": "61"})
+    settings = NoveltySettings()
+    assert similarity(seed.question, reworded.question) == 1.0
+    assert similarity("Compute 2 + 3 + 1 + 2.", "Compute 4 + 1 + 1 + 2.") == 7 / 9
+    assert restated(reworded, [("seed", seed)], settings) == (
+        "restates its seed s: same answer '60', text similarity 1.00 >= 0.85")
+    assert restated(new, [("seed", seed)], settings) is None  # same answer, new text
+    assert restated(other_answer, [("seed", seed)], settings) is None  # same text frame, new answer
+    assert restated(reworded, [("seed", seed)], NoveltySettings(enabled=True, max_similarity=1.0)) is not None
+
+
+async def test_novelty_guard_can_be_turned_off(tmp_path, openai_server):
+    agents = {"s": Agent(capacity=1, boost=2, partial=0.875)}
+    _, config = context(openai_server, tmp_path, agents, N_leaf=2, Nc=3, N=8, L=100)
+    guarded = await run_grow(config, [SEED], tmp_path / "on")
+    # three identical composed roots: the first is calibrated, the other two restate it
+    assert (guarded.descendants, guarded.novelty_rejected) == (1, 2)
+    off = config.model_copy(update={"novelty": NoveltySettings(enabled=False)})
+    unguarded = await run_grow(off, [SEED], tmp_path / "off")
+    assert (unguarded.descendants, unguarded.novelty_rejected) == (3, 0)
+
+
+# the command line -----------------------------------------------------------------------------------
+def test_grow_keep_all_option(tmp_path, openai_server):
+    _, config = context(openai_server, tmp_path, {"s": Agent(capacity=1, boost=2, partial=0.875)},
+                        N_leaf=2, Nc=1, N=8, L=100)
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config.model_dump(mode="json")))
+    (tmp_path / "seeds.jsonl").write_text(SEED.model_dump_json(include={"id", "question", "answer"}) + "\n")
+    args = ["grow", "--seeds", str(tmp_path / "seeds.jsonl"), "--config", str(tmp_path / "config.yaml")]
+    result = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "all"), "--keep", "all"])
+    assert result.exit_code == 0, result.output
+    metrics = json.loads((tmp_path / "all" / "metrics.json").read_text())
+    # the composed root (7 ops: target 4/8) and the three 3-op leaf variants (target 8/8, stale)
+    assert (metrics["keep"], metrics["descendants"], metrics["qualified"]) == ("all", 1, 1)
+    assert (metrics["other_descendants"], metrics["other_qualified"]) == (3, 0)
+    assert yaml.safe_load((tmp_path / "all" / "config.yaml").read_text())["stages"]["keep"] == "all"
+    result = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "d"), "--method", "mbs",
+                                      "--match-budget", str(tmp_path / "all")])
+    assert result.exit_code == 2 and "--match-budget is for --method direct" in result.output
+    assert list(read_jsonl(tmp_path / "all" / "qualified.jsonl"))[0]["meta"]["kind"] == "root"
+
+
+# structure ------------------------------------------------------------------------------------------
+def import_graph() -> dict[str, set[str]]:
+    """finmbs module -> the finmbs modules it imports (function-level imports included)."""
+    files = {}
+    for path in (ROOT / "finmbs").rglob("*.py"):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        files[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph = {}
+    for module, path in files.items():
+        deps = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+                if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 else [])
+            for name in names:
+                while name and name not in files:
+                    name = name.rpartition(".")[0]
+                if name and name != module and not module.startswith(name + "."):  # a package's own init aside
+                    deps.add(name)
+        graph[module] = deps
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import cycles: strongly connected components of more than one module."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_import_graph_has_no_cycles_and_layers_hold():
+    graph = import_graph()
+    assert cycles(graph) == []
+    executors = {m: d for m, d in graph.items() if m.startswith("finmbs.executors")}
+    assert executors and not any(d.startswith(("finmbs.mbs", "finmbs.baselines")) for ds in executors.values() for d in ds)
+    stages = {m: d for m, d in graph.items() if m.startswith("finmbs.mbs.") and m != "finmbs.mbs.pipeline"}
+    assert not any(d.startswith("finmbs.baselines") for ds in stages.values() for d in ds)
+    # the check itself sees a circle when there is one
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
