@@ -7,13 +7,16 @@ in one process:
 1. throughput: synthesized candidates/s (every teacher-written problem: decomposition children, leaf
    variants, composed parents) with seeds run concurrently vs. one seed at a time (the baseline), and
    the fraction of wall time each endpoint's concurrency limit is full (sampled every 2 ms);
-2. `mbs` vs `direct` on the same seeds: LLM calls and tokens per qualified problem.
+2. on the same seeds, side by side (appendix C's comparison): MBS keeping the synthetic roots (the
+   paper), MBS with `keep: all` (other nodes counted apart), direct synthesis with one call per seed,
+   and direct synthesis oversampled to each seed's MBS construction tokens (matched budget):
+   descendants, qualified, seed conversion, construction tokens per seed and per qualified problem.
 
     python bench/bench_engine.py [--seeds 12] [--latency 0.05]
 
 The world is built so that direct variants (renumbered seeds) keep the seed's difficulty, as the
-paper observes of shallow variants; the mbs/direct ratio shows the engine's accounting, not a claim
-about real models.
+paper observes of shallow variants; the ratios show the engine's accounting, not a claim about real
+models.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from finmbs.baselines.direct import construction_budgets, with_budgets
 from finmbs.llm import Gateway
 from finmbs.mbs.pipeline import run_grow
 from finmbs.records import Problem, RunMetrics
@@ -77,10 +81,11 @@ def candidates(out: Path) -> int:
     return len(ids - {s["id"] for s in read_jsonl(out / "seeds.jsonl")})
 
 
-async def run(server, problems, method: str, seed_concurrency: int, concurrency: int, tmp: Path):
-    name = f"{method}-{seed_concurrency}"
+async def run(server, problems, method: str, seed_concurrency: int, concurrency: int, tmp: Path, keep: str = "roots",
+              name: str = ""):
+    name = name or f"{method}-{seed_concurrency}"
     config = world_config(server.base_url, ["weak-teacher", "strong-teacher"], ["s1", "s2"], "target",
-                          str(tmp / f"{name}.sqlite"), **STAGES)
+                          str(tmp / f"{name}.sqlite"), **STAGES, keep=keep)
     config = config.model_copy(update={"seed_concurrency": seed_concurrency})
     for _, endpoint in config.roles.all():
         endpoint.max_concurrency = concurrency
@@ -100,14 +105,18 @@ async def run(server, problems, method: str, seed_concurrency: int, concurrency:
     }
 
 
-def totals(result) -> tuple[int, int]:
-    """(LLM calls, tokens) of a run."""
-    usage = result["metrics"].usage.values()
-    return sum(u.calls for u in usage), sum(u.prompt_tokens + u.completion_tokens for u in usage)
+def per(total: float, count: int) -> str:
+    return f"{total / count:.0f}" if count else "n/a"
 
 
-def per_qualified(total: int, qualified: int) -> str:
-    return f"{total / qualified:.1f}" if qualified else "n/a (0 qualified)"
+def comparison_row(label: str, m: RunMetrics) -> str:
+    """One method's line: the paper's metrics over roots (other nodes after a '+' with keep: all)."""
+    others = m.keep == "all"
+    desc = f"{m.descendants}+{m.other_descendants}" if others else f"{m.descendants}"
+    qual = f"{m.qualified}+{m.other_qualified}" if others else f"{m.qualified}"
+    every_qualified = m.qualified + (m.other_qualified if others else 0)
+    return (f"   {label:26s} {desc:>11} {qual:>9} {m.seed_conversion:>10.0%} {m.construction_tokens:>12} "
+            f"{per(m.construction_tokens, m.seeds_in):>10} {per(m.construction_tokens, every_qualified):>12}")
 
 
 async def main(args) -> None:
@@ -116,7 +125,10 @@ async def main(args) -> None:
         tmp = Path(tmp)
         base = await run(server, problems, "mbs", 1, args.concurrency, tmp)
         fast = await run(server, problems, "mbs", args.seeds, args.concurrency, tmp)
+        every = await run(server, problems, "mbs", args.seeds, args.concurrency, tmp, keep="all", name="mbs-all")
         direct = await run(server, problems, "direct", args.seeds, args.concurrency, tmp)
+        matched_seeds = with_budgets(problems, construction_budgets(tmp / fast["name"]))
+        matched = await run(server, matched_seeds, "direct", args.seeds, args.concurrency, tmp, name="direct-matched")
     print(f"scripted world: {args.seeds} seeds, latency {args.latency * 1000:.0f} ms/request, "
           f"max_concurrency {args.concurrency} per endpoint")
     print("\n1. throughput (mbs)             one seed at a time   all seeds concurrently   ratio")
@@ -127,14 +139,17 @@ async def main(args) -> None:
     for endpoint in sorted(fast["full"]):
         print(f"   concurrency full: {endpoint:13s} {base['full'].get(endpoint, 0):>17.0%}   "
               f"{fast['full'][endpoint]:>22.0%}")
-    print("\n2. per qualified problem          mbs        direct   (same seeds, same world)")
-    m, d = fast["metrics"], direct["metrics"]
-    (mc, mt), (dc, dt) = totals(fast), totals(direct)
-    print(f"   qualified / descendants   {m.qualified:>5} / {m.descendants:<5} {d.qualified:>5} / {d.descendants}")
-    print(f"   seed conversion           {m.seed_conversion:>12.0%} {d.seed_conversion:>12.0%}")
-    print(f"   LLM calls (tokens)        {mc:>5} ({mt})  {dc:>5} ({dt})")
-    print(f"   LLM calls per qualified   {per_qualified(mc, m.qualified):>12} {per_qualified(dc, d.qualified):>12}")
-    print(f"   tokens per qualified      {per_qualified(mt, m.qualified):>12} {per_qualified(dt, d.qualified):>12}")
+    print("\n2. same seeds, same world (construction tokens: every role but the target policy;")
+    print("   keep all: roots+other nodes, reported apart; seed conversion counts roots)")
+    print(f"   {'method':26s} {'descendants':>11} {'qualified':>9} {'seed conv':>10} {'constr tok':>12} "
+          f"{'tok/seed':>10} {'tok/qualif':>12}")
+    for label, result in (("MBS, roots (paper)", fast), ("MBS, keep all", every), ("direct, single call", direct),
+                          ("direct, matched budget", matched)):
+        print(comparison_row(label, result["metrics"]))
+    m, d = fast["metrics"], matched["metrics"]
+    print(f"   matched budget: direct spent {d.construction_tokens} construction tokens against MBS's "
+          f"{m.construction_tokens} ({d.construction_tokens / max(1, m.construction_tokens):.2f}x); "
+          f"novelty rejections: MBS {m.novelty_rejected}, direct matched {d.novelty_rejected}")
 
 
 if __name__ == "__main__":
