@@ -76,9 +76,12 @@ def test_grow_finance_seeds_end_to_end(tmp_path, openai_server, index_settings):
         originals = [t for t in synthetic if t.grounding is None]
         grounded = [t for t in synthetic if t.grounding is not None]
         assert originals and grounded and tree["decomposition"]["root"]["problem"]["snippet"] == seed.snippet.model_dump()
-        # the seed's own trees keep the seed snippet and are not calibrated; every re-grounded node is
+        # the seed's own trees keep the seed snippet and are not calibrated; every re-grounded root is
+        # (other re-grounded nodes only with keep: all); every re-grounded node has a verified trace
         assert all(n.problem.snippet == seed.snippet and n.target is None for t in originals for n in t.root.walk())
-        assert all(n.problem.snippet == t.grounding and n.target is not None for t in grounded for n in t.root.walk())
+        assert all(n.problem.snippet == t.grounding and (n.target is not None) == (n.path == "0")
+                   for t in grounded for n in t.root.walk())
+        assert all(n.trace.verified for t in grounded for n in t.root.walk())
         assert len({t.index for t in synthetic}) == len(synthetic)
 
     rejected = list(read_jsonl(out / "rejected.jsonl"))
@@ -96,10 +99,12 @@ def test_grow_finance_seeds_end_to_end(tmp_path, openai_server, index_settings):
                                      "--config", str(tmp_path / "config.yaml")])
     assert again.exit_code == 0 and openai_server.request_count == before
 
-    # the direct baseline goes through the same re-grounding and calibration
-    direct = CliRunner().invoke(app, ["grow", "--seeds", str(tmp_path / "seeds.jsonl"), "--out", str(tmp_path / "direct"),
-                                      "--method", "direct", "--config", str(tmp_path / "config.yaml")])
-    assert direct.exit_code == 0, direct.output
-    rows = list(read_jsonl(tmp_path / "direct" / "qualified.jsonl")) + [
-        r["problem"] for r in read_jsonl(tmp_path / "direct" / "rejected.jsonl") if r["stage"] == "calibrate"]
-    assert rows and all(r["provenance"]["method"] == "direct" and r["provenance"]["stage"] == "reground" for r in rows)
+    # the direct baseline (appendix C) calibrates its problems on the seed's own snippet; re-grounded
+    # through the same stage only when asked (stages.direct_reground)
+    for folder, extra, stage in (("direct", [], "direct"), ("direct-rg", ["--set", "stages.direct_reground=true"], "reground")):
+        direct = CliRunner().invoke(app, ["grow", "--seeds", str(tmp_path / "seeds.jsonl"), "--out", str(tmp_path / folder),
+                                          "--method", "direct", "--config", str(tmp_path / "config.yaml"), *extra])
+        assert direct.exit_code == 0, direct.output
+        rows = list(read_jsonl(tmp_path / folder / "qualified.jsonl")) + [
+            r["problem"] for r in read_jsonl(tmp_path / folder / "rejected.jsonl") if r["stage"] == "calibrate"]
+        assert rows and all(r["provenance"]["method"] == "direct" and r["provenance"]["stage"] == stage for r in rows)
