@@ -79,7 +79,8 @@ def test_grow_finance_seeds_end_to_end(tmp_path, openai_server, index_settings):
         # the seed's own trees keep the seed snippet and are not calibrated; every re-grounded root is
         # (other re-grounded nodes only with keep: all); every re-grounded node has a verified trace
         assert all(n.problem.snippet == seed.snippet and n.target is None for t in originals for n in t.root.walk())
-        assert all(n.problem.snippet == t.grounding and (n.target is not None) == (n.path == "0")
+        restating = {r["problem"]["id"] for r in read_jsonl(out / "rejected.jsonl") if r["stage"] == "novelty"}
+        assert all(n.problem.snippet == t.grounding and (n.target is not None) == (n.path == "0" and n.problem.id not in restating)
                    for t in grounded for n in t.root.walk())
         assert all(n.trace.verified for t in grounded for n in t.root.walk())
         assert len({t.index for t in synthetic}) == len(synthetic)
