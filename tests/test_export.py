@@ -156,7 +156,7 @@ def test_export_and_report_a_run_grown_by_the_engine(tmp_path):
     expr = "(2 + 3) * (4 - 1) + 5 * 6"
     seed = Problem(id="w0", question=question(expr), answer=str(value(expr)))
     world = World(agents={"teacher": Agent(), "strong": Agent(capacity=3, partial=0.5, boost=3),
-                          "weak": Agent(capacity=1, partial=0.5, boost=3), "target": Agent(capacity=4, partial=0.5)})
+                          "weak": Agent(capacity=1, partial=0.5, boost=3), "target": Agent(capacity=7, partial=0.5)})
     with ScriptedOpenAIServer(world) as server:
         config = world_config(server.base_url, ["teacher"], ["strong", "weak"], "target", str(tmp_path / "cache.db"),
                               N=8, Nt=2, N_leaf=2, R=1, Nc=2, D=2, L=4096)

@@ -27,6 +27,7 @@ class SeedTrees(Record):
     decomposition: DecompositionTree | None = None
     synthetic: list[SyntheticTree] = []
     dropped: str | None = None
+    tokens: dict[str, int] = {}  # tokens spent on the seed, per role (construction accounting)
 
 
 @dataclass
