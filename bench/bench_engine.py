@@ -40,7 +40,9 @@ from finmbs.testing.world import Agent, World, value, world_config
 AGENTS = {
     "weak-teacher": Agent(capacity=4), "strong-teacher": Agent(),
     "s1": Agent(capacity=3, partial=0.5, boost=3), "s2": Agent(capacity=1, boost=3, partial=0.75),
-    "target": Agent(capacity=5, partial=0.5),
+    # the target solves up to 6 operations, half the time from 7 to 20 (the seeds have 7-8): seeds and
+    # composed roots alike can land in the Goldilocks band; leaf variants (3-5 operations) are stale
+    "target": Agent(capacity=6, table={ops: 0.5 for ops in range(7, 21)}),
 }
 STAGES = {"N": 8, "Nt": 2, "N_leaf": 3, "D": 2, "Nc": 4, "R": 2, "Nd": 2, "L": 200}
 
