@@ -9,6 +9,7 @@ from collections import defaultdict
 from finmbs.records import Problem
 
 _NAME = re.compile(r"^[A-Za-z0-9_-]+$")
+DEFAULT_SPLIT = "train=0.95,test=0.05"  # a held-out split by seed lineage, for a trainer's validation files
 
 
 def parse_splits(spec: str) -> dict[str, float]:
