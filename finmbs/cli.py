@@ -23,9 +23,19 @@ app = typer.Typer(
 
 
 
+def show_version(value: bool) -> None:
+    if value:
+        from finmbs import __version__
+
+        typer.echo(f"finmbs {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
 def main(
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Log gateway retries and stage decisions."),
+    version: bool = typer.Option(False, "--version", callback=show_version, is_eager=True,
+                                 help="Print the finmbs version and exit."),
 ) -> None:
     """finmbs: MagicBeanStalk synthesis of calibrated RLVR problems (finance documents and math)."""
     import logging

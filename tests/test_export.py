@@ -111,8 +111,9 @@ def test_output_folder_is_replaced_whole_and_foreign_folders_are_refused(tmp_pat
     run = math_run(tmp_path / "run")
     out = tmp_path / "out"
     export_run(run, "jsonl", out=out, split="train=0.5,test=0.5", decontaminate=False)
-    export_run(run, "jsonl", out=out, decontaminate=False)
-    assert sorted(p.name for p in out.iterdir()) == ["contamination.jsonl", "export_report.json", "train.jsonl"]
+    export_run(run, "jsonl", out=out, split="train", decontaminate=False)
+    assert sorted(p.name for p in out.iterdir()) == [
+        "README.md", "contamination.jsonl", "export_report.json", "train.jsonl"]
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no staging folders left
     foreign = tmp_path / "mine"
     foreign.mkdir()
