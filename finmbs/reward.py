@@ -150,13 +150,15 @@ def completion_text(completion: Any) -> str:
 
 def trl_reward(
     completions: list[Any], answer: list[str], data_source: list[str] | None = None,
-    question: list[str | None] | None = None, **kwargs: Any,
+    question: list[str | None] | None = None, log_extra: Any = None, **kwargs: Any,
 ) -> list[float]:
     """TRL GRPOTrainer reward: one float per completion, 1.0 when its final answer matches `answer`.
 
     GRPOTrainer passes the dataset's other columns (`answer`, `data_source`, `question`, ... of a
-    `finmbs export --format trl` dataset) as keyword lists aligned with `completions`; prompts and
-    trainer state arrive in `kwargs` and are not needed.
+    `finmbs export --format trl` dataset) as keyword lists aligned with `completions`; prompts, completion
+    ids and trainer state arrive in `kwargs` and are not needed. Without `data_source` an answer is
+    checked as math. When TRL passes `log_extra`, the extracted answer and who decided are logged
+    beside each completion.
     """
     sources = data_source or ["finmbs/math"] * len(completions)
     questions = question or [None] * len(completions)
@@ -164,4 +166,7 @@ def trl_reward(
         list(sources), [completion_text(c) for c in completions], [str(a) for a in answer],
         [{"question": q} for q in questions],
     )
+    if callable(log_extra):
+        log_extra("finmbs_pred", [r["pred"] for r in results])
+        log_extra("finmbs_decided_by", [r["decided_by"] for r in results])
     return [float(r["score"]) for r in results]

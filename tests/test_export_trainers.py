@@ -89,7 +89,8 @@ def test_trl_export_and_reward_with_grpo_calling_convention(tmp_path):
                                                                                         "goldilocks")
     # GRPOTrainer: every column but the prompt goes to the reward function as a keyword list, aligned with
     # the completions; conversational completions are lists of one assistant message.
-    reward_kwargs = {key: [row[key] for row in inputs] for key in inputs[0] if key not in ("prompt", "completion")}
+    reward_kwargs = {key: [row[key] for row in inputs] for key in inputs[0]
+                     if key not in ("prompt", "completion", "completion_ids")}
     completions = [[{"role": "assistant", "content": f"Work. \\boxed{{{row['answer']}}}"}] for row in inputs]
     completions[1] = [{"role": "assistant", "content": "I think it is \\boxed{1}"}]
     prompts = [row["prompt"] for row in inputs]
@@ -99,11 +100,22 @@ def test_trl_export_and_reward_with_grpo_calling_convention(tmp_path):
     assert reward.trl_reward(["\\boxed{687}", "no answer"], answer=["687", "687"]) == [1.0, 0.0]
 
 
-def test_trl_reward_is_accepted_by_trl_when_installed():
-    trl = pytest.importorskip("trl", reason="trl is not installed")
-    config = trl.GRPOConfig(output_dir="unused", report_to=[])  # TRL's own config object accepts our callable
-    assert config is not None and callable(reward.trl_reward)
-    assert "completions" in inspect.signature(reward.trl_reward).parameters
+def test_trl_reward_agrees_with_trls_own_accuracy_reward():
+    """Called the way TRL's GRPOTrainer calls a reward function (TRL 1.16 `_calculate_rewards`: keyword columns,
+    prompts, completion ids, trainer state, log_extra, log_metric), on inputs TRL's accuracy_reward also takes."""
+    rewards = pytest.importorskip("trl.rewards", reason="trl is not installed")
+    answers = ["687", "\\frac{14}{3}", "24", "0.5"]
+    texts = ["so the total is \\boxed{687}", "x = \\boxed{\\dfrac{14}{3}}", "\\boxed{25}", "half: \\boxed{\\frac{1}{2}}"]
+    completions = [[{"role": "assistant", "content": text}] for text in texts]
+    logged: dict[str, list] = {}
+    ours = reward.trl_reward(
+        prompts=[[{"role": "user", "content": "q"}]] * 4, completions=completions, completion_ids=[[1]] * 4,
+        answer=answers, data_source=["finmbs/math"] * 4, question=["q"] * 4, trainer_state=None,
+        log_extra=lambda column, values: logged.setdefault(column, values), log_metric=lambda *args: None)
+    theirs = rewards.accuracy_reward(completions, solution=[f"${a}$" for a in answers])
+    assert ours == [1.0, 1.0, 0.0, 1.0] and ours == [float(t) for t in theirs]
+    assert logged["finmbs_pred"] == ["687", "\\dfrac{14}{3}", "25", "\\frac{1}{2}"]
+    assert logged["finmbs_decided_by"] == ["math"] * 4
 
 
 def test_compute_score_async_matches_compute_score():
