@@ -126,11 +126,26 @@ def test_compute_score_async_matches_compute_score():
 
 
 def test_reward_loads_through_verls_own_loader():
+    """veRL 0.9.1: `reward.custom_reward_function.{path,name}` -> get_custom_reward_fn -> load_extern_object; a
+    coroutine function stays one (the reward loop awaits it), a plain one runs in its thread pool."""
     import_utils = pytest.importorskip("verl.utils.import_utils", reason="verl is not installed")
-    by_package = import_utils.load_extern_object("pkg://finmbs.reward", "compute_score")
-    by_file = import_utils.load_extern_object(str(ROOT / "finmbs" / "reward.py"), "compute_score_async")
-    assert by_package("finmbs/math", "\\boxed{7}", "7")["score"] == 1.0
-    assert asyncio.run(by_file("finmbs/math", "\\boxed{7}", "8"))["score"] == 0.0
+    by_file = import_utils.load_extern_object(str(ROOT / "finmbs" / "reward.py"), "compute_score")
+    assert by_file("finmbs/math", "\\boxed{7}", "8")["score"] == 0.0
+    ppo_reward = pytest.importorskip("verl.trainer.ppo.reward", reason="verl's trainer does not import here")
+    from omegaconf import OmegaConf
+
+    for name in ("compute_score", "compute_score_async"):
+        config = OmegaConf.create({"reward": {"custom_reward_function": {
+            "path": "pkg://finmbs.reward", "name": name, "reward_kwargs": {}}}})
+        score = ppo_reward.get_custom_reward_fn(config)
+        extra = {"question": "q", "num_turns": None, "rollout_reward_scores": {}}  # what the naive manager adds
+        if inspect.iscoroutinefunction(score):
+            assert name == "compute_score_async"
+            result = asyncio.run(score(data_source="finmbs/math", solution_str="\\boxed{7}", ground_truth="7",
+                                       extra_info=extra))
+        else:
+            result = score(data_source="finmbs/math", solution_str="\\boxed{7}", ground_truth="7", extra_info=extra)
+        assert result["score"] == 1.0 and result["decided_by"] == "math"
 
 
 def test_push_to_hub_offline_says_so_and_keeps_the_export(tmp_path, monkeypatch):
