@@ -10,8 +10,19 @@ import importlib
 import pkgutil
 
 import typer
+from typer.core import TyperOption
 
 import finmbs.commands
+
+
+def _flag_type(self: TyperOption, ctx: object) -> str | None:
+    """Help shows a boolean flag as the flag itself (`--allow-empty`, `--decontaminate/--no-decontaminate`),
+    not as an option taking a `<bool>` value; other options keep their type column."""
+    return None if self.is_flag else _option_type(self, ctx)
+
+
+_option_type = TyperOption.display_type_rich
+TyperOption.display_type_rich = _flag_type  # type: ignore[method-assign]
 
 app = typer.Typer(
     name="finmbs",

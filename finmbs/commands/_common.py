@@ -20,11 +20,11 @@ F = TypeVar("F", bound=Callable[..., Any])
 console = Console(stderr=True)
 
 ConfigOption = Annotated[
-    Path | None, typer.Option("--config", "-c", help="YAML run config (default: configs/default.yaml).")
+    Path | None, typer.Option("--config", "-c", metavar="FILE", help="YAML run config (default: configs/default.yaml).")
 ]
 SetOption = Annotated[
     list[str] | None,
-    typer.Option("--set", "-s", help="Override a config key, e.g. --set stages.N=4 (repeatable)."),
+    typer.Option("--set", "-s", metavar="KEY=VALUE", help="Override a config key, e.g. --set stages.N=4 (repeatable)."),
 ]
 ExecutorOption = Annotated[
     ExecutorName, typer.Option("--executor", help="Where the work runs: local (this process, asyncio) or ray.")

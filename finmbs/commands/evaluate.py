@@ -24,7 +24,7 @@ from finmbs.commands.calibrate import policy_endpoint
 from finmbs.config import ConfigError, Endpoint, RunConfig
 from finmbs.evaluate import EvalError
 from finmbs.evaluate.audit import audit, audit_markdown, load_run
-from finmbs.evaluate.benchmarks import known_benchmarks, load_benchmark
+from finmbs.evaluate.benchmarks import Mode, known_benchmarks, load_benchmark
 from finmbs.evaluate.compare import compare_results, comparison_markdown
 from finmbs.evaluate.results import load_result, markdown_table
 from finmbs.evaluate.run import EvalSettings, refuse_overwrite, result_path, run_eval, write_result
@@ -137,7 +137,7 @@ def eval_run(
     temperature: Annotated[float | None, typer.Option(help="Sampling temperature (default: the benchmark's, 1.0).")] = None,
     max_tokens: Annotated[int | None, typer.Option(help="Max response tokens (default: the benchmark's, 8192).")] = None,
     k: Annotated[str | None, typer.Option("--k", help="pass@k to report, e.g. 1,5 (default: the benchmark's).")] = None,
-    mode: Annotated[str | None, typer.Option(help="closed-book | oracle | retrieval (default: the benchmark's).")] = None,
+    mode: Annotated[Mode | None, typer.Option(help="Where the evidence comes from (default: the benchmark's).")] = None,
     limit: Annotated[str | None, typer.Option(
         help="Evaluate only the first questions: a count (50) or a fraction of the benchmark (0.1).")] = None,
     seed: Annotated[int, typer.Option(min=0, help="Sampling seed: each seed draws its own n samples per question "

@@ -63,7 +63,7 @@ SplitOption = Annotated[str, typer.Option(
 OutOption = Annotated[Path | None, typer.Option(
     "--out", "-o", help="Output folder (default RUN/export/FORMAT); replaced whole.")]
 EvalDataOption = Annotated[list[Path] | None, typer.Option(
-    help="Eval data folder (benchmarks of eval/*.yaml inside) or JSONL file; repeatable. "
+    metavar="PATH", help="Eval data folder (benchmarks of eval/*.yaml inside) or JSONL file; repeatable. "
          "Default: $FINMBS_EVAL_DATA or ../shared/data.")]
 CoverageOption = Annotated[float, typer.Option(
     help="Share of an eval question's n-grams a problem must reproduce to count as contaminated.")]
