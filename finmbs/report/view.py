@@ -151,6 +151,9 @@ FUNNEL = [
 ]
 
 
+BASES = {"seeds_in": "seeds", "decompositions_attempted": "attempted", "descendants": "candidates"}
+
+
 def funnel_rows(m: dict[str, Any]) -> list[FunnelStep]:
     """From seeds to qualified: each count, its share of the step it is drawn from, and a bar scaled to that
     step; other numeric counts of metrics.json follow, scaled to the seeds (seeds_*) or the candidates."""
@@ -158,12 +161,12 @@ def funnel_rows(m: dict[str, Any]) -> list[FunnelStep]:
     steps = []
     for key, label, base in FUNNEL:
         whole = get(base) if base else get(key)
-        steps.append(FunnelStep(key, label, get(key), f"{_pct(get(key), get(base))} of {label_of(base)}" if base else "",
+        steps.append(FunnelStep(key, label, get(key), f"{_pct(get(key), get(base))} of {BASES[base]}" if base else "",
                                 100.0 * get(key) / whole if whole else 0.0))
     for key, label, value in extra_metrics(m):
         if isinstance(m[key], int):
             base = "seeds_in" if key.startswith("seeds_") else "descendants"
-            steps.append(FunnelStep(key, label, m[key], f"{_pct(m[key], get(base))} of {label_of(base)}",
+            steps.append(FunnelStep(key, label, m[key], f"{_pct(m[key], get(base))} of {BASES[base]}",
                                     min(100.0, 100.0 * m[key] / get(base)) if get(base) else 0.0))
     return steps
 
