@@ -13,7 +13,8 @@ from finmbs.cli import app
 from finmbs.export import load_run
 
 DEMO = Path(__file__).resolve().parents[1] / "corpora" / "demo" / "quickstart-run"
-SHIPPED = {"config.yaml", "seeds.jsonl", "trees", "qualified.jsonl", "rejected.jsonl", "metrics.json", "done"}
+SHIPPED = {"config.yaml", "seeds.jsonl", "trees", "qualified.jsonl", "rejected.jsonl", "metrics.json", "done",
+           "usage.jsonl", "config_changes.jsonl"}
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +25,7 @@ def demo() -> Path:
 
 
 def test_demo_run_holds_only_the_run_records(demo):
-    assert {p.name for p in demo.iterdir()} <= SHIPPED, "ship no cache, lock, export or report"
+    assert {p.name for p in demo.iterdir()} <= SHIPPED, "ship no cache, .lock, export, report or *.tmp"
     config = (demo / "config.yaml").read_text()
     assert not re.search(r"(^|[\s:'\"])/(work|root|home|tmp|Users)/", config), "no absolute paths in the config"
     run = load_run(demo)
