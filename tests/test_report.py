@@ -127,7 +127,7 @@ def rich_math_run(root):
 
     run = math_run(root)
     metrics = json.loads((run / "metrics.json").read_text())
-    metrics.update(seeds_too_easy=1, novelty_rejected=2, regrounded_unverified=0,
+    metrics.update(seeds_too_easy=1, novelty_rejected=2, regrounded_unverified=0, construction_tokens=123456,
                    stages={"traces": {"wall_time_s": 12.5, "tokens": 84000},
                            "calibrate": {"wall_time_s": 40.25, "tokens": 49000}})
     (run / "metrics.json").write_text(json.dumps(metrics))
@@ -161,10 +161,10 @@ def test_report_reads_well_in_a_real_browser(tmp_path, browser):
     steps = {r.get_attribute("data-step"): r.find_elements(By.TAG_NAME, "td")[1].text
              for r in browser.find_elements(By.CSS_SELECTOR, "#funnel tr[data-step]")}
     assert steps["seeds_in"] == "3" and steps["qualified"] == "3" and steps["seeds_too_easy"] == "1"
-    assert steps["novelty_rejected"] == "2"
+    assert steps["novelty_rejected"] == "2" and "construction_tokens" not in steps  # not a funnel step
     metrics = {row.get_attribute("data-metric"): row.find_element(By.TAG_NAME, "td").text
                for row in browser.find_elements(By.CSS_SELECTOR, "#metrics tr")}
-    assert metrics["regrounded_unverified"] == "0"
+    assert metrics["regrounded_unverified"] == "0" and metrics["construction_tokens"] == "123,456"
     stage_table = browser.find_element(By.CSS_SELECTOR, 'table[data-table="stages"]').text
     assert "traces 12.5 84,000" in stage_table and "calibrate 40.25 49,000" in stage_table
 

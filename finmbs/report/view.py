@@ -152,6 +152,7 @@ FUNNEL = [
 
 
 BASES = {"seeds_in": "seeds", "decompositions_attempted": "attempted", "descendants": "candidates"}
+_NOT_A_COUNT = re.compile(r"token|cost|usd|time|rate|_s$|bytes")  # numbers that are no step of the funnel
 
 
 def funnel_rows(m: dict[str, Any]) -> list[FunnelStep]:
@@ -164,7 +165,7 @@ def funnel_rows(m: dict[str, Any]) -> list[FunnelStep]:
         steps.append(FunnelStep(key, label, get(key), f"{_pct(get(key), get(base))} of {BASES[base]}" if base else "",
                                 100.0 * get(key) / whole if whole else 0.0))
     for key, label, value in extra_metrics(m):
-        if isinstance(m[key], int):
+        if isinstance(m[key], int) and not _NOT_A_COUNT.search(key):
             base = "seeds_in" if key.startswith("seeds_") else "descendants"
             steps.append(FunnelStep(key, label, m[key], f"{_pct(m[key], get(base))} of {BASES[base]}",
                                     min(100.0, 100.0 * m[key] / get(base)) if get(base) else 0.0))
