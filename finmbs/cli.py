@@ -10,8 +10,19 @@ import importlib
 import pkgutil
 
 import typer
+from typer.core import TyperOption
 
 import finmbs.commands
+
+
+def _flag_type(self: TyperOption, ctx: object) -> str | None:
+    """Help shows a boolean flag as the flag itself (`--allow-empty`, `--decontaminate/--no-decontaminate`),
+    not as an option taking a `<bool>` value; other options keep their type column."""
+    return None if self.is_flag else _option_type(self, ctx)
+
+
+_option_type = TyperOption.display_type_rich
+TyperOption.display_type_rich = _flag_type  # type: ignore[method-assign]
 
 app = typer.Typer(
     name="finmbs",
@@ -23,9 +34,19 @@ app = typer.Typer(
 
 
 
+def show_version(value: bool) -> None:
+    if value:
+        from finmbs import __version__
+
+        typer.echo(f"finmbs {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
 def main(
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Log gateway retries and stage decisions."),
+    version: bool = typer.Option(False, "--version", callback=show_version, is_eager=True,
+                                 help="Print the finmbs version and exit."),
 ) -> None:
     """finmbs: MagicBeanStalk synthesis of calibrated RLVR problems (finance documents and math)."""
     import logging

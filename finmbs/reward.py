@@ -1,7 +1,11 @@
-"""veRL custom reward: `compute_score` (one rollout) and `compute_score_batch` (the batch reward manager).
+"""Rewards for trainers: veRL's `compute_score` / `compute_score_async` and TRL's `trl_reward`.
 
-    custom_reward_function.path=finmbs/reward.py custom_reward_function.name=compute_score
-    # or, with reward_model.reward_manager=batch:  custom_reward_function.name=compute_score_batch
+veRL (checked against 0.9.1, whose loader is `verl.utils.import_utils.load_extern_object`):
+
+    reward.custom_reward_function.path=pkg://finmbs.reward reward.custom_reward_function.name=compute_score
+    # veRL's async reward loop awaits a coroutine function directly: ...name=compute_score_async
+
+TRL (GRPOTrainer, on a `finmbs export --format trl` dataset): `reward_funcs=finmbs.reward.trl_reward`.
 
 Routing on `data_source`: `finmbs/math` and math benchmark names (math500, aime, amc, gsm8k, dapo...)
 go to math-verify; `finmbs/finance`, financebench and secque go to the deterministic finance comparer,
@@ -103,7 +107,7 @@ def compute_score_batch(
     data_sources: list[str], solution_strs: list[str], ground_truths: list[str],
     extra_infos: list[Any] | None = None, **kwargs: Any,
 ) -> list[dict[str, Any]]:
-    """Scores for a batch (veRL's batch reward manager); undecided finance answers go to the judge together."""
+    """Scores for a batch; undecided finance answers go to the judge together (one call per batch)."""
     extra_infos = list(extra_infos) if extra_infos is not None else [None] * len(data_sources)
     questions = [_question(e) for e in extra_infos]
     results = [
@@ -124,3 +128,45 @@ def compute_score(
 ) -> dict[str, Any]:
     """One rollout's reward as veRL's custom reward function: {"score", "acc", "pred", "decided_by"}."""
     return compute_score_batch([data_source], [solution_str], [ground_truth], [extra_info], **kwargs)[0]
+
+
+async def compute_score_async(
+    data_source: str, solution_str: str, ground_truth: str, extra_info: dict[str, Any] | None = None, **kwargs: Any
+) -> dict[str, Any]:
+    """`compute_score` as a coroutine for veRL's async reward loop: the verifier runs in a worker thread, so the
+    loop keeps scoring other rollouts meanwhile (math-verify and the judge both block)."""
+    return await asyncio.to_thread(compute_score, data_source, solution_str, ground_truth, extra_info, **kwargs)
+
+
+def completion_text(completion: Any) -> str:
+    """A TRL completion as text: a plain string, or (conversational) the content of its last message."""
+    if isinstance(completion, str):
+        return completion
+    if isinstance(completion, dict):
+        return str(completion.get("content") or "")
+    messages = list(completion or [])
+    return completion_text(messages[-1]) if messages else ""
+
+
+def trl_reward(
+    completions: list[Any], answer: list[str], data_source: list[str] | None = None,
+    question: list[str | None] | None = None, log_extra: Any = None, **kwargs: Any,
+) -> list[float]:
+    """TRL GRPOTrainer reward: one float per completion, 1.0 when its final answer matches `answer`.
+
+    GRPOTrainer passes the dataset's other columns (`answer`, `data_source`, `question`, ... of a
+    `finmbs export --format trl` dataset) as keyword lists aligned with `completions`; prompts, completion
+    ids and trainer state arrive in `kwargs` and are not needed. Without `data_source` an answer is
+    checked as math. When TRL passes `log_extra`, the extracted answer and who decided are logged
+    beside each completion.
+    """
+    sources = data_source or ["finmbs/math"] * len(completions)
+    questions = question or [None] * len(completions)
+    results = compute_score_batch(
+        list(sources), [completion_text(c) for c in completions], [str(a) for a in answer],
+        [{"question": q} for q in questions],
+    )
+    if callable(log_extra):
+        log_extra("finmbs_pred", [r["pred"] for r in results])
+        log_extra("finmbs_decided_by", [r["decided_by"] for r in results])
+    return [float(r["score"]) for r in results]

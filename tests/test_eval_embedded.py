@@ -46,7 +46,7 @@ def test_embedded_gemma_oracle_financebench(shared_data, tmp_path):
           f"usage={ {r: (u['calls'], u['completion_tokens']) for r, u in data_out['usage'].items()} }")
     print(result.stdout)
 
-    again = CliRunner().invoke(app, args)  # the rerun is answered from the gateway cache
+    again = CliRunner().invoke(app, [*args, "--overwrite"])  # the rerun is answered from the gateway cache
     assert again.exit_code == 0, again.output
     rerun = json.loads(out.read_text())
     assert rerun["usage"]["policy"]["calls"] == 0 and rerun["usage"]["policy"]["cache_hits"] == 6

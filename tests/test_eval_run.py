@@ -81,7 +81,8 @@ def test_math_eval_exact_pass_at_k_refusals_and_resume(openai_server, shared_dat
     args = eval_args(shared_data, tmp_path, openai_server, "aime2024", "--k", "1,5", "--out", str(out))
     result = invoke(*args)
     assert openai_server.request_count == 24
-    data = json.loads((out / "aime2024-closed-book-openai_policy.json").read_text())
+    stem = "aime2024-closed-book-openai_policy-n8-t1-L64-limit3"
+    data = json.loads((out / f"{stem}.json").read_text())
     overall = data["metrics"]["overall"]
     assert overall["pass_at"]["pass@1"]["value"] == pytest.approx(float(F(1) + F(3, 8)) / 3)
     assert overall["pass_at"]["pass@5"]["value"] == pytest.approx(float((F(1) + F(55, 56)) / 3))
@@ -91,11 +92,13 @@ def test_math_eval_exact_pass_at_k_refusals_and_resume(openai_server, shared_dat
     assert [s["correct"] for s in data["questions"][1]["samples"]] == [True] * 3 + [False] * 5
     assert data["questions"][1]["samples"][7]["decided_by"] == "refusal"
     assert "| overall | 3 | 45.8 [" in result.output and "3/24" in result.output
-    assert (out / "aime2024-closed-book-openai_policy.md").read_text().startswith("### aime2024 (closed-book)")
+    assert (out / f"{stem}.md").read_text().startswith("### aime2024 (closed-book)")
 
-    again = invoke(*args)  # a rerun (or a killed run started again) is answered from the gateway cache
+    refused = runner.invoke(app, args)  # the same settings again: the result is not replaced silently
+    assert refused.exit_code == 2 and f"{stem}.json exists" in refused.output and "--overwrite" in refused.output
+    again = invoke(*args, "--overwrite")  # a rerun (or a killed run started again) is answered from the cache
     assert openai_server.request_count == 24
-    assert json.loads((out / "aime2024-closed-book-openai_policy.json").read_text())["metrics"] == data["metrics"]
+    assert json.loads((out / f"{stem}.json").read_text())["metrics"] == data["metrics"]
     assert "| overall | 3 | 45.8 [" in again.output
 
 
@@ -109,7 +112,7 @@ def test_finance_eval_comparer_then_judge_exact_numbers_per_type(openai_server, 
     # a partial run (killed after two questions), then the full run: finished samples are not asked again
     invoke(*eval_args(shared_data, tmp_path, openai_server, "financebench", *judge, "--out", str(out), limit=2))
     assert openai_server.request_count == 16 + 1
-    invoke(*eval_args(shared_data, tmp_path, openai_server, "financebench", *judge, "--out", str(out)))
+    invoke(*eval_args(shared_data, tmp_path, openai_server, "financebench", *judge, "--out", str(out), "--overwrite"))
     judge_calls = [r for r in openai_server.requests if JUDGE_MARK in r.text]
     assert len(judge_calls) == 3  # three distinct undecided answers; repeated ones come from the cache
     assert openai_server.request_count == 24 + 3
@@ -217,3 +220,59 @@ def test_retrieval_mode_reads_the_company_documents_from_a_real_index(openai_ser
     assert "[3M_2018_10K" in prompt and "Property, plant and equipment" in prompt
     assert "ADOBE" not in prompt.upper()  # the question's company only
     assert json.loads(out.read_text())["metrics"]["overall"]["pass_at"]["pass@1"]["value"] == 1.0
+
+
+def test_settings_name_the_result_and_each_sample_is_logged_in_full(openai_server, shared_data, tmp_path):
+    openai_server.handler = policy_and_judge(AIME)
+    out = tmp_path / "results"
+    base = eval_args(shared_data, tmp_path, openai_server, "aime2024", "--k", "1", "--out", str(out))
+    invoke(*base)
+    one = [a if a != "8" else "1" for a in base]  # -n 1: a result of other settings, beside the first
+    invoke(*one)
+    names = sorted(p.name for p in out.iterdir())
+    assert names == [f"aime2024-closed-book-openai_policy-n{n}-t1-L64-limit3.{ext}"
+                     for n in (1, 8) for ext in ("json", "md", "samples.jsonl")]
+
+    logs = [json.loads(line) for line in (out / "aime2024-closed-book-openai_policy-n8-t1-L64-limit3.samples.jsonl")
+            .read_text().splitlines()]
+    assert len(logs) == 24 and [log["sample"] for log in logs[:8]] == list(range(8))
+    second = [log for log in logs if log["id"] == "61"]
+    assert second[0]["response"] == "\\boxed{113}" and second[0]["extracted"] == "113" and second[0]["correct"]
+    assert second[3]["extracted"] == "7" and not second[3]["correct"] and second[3]["decided_by"] == "math"
+    assert second[7]["refusal"] and second[7]["decided_by"] == "refusal"
+    assert second[0]["prompt"][-1]["role"] == "user" and "Let $ABC$ be a triangle" in second[0]["prompt"][-1]["content"]
+    assert {log["finish_reason"] for log in logs} == {"stop"} and all(log["completion_tokens"] > 0 for log in logs)
+
+
+def test_seed_limit_fraction_and_system_prompt(openai_server, shared_data, tmp_path):
+    seen: list[dict] = []
+
+    def handle(request: Request) -> str:
+        seen.append(request.body)
+        return "\\boxed{204}"
+
+    openai_server.handler = handle
+    system = tmp_path / "system.txt"
+    system.write_text("You are a careful olympiad solver.\n")
+    out = tmp_path / "r"
+    args = ["eval", "aime2024", "--model", "openai/policy", "--api-base", openai_server.base_url,
+            "--data", str(shared_data / "aime2024"), "-n", "2", "--k", "1", "--max-tokens", "64",
+            "--set", f"cache_path={tmp_path / 'c.sqlite'}", "--out", str(out)]
+    invoke(*args, "--limit", "0.1", "--seed", "3", "--system-prompt", f"@{system}")
+    (result,) = [p for p in out.glob("*.json")]
+    data = json.loads(result.read_text())
+    assert data["metrics"]["overall"]["questions"] == 3  # 10% of AIME 2024's 30 problems
+    assert data["settings"]["seed"] == 3 and data["settings"]["limit"] == 0.1
+    assert result.name.startswith("aime2024-closed-book-openai_policy-n2-t1-L64-limit0.1-seed3-sys")
+    assert sorted({body["seed"] for body in seen}) == [6, 7]  # seed 3 draws sample indices 6 and 7
+    assert all(body["messages"][0] == {"role": "system", "content": "You are a careful olympiad solver."}
+               for body in seen)
+    bad = runner.invoke(app, [*args, "--limit", "1.5"])
+    assert bad.exit_code == 2 and "--limit must be a count >= 1 or a fraction within (0, 1]" in bad.output
+
+
+def test_embedded_model_note_only_where_a_teacher_or_judge_is_used(openai_server, shared_data, tmp_path):
+    openai_server.handler = policy_and_judge(AIME)
+    result = invoke(*eval_args(shared_data, tmp_path, openai_server, "aime2024", "--k", "1",
+                               "--out", str(tmp_path / "r.json")))
+    assert "embedded Gemma 3 270M" not in result.output  # a math benchmark asks neither a teacher nor a judge

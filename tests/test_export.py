@@ -28,7 +28,7 @@ def credit_doc(shared_data: Path) -> tuple[Path, str]:
 
 def test_verl_parquet_is_what_verl_reads(tmp_path, credit_doc):
     document, sha = credit_doc
-    math = export_run(math_run(tmp_path / "math"), "verl", decontaminate=False)
+    math = export_run(math_run(tmp_path / "math"), "verl", split="train", decontaminate=False)
     finance = export_run(finance_run(tmp_path / "fin", document=document), "verl", decontaminate=False)
     assert math.splits["train"].rows == 3 and finance.splits["train"].rows == 1
 
@@ -63,7 +63,7 @@ def test_verl_parquet_is_what_verl_reads(tmp_path, credit_doc):
 def test_reward_scores_one_row_of_each_domain(tmp_path):
     from finmbs import reward
 
-    export_run(math_run(tmp_path / "math"), "verl", decontaminate=False)
+    export_run(math_run(tmp_path / "math"), "verl", split="train", decontaminate=False)
     export_run(finance_run(tmp_path / "fin"), "verl", decontaminate=False)
     for run, right, wrong in [("math", "so the total is \\boxed{687}", "\\boxed{686}"),
                               ("fin", "The margin is 2.60%. Final answer: 260 bps", "Final answer: 250 bps")]:
@@ -111,8 +111,9 @@ def test_output_folder_is_replaced_whole_and_foreign_folders_are_refused(tmp_pat
     run = math_run(tmp_path / "run")
     out = tmp_path / "out"
     export_run(run, "jsonl", out=out, split="train=0.5,test=0.5", decontaminate=False)
-    export_run(run, "jsonl", out=out, decontaminate=False)
-    assert sorted(p.name for p in out.iterdir()) == ["contamination.jsonl", "export_report.json", "train.jsonl"]
+    export_run(run, "jsonl", out=out, split="train", decontaminate=False)
+    assert sorted(p.name for p in out.iterdir()) == [
+        "README.md", "contamination.jsonl", "export_report.json", "train.jsonl"]
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no staging folders left
     foreign = tmp_path / "mine"
     foreign.mkdir()
@@ -163,7 +164,7 @@ def test_export_and_report_a_run_grown_by_the_engine(tmp_path):
         metrics = asyncio.run(run_grow(config, [seed], tmp_path / "run"))
     assert metrics.qualified >= 1
 
-    report = export_run(tmp_path / "run", "verl", decontaminate=True, eval_data=[])
+    report = export_run(tmp_path / "run", "verl", split="train", decontaminate=True, eval_data=[])
     assert report.problems == report.splits["train"].rows == metrics.qualified and report.dropped == 0
     rows = pq.read_table(Path(report.out) / "train.parquet").to_pylist()
     for row in rows:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import struct
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -114,3 +116,113 @@ def test_cli_report(tmp_path):
     assert (tmp_path / "r.html").read_text().startswith("<!DOCTYPE html>")
     result = CliRunner().invoke(app, ["report", str(tmp_path / "nope")])
     assert result.exit_code == 2 and "run folder not found" in result.output
+
+
+def rich_math_run(root):
+    """The math run with what newer runs record: extra counts, per-stage time and tokens, a dropped seed's
+    failed teacher outputs, LaTeX in a question, and a long source path."""
+    import json
+
+    from finmbs.records import Problem, Provenance, Rejection
+
+    run = math_run(root)
+    metrics = json.loads((run / "metrics.json").read_text())
+    metrics.update(seeds_too_easy=1, novelty_rejected=2, regrounded_unverified=0, construction_tokens=123456,
+                   stages={"traces": {"wall_time_s": 12.5, "tokens": 84000},
+                           "calibrate": {"wall_time_s": 40.25, "tokens": 49000}})
+    (run / "metrics.json").write_text(json.dumps(metrics))
+    for name in ("trees/s1.json", "qualified.jsonl"):
+        file = run / name
+        file.write_text(file.read_text().replace("A cubic g(x) = x^3 - 9x^2 + 26x - 24", "A cubic $g(x) = x^3 - 9x^2 + 26x - 24$")
+                        .replace("Work it out step by step.", "Work it out step by step: $r_1 r_2 r_3 = 24$."))
+    s3 = Problem(id="s3", question="q", answer="11", provenance=Provenance(seed_id="s3"))
+    with (run / "rejected.jsonl").open("a") as handle:
+        handle.write(Rejection(problem=s3, stage="traces", reason="no verified trace after 1x2 tries; answers: "
+                               "teacher-a#0: '12' (stop), teacher-a#1: None (length)",
+                               data={"attempts": [{"text": "The triples are few, so \\boxed{12}"},
+                                                  {"text": "Let p = 2 and then ... (cut at the token limit)"}]})
+                     .model_dump_json() + "\n")
+    return run
+
+
+def test_report_reads_well_in_a_real_browser(tmp_path, browser):
+    from selenium.webdriver.common.by import By
+
+    path = write_report(rich_math_run(tmp_path / "run"))
+    browser.get(path.resolve().as_uri())
+    shots = Path(os.environ.get("FINMBS_REPORT_SHOTS", tmp_path))
+    assert browser.save_screenshot(str(shots / "report-top.png"))
+
+    # rejections as short codes with counts, the funnel, numbers newer stages add, per-stage time and tokens
+    codes = {(r.get_attribute("data-stage"), r.get_attribute("data-code")): int(r.find_elements(By.TAG_NAME, "td")[-2].text)
+             for r in browser.find_elements(By.CSS_SELECTOR, "#rejections tr[data-code]")}
+    assert codes == {("calibrate", "stale"): 1, ("leaf", "weakest-student-accuracy"): 1,
+                     ("traces", "no-verified-trace"): 1}
+    steps = {r.get_attribute("data-step"): r.find_elements(By.TAG_NAME, "td")[1].text
+             for r in browser.find_elements(By.CSS_SELECTOR, "#funnel tr[data-step]")}
+    assert steps["seeds_in"] == "3" and steps["qualified"] == "3" and steps["seeds_too_easy"] == "1"
+    assert steps["novelty_rejected"] == "2" and "construction_tokens" not in steps  # not a funnel step
+    metrics = {row.get_attribute("data-metric"): row.find_element(By.TAG_NAME, "td").text
+               for row in browser.find_elements(By.CSS_SELECTOR, "#metrics tr")}
+    assert metrics["regrounded_unverified"] == "0" and metrics["construction_tokens"] == "123,456"
+    stage_table = browser.find_element(By.CSS_SELECTOR, 'table[data-table="stages"]').text
+    assert "traces 12.5 84,000" in stage_table and "calibrate 40.25 49,000" in stage_table
+
+    # the k histogram spans 0..N (N = 8 from the config) with zero bars drawn as such
+    ks = [(b.get_attribute("data-group"), int(b.get_attribute("data-count")))
+          for b in browser.find_elements(By.CSS_SELECTOR, "#bands figure:nth-of-type(2) rect.bar")]
+    assert ks == [("0", 0), ("1", 1), ("2", 0), ("3", 1), ("4", 0), ("5", 1), ("6", 0), ("7", 0), ("8", 1)]
+
+    # the dropped seed: why, and its teachers' outputs behind a click; its question's math is typeset
+    dropped = browser.find_element(By.CSS_SELECTOR, '.seed[data-seed="s3"]')
+    dropped.find_element(By.CSS_SELECTOR, ".seed-head").click()
+    failed = dropped.find_element(By.CSS_SELECTOR, "details.failed")
+    assert "2 unverified outputs" in failed.text and not failed.find_element(By.TAG_NAME, "ol").is_displayed()
+    failed.find_element(By.TAG_NAME, "summary").click()
+    assert "The triples are few, so \\boxed{12}" in failed.find_element(By.TAG_NAME, "ol").text
+
+    first = browser.find_element(By.CSS_SELECTOR, '.synthetic .node[data-id="s1/t0/0"]')
+    first.find_element(By.CSS_SELECTOR, ".node-head").click()
+    body = first.find_element(By.CSS_SELECTOR, ".node-body")
+    assert body.find_elements(By.CSS_SELECTOR, ".answer .katex")  # 687 typeset by the bundled KaTeX
+    assert body.find_elements(By.CSS_SELECTOR, ".question .katex")  # $g(x) = ...$
+    first.find_element(By.CSS_SELECTOR, ".node-body details summary").click()
+    assert body.find_elements(By.CSS_SELECTOR, ".trace .katex")  # $r_1 r_2 r_3 = 24$ in the trace
+    assert browser.save_screenshot(str(shots / "report-rich.png"))
+
+
+def test_empty_charts_say_no_data(tmp_path, browser):
+    from selenium.webdriver.common.by import By
+
+    run = math_run(tmp_path / "run")
+    for name in ("qualified.jsonl", "rejected.jsonl", "metrics.json"):
+        (run / name).unlink()
+    for tree in (run / "trees").glob("*.json"):
+        tree.unlink()
+    browser.get(write_report(run).resolve().as_uri())
+    empty = browser.find_elements(By.CSS_SELECTOR, "#bands figure.nodata")  # the seeds still have their bands
+    assert [figure.get_attribute("data-title") for figure in empty] == [
+        "Synthetic candidates by target pass count k of N = 8"]
+    assert "no data" in empty[0].text and not empty[0].find_elements(By.TAG_NAME, "svg")
+    assert "no data" in browser.find_element(By.ID, "funnel").text
+    assert "no data" in browser.find_element(By.ID, "stage-time").text
+
+
+def test_long_source_paths_wrap(tmp_path, browser):
+    from selenium.webdriver.common.by import By
+
+    long_path = "/data/" + "/".join(["a-very-long-folder-name-without-any-spaces"] * 12) + "/globex_term_loan.txt"
+    run = finance_run(tmp_path / "run")
+    for name in ("qualified.jsonl", "trees/f1.json", "rejected.jsonl"):
+        file = run / name
+        file.write_text(file.read_text().replace("globex_term_loan.txt", long_path))
+    browser.set_window_size(1200, 1600)
+    browser.get(write_report(run).resolve().as_uri())
+    seed = browser.find_element(By.CSS_SELECTOR, '.seed[data-seed="f1"]')
+    node = seed.find_element(By.CSS_SELECTOR, '.synthetic .node[data-id="f1/t0/0"]')
+    node.find_element(By.CSS_SELECTOR, ".node-head").click()
+    source = node.find_element(By.CSS_SELECTOR, ".source")
+    assert long_path in source.text
+    browser.save_screenshot(str(Path(os.environ.get("FINMBS_REPORT_SHOTS", tmp_path)) / "report-long-path.png"))
+    page_width = browser.execute_script("return document.documentElement.scrollWidth")
+    assert page_width <= 1200 and source.size["height"] > 2 * 16  # wrapped onto several lines, no sideways scroll

@@ -20,11 +20,11 @@ F = TypeVar("F", bound=Callable[..., Any])
 console = Console(stderr=True)
 
 ConfigOption = Annotated[
-    Path | None, typer.Option("--config", "-c", help="YAML run config (default: configs/default.yaml).")
+    Path | None, typer.Option("--config", "-c", metavar="FILE", help="YAML run config (default: configs/default.yaml).")
 ]
 SetOption = Annotated[
     list[str] | None,
-    typer.Option("--set", "-s", help="Override a config key, e.g. --set stages.N=4 (repeatable)."),
+    typer.Option("--set", "-s", metavar="KEY=VALUE", help="Override a config key, e.g. --set stages.N=4 (repeatable)."),
 ]
 ExecutorOption = Annotated[
     ExecutorName, typer.Option("--executor", help="Where the work runs: local (this process, asyncio) or ray.")
@@ -63,16 +63,23 @@ def cli_errors(func: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def resolve_config(config: Path | None, overrides: list[str] | None) -> RunConfig:
-    """Load the run config and say plainly when the embedded base model plays teacher or judge."""
+def warn_embedded(roles: list[str]) -> None:
+    """Say plainly that the embedded base model plays `roles` (teacher, judge), which it cannot really do."""
+    console.print(
+        f"[yellow]note:[/] the embedded Gemma 3 270M base model plays {', '.join(roles)}: it cannot really "
+        "teach or judge, so expect few verified traces or unreliable verdicts. Name real models in a config "
+        "(see configs/paper-finance.yaml, or --set roles.teachers.0.model=openai/gpt-4o-mini "
+        "--set roles.teachers.0.api_key_env=OPENAI_API_KEY).",
+        highlight=False,
+    )
+
+
+def resolve_config(config: Path | None, overrides: list[str] | None,
+                   weak_roles: tuple[str, ...] = ("teacher", "judge")) -> RunConfig:
+    """Load the run config; warn when the embedded base model plays one of `weak_roles` (the roles the
+    command will use: a command that asks no teacher and no judge passes ())."""
     resolved = load_config(config, overrides or [])
-    weak = sorted({r for r in resolved.embedded_roles() if r in ("teacher", "judge")})
+    weak = sorted({r for r in resolved.embedded_roles() if r in weak_roles})
     if weak:
-        console.print(
-            f"[yellow]note:[/] the embedded Gemma 3 270M base model plays {', '.join(weak)}: it cannot really "
-            "teach or judge, so expect few verified traces. Name real teachers in a config "
-            "(see configs/paper-finance.yaml, or --set roles.teachers.0.model=openai/gpt-4o-mini "
-            "--set roles.teachers.0.api_key_env=OPENAI_API_KEY).",
-            highlight=False,
-        )
+        warn_embedded(weak)
     return resolved

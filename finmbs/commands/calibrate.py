@@ -50,7 +50,7 @@ def register(app: typer.Typer) -> None:
         from finmbs.mbs.context import Context
 
         rows = load_seeds(problems)
-        resolved = resolve_config(config, set_)
+        resolved = resolve_config(config, set_, weak_roles=("judge",))
         target = policy_endpoint(resolved, model, api_base)
         gateway = Gateway.from_config(resolved)
         ctx = Context(config=resolved, gateway=gateway)

@@ -18,16 +18,16 @@ from typer.core import TyperGroup
 
 from finmbs.commands._common import (
     ConfigOption, ExecutorOption, RayAddressOption, RayWorkersOption, SetOption, UsageError, cli_errors, console,
-    resolve_config,
+    resolve_config, warn_embedded,
 )
 from finmbs.commands.calibrate import policy_endpoint
 from finmbs.config import ConfigError, Endpoint, RunConfig
 from finmbs.evaluate import EvalError
 from finmbs.evaluate.audit import audit, audit_markdown, load_run
-from finmbs.evaluate.benchmarks import known_benchmarks, load_benchmark
+from finmbs.evaluate.benchmarks import Mode, known_benchmarks, load_benchmark
 from finmbs.evaluate.compare import compare_results, comparison_markdown
 from finmbs.evaluate.results import load_result, markdown_table
-from finmbs.evaluate.run import EvalSettings, run_eval, write_result
+from finmbs.evaluate.run import EvalSettings, refuse_overwrite, result_path, run_eval, write_result
 from finmbs.executors import make_executor
 from finmbs.llm import Gateway
 from finmbs.runs import atomic_write_json, atomic_write_text
@@ -98,6 +98,30 @@ def parse_ks(text: str | None) -> list[int] | None:
         raise UsageError(f"--k must be comma-separated integers such as 1,5, not '{text}'") from None
 
 
+def parse_limit(text: str | None) -> int | float | None:
+    """--limit 50 (a count) or --limit 0.1 (a fraction of the benchmark)."""
+    if text is None:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise UsageError(f"--limit must be a count such as 50 or a fraction such as 0.1, not '{text}'") from None
+    whole = value.is_integer() and "." not in text
+    if value <= 0 or (not whole and value > 1):
+        raise UsageError(f"--limit must be a count >= 1 or a fraction within (0, 1], not '{text}'")
+    return int(value) if whole else value
+
+
+def read_system_prompt(text: str | None) -> str | None:
+    """The system prompt as given, or read from FILE when given as @FILE."""
+    if text is None or not text.startswith("@"):
+        return text
+    path = Path(text[1:])
+    if not path.is_file():
+        raise UsageError(f"--system-prompt {text}: file not found: {path}")
+    return path.read_text(encoding="utf-8").strip()
+
+
 @eval_app.command("run")
 @eval_errors
 def eval_run(
@@ -113,10 +137,17 @@ def eval_run(
     temperature: Annotated[float | None, typer.Option(help="Sampling temperature (default: the benchmark's, 1.0).")] = None,
     max_tokens: Annotated[int | None, typer.Option(help="Max response tokens (default: the benchmark's, 8192).")] = None,
     k: Annotated[str | None, typer.Option("--k", help="pass@k to report, e.g. 1,5 (default: the benchmark's).")] = None,
-    mode: Annotated[str | None, typer.Option(help="closed-book | oracle | retrieval (default: the benchmark's).")] = None,
-    limit: Annotated[int | None, typer.Option(help="Evaluate only the first N questions.")] = None,
+    mode: Annotated[Mode | None, typer.Option(help="Where the evidence comes from (default: the benchmark's).")] = None,
+    limit: Annotated[str | None, typer.Option(
+        help="Evaluate only the first questions: a count (50) or a fraction of the benchmark (0.1).")] = None,
+    seed: Annotated[int, typer.Option(min=0, help="Sampling seed: each seed draws its own n samples per question "
+                                               "(sample indices seed*n..); the same seed replays from the cache.")] = 0,
+    system_prompt: Annotated[str | None, typer.Option(
+        help="System message before each question; @FILE reads it from a file.")] = None,
     retrieval_k: Annotated[int, typer.Option(help="Retrieval mode: passages per question.")] = 5,
-    out: Annotated[Path, typer.Option(help="Results folder, or a .json file path.")] = DEFAULT_OUT,
+    out: Annotated[Path, typer.Option("--out", "-o", help="Results folder (files named by their settings), "
+                                      "or a .json file path.")] = DEFAULT_OUT,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing result of the same name.")] = False,
     config: ConfigOption = None,
     set_: SetOption = None,
     executor: ExecutorOption = "local",
@@ -125,29 +156,34 @@ def eval_run(
 ) -> None:
     """Sample a model n times per question, grade, and report pass@k overall and per question type."""
     bench = load_benchmark(benchmark)
-    resolved = resolve_config(config, set_)
+    resolved = resolve_config(config, set_, weak_roles=())
     policy = resolve_endpoint(resolved, model, api_base, api_key_env)
     judge_endpoint = None
     if bench.domain == "finance" and (judge or "").lower() != "none":
         judge_endpoint = resolve_endpoint(resolved, judge, judge_api_base) if judge else resolved.roles.judge
+        if judge_endpoint.is_embedded:
+            warn_embedded(["judge"])
     scoring = bench.scoring
     settings = EvalSettings(
         mode=mode or bench.default_mode, n=scoring.n if n is None else n,
         temperature=scoring.temperature if temperature is None else temperature,
-        max_tokens=scoring.max_tokens if max_tokens is None else max_tokens, k=parse_ks(k) or scoring.k, limit=limit,
+        max_tokens=scoring.max_tokens if max_tokens is None else max_tokens, k=parse_ks(k) or scoring.k,
+        limit=parse_limit(limit), seed=seed, system_prompt=read_system_prompt(system_prompt),
         data=str(data) if data else None, pdf_dir=str(pdf_dir) if pdf_dir else None, retrieval_k=retrieval_k,
     )
+    target = result_path(out, bench.name, str(policy.name), settings)
+    refuse_overwrite(target, overwrite)
     runner = make_executor(executor, resolved, ray_address=ray_address, ray_workers=ray_workers)
     try:
         with question_progress(f"{bench.name} · {policy.name}") as progress:
             result = run_eval(bench, settings, resolved, policy, judge_endpoint, progress, runner)
     finally:
         runner.close()
-    json_path, md_path = write_result(result, out)
+    json_path, md_path, log_path = write_result(result, target)
     for skip in result.skipped:
         console.print(f"[yellow]skipped[/] {skip.id}: {skip.reason}", highlight=False, soft_wrap=True)
     typer.echo(markdown_table(result))
-    console.print(f"wrote {json_path} and {md_path}", highlight=False)
+    console.print(f"wrote {json_path}, {md_path} and the per-sample log {log_path}", highlight=False)
 
 
 @eval_app.command("compare")
@@ -155,7 +191,7 @@ def eval_run(
 def eval_compare(
     a: Annotated[Path, typer.Argument(help="Result JSON of the base model (A).")],
     b: Annotated[Path, typer.Argument(help="Result JSON of the trained model (B).")],
-    out: Annotated[Path | None, typer.Option(help="Also write the Markdown table to this file.")] = None,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Also write the Markdown table to this file.")] = None,
 ) -> None:
     """Two eval results side by side with deltas (B - A) and paired bootstrap CIs."""
     first, second = load_result(a), load_result(b)
@@ -190,13 +226,13 @@ def audit_command(
     pairs: Annotated[int, typer.Option(min=1, help="Seeds whose candidates get blueprint/novelty scores.")] = 100,
     problems: Annotated[int, typer.Option(min=1, help="Problems per method checked by the correctness panel.")] = 50,
     seed: Annotated[int, typer.Option(help="Sampling seed for the audited subset.")] = 0,
-    out: Annotated[Path | None, typer.Option(help="Output folder (default: RUN/audit).")] = None,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Output folder (default: RUN/audit).")] = None,
     config: ConfigOption = None,
     set_: SetOption = None,
 ) -> None:
     """The paper's data audits: blind blueprint preservation/novelty scores and a judge-panel correctness check."""
     run_config = run / "config.yaml"
-    resolved = resolve_config(config or (run_config if run_config.is_file() else None), set_)
+    resolved = resolve_config(config or (run_config if run_config.is_file() else None), set_, weak_roles=("judge",))
     panel = {resolved.roles.judge.name: resolved.roles.judge}
     for name in judge or []:
         endpoint = resolve_endpoint(resolved, name, judge_api_base)

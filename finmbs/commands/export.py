@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -9,7 +10,25 @@ import typer
 from rich.progress import track
 from rich.table import Table
 
-from finmbs.commands._common import UsageError, cli_errors, console
+from finmbs.commands._common import UsageError, cli_errors, console, fail
+from finmbs.export.splits import DEFAULT_SPLIT
+
+
+class ExportFormat(str, Enum):
+    verl = "verl"
+    trl = "trl"
+    hf = "hf"
+    jsonl = "jsonl"
+
+
+class Contamination(str, Enum):
+    drop = "drop"
+    flag = "flag"
+
+
+class NodesChoice(str, Enum):
+    roots = "roots"
+    all = "all"
 
 if TYPE_CHECKING:
     from finmbs.export import ExportReport
@@ -30,16 +49,21 @@ def report_table(report: ExportReport) -> Table:
             table.add_row(f"  overlap with {source}", str(count))
         table.add_row(f"{'dropped' if report.contamination_policy == 'drop' else 'flagged'} as contaminated",
                       str(report.dropped or report.flagged))
+    if report.not_roots and report.nodes == "roots":
+        table.add_row("left out: qualified nodes below a root (--nodes all)", str(report.not_roots))
     for name, split in report.splits.items():
-        table.add_row(f"split {name}", f"{split.rows} rows from {split.seeds} seeds")
+        table.add_row(f"split {name} (by seed lineage)", f"{split.rows} rows from {split.seeds} seeds")
     return table
 
 
-FormatOption = Annotated[str, typer.Option("--format", "-f", help="verl | hf | jsonl")]
-SplitOption = Annotated[str, typer.Option(help="Split fractions by seed lineage, e.g. train=0.95,test=0.05.")]
-OutOption = Annotated[Path | None, typer.Option(help="Output folder (default RUN/export/FORMAT); replaced whole.")]
+FormatOption = Annotated[ExportFormat, typer.Option("--format", "-f", help="Output format.")]
+SplitOption = Annotated[str, typer.Option(
+    help="Split fractions by seed lineage (every descendant of a seed lands in one split); "
+         "the default holds out 5% for validation (veRL's data.val_files).")]
+OutOption = Annotated[Path | None, typer.Option(
+    "--out", "-o", help="Output folder (default RUN/export/FORMAT); replaced whole.")]
 EvalDataOption = Annotated[list[Path] | None, typer.Option(
-    help="Eval data folder (benchmarks of eval/*.yaml inside) or JSONL file; repeatable. "
+    metavar="PATH", help="Eval data folder (benchmarks of eval/*.yaml inside) or JSONL file; repeatable. "
          "Default: $FINMBS_EVAL_DATA or ../shared/data.")]
 CoverageOption = Annotated[float, typer.Option(
     help="Share of an eval question's n-grams a problem must reproduce to count as contaminated.")]
@@ -50,31 +74,46 @@ def register(app: typer.Typer) -> None:
     @cli_errors
     def export(
         run: Annotated[Path, typer.Argument(help="Run folder, e.g. runs/NAME.")],
-        format: FormatOption = "verl",
-        split: SplitOption = "train",
+        format: FormatOption = ExportFormat.verl,
+        split: SplitOption = DEFAULT_SPLIT,
         out: OutOption = None,
-        decontaminate: Annotated[bool, typer.Option(help="Check n-gram overlap with eval sets and seeds.")] = True,
+        decontaminate: Annotated[bool, typer.Option(
+            "--decontaminate/--no-decontaminate", help="Check n-gram overlap with eval sets and seeds.")] = True,
         eval_data: EvalDataOption = None,
-        contamination: Annotated[str, typer.Option(help="drop | flag contaminated problems.")] = "drop",
+        contamination: Annotated[Contamination, typer.Option(help="What to do with contaminated problems.")] = Contamination.drop,
         ngram: Annotated[int, typer.Option(help="Word n-gram size for decontamination.")] = 13,
         min_coverage: CoverageOption = 0.5,
+        nodes: Annotated[NodesChoice, typer.Option(
+            help="Ship tree roots only, or every qualified node (runs grown with --keep all).")] = NodesChoice.roots,
+        allow_empty: Annotated[bool, typer.Option(
+            "--allow-empty", help="Write empty files instead of failing when there is nothing to export.")] = False,
+        push_to_hub: Annotated[str | None, typer.Option(
+            "--push-to-hub", metavar="REPO", help="Also upload the export to this Hugging Face dataset repo "
+            "(needs the network and HF_TOKEN).")] = None,
     ) -> None:
-        """Export a run's qualified problems for training (veRL parquet, Hugging Face dataset, or JSONL)."""
-        from finmbs.export import RunReadError, export_run
+        """Export a run's qualified problems for training (veRL or TRL parquet, Hugging Face dataset, or JSONL),
+        split train/test by seed lineage, with a dataset card (README.md)."""
+        from finmbs.export import EmptyExport, RunReadError, export_run
+        from finmbs.export.hub import HubError, push_export
 
-        if format not in ("verl", "hf", "jsonl"):
-            raise UsageError(f"--format must be verl, hf or jsonl, not {format!r}")
-        if contamination not in ("drop", "flag"):
-            raise UsageError(f"--contamination must be drop or flag, not {contamination!r}")
         try:
             report = export_run(
-                run, format, out=out, split=split, decontaminate=decontaminate, eval_data=eval_data,
-                policy=contamination, ngram=ngram, min_coverage=min_coverage,
+                run, format.value, out=out, split=split, decontaminate=decontaminate, eval_data=eval_data,
+                policy=contamination.value, ngram=ngram, min_coverage=min_coverage, allow_empty=allow_empty,
+                nodes=nodes.value,
                 track=lambda items, what: track(items, description=what, console=console, transient=True),
             )
+        except EmptyExport as exc:
+            fail(str(exc), code=1)
         except (RunReadError, ValueError, FileExistsError) as exc:
             raise UsageError(str(exc)) from None
         console.print(report_table(report))
         for warning in report.warnings:
             console.print(f"[yellow]warning:[/] {warning}", highlight=False)
         console.print(f"wrote {len(report.files)} files and export_report.json to {report.out}", highlight=False)
+        if push_to_hub:
+            try:
+                url = push_export(Path(report.out), report.format, push_to_hub)
+            except HubError as exc:
+                fail(str(exc), code=1)
+            console.print(f"pushed to {url}", highlight=False)

@@ -70,7 +70,12 @@ def register(app: typer.Typer) -> None:
         ray_address: RayAddressOption = None,
         ray_workers: RayWorkersOption = None,
     ) -> None:
-        """Grow seeds into calibrated synthetic problems; rerun the same command to resume."""
+        """Grow seeds into calibrated synthetic problems; rerun the same command to resume.
+
+        Stage parameters are the paper's symbols under stages.* (N rollouts, Nt traces, K children, Nd retries,
+        D depth, N_leaf variants, R rounds, alpha_leaf, alpha_parent, Nc combinations, Kd documents, L budget):
+        `finmbs config explain` says what each means and its value.
+        """
         from finmbs.mbs.pipeline import run_grow
 
         problems = load_seeds(seeds)

@@ -15,7 +15,7 @@ def register(app: typer.Typer) -> None:
     @cli_errors
     def report(
         run: Annotated[Path, typer.Argument(help="Run folder, e.g. runs/NAME.")],
-        out: Annotated[Path | None, typer.Option(help="HTML file to write (default RUN/report.html).")] = None,
+        out: Annotated[Path | None, typer.Option("--out", "-o", help="HTML file to write (default RUN/report.html).")] = None,
     ) -> None:
         """Write a static HTML report (metrics, band plots, yields, usage, tree browser) that opens from disk."""
         from finmbs.export import RunReadError

@@ -12,18 +12,44 @@ from finmbs.evaluate import EvalError
 from finmbs.evaluate.grading import SampleGrade
 from finmbs.evaluate.loaders import Skipped
 from finmbs.evaluate.passk import bootstrap_ci, pass_at_k
+from finmbs.llm.types import Sample
 from finmbs.records import Record, RoleUsage, first_error
 
 OVERALL = "overall"
 
 
+class SampleLog(Record):
+    """One sample in full, as logged to RESULT.samples.jsonl (like lm-evaluation-harness's --log_samples)."""
+
+    id: str
+    sample: int
+    prompt: list[dict[str, str]]
+    response: str
+    extracted: str | None
+    correct: bool
+    refusal: bool
+    decided_by: str
+    finish_reason: str
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    @classmethod
+    def of(cls, question_id: str, index: int, prompt: list[dict[str, str]], sample: Sample,
+           grade: SampleGrade) -> SampleLog:
+        return cls(id=question_id, sample=index, prompt=prompt, response=sample.text, extracted=grade.extracted,
+                   correct=grade.correct, refusal=grade.refusal, decided_by=grade.decided_by,
+                   finish_reason=sample.finish_reason, prompt_tokens=sample.prompt_tokens,
+                   completion_tokens=sample.completion_tokens)
+
+
 class QuestionResult(Record):
-    """One question's samples, graded."""
+    """One question's samples, graded (the full texts travel in `logs`, written beside the result, not in it)."""
 
     id: str
     question_type: str
     answer: str
     samples: list[SampleGrade]
+    logs: list[SampleLog] = Field(default_factory=list, exclude=True)
 
     @property
     def n(self) -> int:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import math
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -18,7 +20,7 @@ from finmbs.evaluate.benchmarks import Benchmark, Mode
 from finmbs.evaluate.contexts import Retriever, SkipItem, build_prompt, index_retriever
 from finmbs.evaluate.grading import grade_samples
 from finmbs.evaluate.loaders import EvalItem, Skipped, load_items
-from finmbs.evaluate.results import EvalResult, QuestionResult, markdown_table, metrics_by_type
+from finmbs.evaluate.results import EvalResult, QuestionResult, SampleLog, markdown_table, metrics_by_type
 from finmbs.evaluate.sampling import sample_responses
 from finmbs.executors import Executor, Tick
 from finmbs.executors.local import LocalExecutor
@@ -35,7 +37,9 @@ class EvalSettings(Record):
     temperature: float = Field(ge=0)
     max_tokens: int = Field(ge=1)
     k: list[int]
-    limit: int | None = Field(None, ge=1)
+    limit: int | float | None = Field(None, gt=0)
+    seed: int = Field(0, ge=0)
+    system_prompt: str | None = None
     data: str | None = None
     pdf_dir: str | None = None
     retrieval_k: int = Field(5, ge=1)
@@ -46,6 +50,8 @@ def check_settings(bench: Benchmark, settings: EvalSettings) -> None:
     """Reject a mode the benchmark lacks and any k above n, before a single call is made."""
     if settings.mode not in bench.modes:
         raise EvalError(f"benchmark {bench.name} has modes {', '.join(bench.modes)}, not '{settings.mode}'")
+    if isinstance(settings.limit, float) and settings.limit > 1:
+        raise EvalError(f"--limit {settings.limit}: a fraction must be within (0, 1], a count a whole number")
     too_big = [k for k in settings.k if not 1 <= k <= settings.n]
     if too_big:
         raise EvalError(f"pass@k needs 1 <= k <= n: k={too_big} with n={settings.n} samples per question")
@@ -59,11 +65,30 @@ async def evaluate_item(
     prompt = build_prompt(
         bench, item, settings.mode, pdf_dir=Path(settings.pdf_dir) if settings.pdf_dir else None, retriever=retriever
     )
+    messages = chat_messages(prompt, settings.system_prompt)
     samples = await sample_responses(
-        gateway, policy, prompt, n=settings.n, temperature=settings.temperature, max_tokens=settings.max_tokens
+        gateway, policy, messages, n=settings.n, temperature=settings.temperature, max_tokens=settings.max_tokens,
+        first_index=settings.seed * settings.n,
     )
     grades = await grade_samples(item, samples, gateway, judge)
-    return QuestionResult(id=item.id, question_type=item.question_type, answer=item.answer, samples=grades)
+    logs = [SampleLog.of(item.id, index, messages, sample, grade)
+            for index, (sample, grade) in enumerate(zip(samples, grades))]
+    return QuestionResult(id=item.id, question_type=item.question_type, answer=item.answer, samples=grades, logs=logs)
+
+
+def chat_messages(prompt: str, system_prompt: str | None) -> list[dict[str, str]]:
+    """The user prompt, after the system prompt when one is given."""
+    system = [{"role": "system", "content": system_prompt}] if system_prompt else []
+    return [*system, {"role": "user", "content": prompt}]
+
+
+def limit_count(limit: int | float | None, total: int) -> int:
+    """How many questions `--limit` keeps: a count, or a fraction of the total (rounded up)."""
+    if limit is None:
+        return total
+    if isinstance(limit, float):
+        return min(total, math.ceil(limit * total))
+    return min(total, limit)
 
 
 async def evaluate_work(
@@ -115,7 +140,7 @@ def run_eval(
     if settings.mode == "retrieval" and executor is not None and not executor.in_process:
         raise EvalError("retrieval mode reads the index in this process: run it with --executor local")
     items, skipped = load_items(bench, Path(settings.data) if settings.data else None)
-    items = items[: settings.limit] if settings.limit else items
+    items = items[: limit_count(settings.limit, len(items))]
     retrieval = index_retriever(config.index, settings.retrieval_k) if settings.mode == "retrieval" else nullcontext()
     own = executor is None
     executor = executor or LocalExecutor(Gateway.from_config(config), own_gateway=True)
@@ -141,17 +166,43 @@ def run_eval(
     )
 
 
-def result_path(out: Path, result: EvalResult) -> Path:
-    """`out` itself when it names a .json file, else OUT/BENCH-MODE-MODEL.json."""
+def settings_stem(benchmark: str, model_name: str, settings: EvalSettings) -> str:
+    """BENCH-MODE-MODEL-nN-tT-LMAX[-limitX][-seedS][-sysHASH]: results of other settings never share a name."""
+    parts = [benchmark, settings.mode, safe_name(model_name), f"n{settings.n}", f"t{settings.temperature:g}",
+             f"L{settings.max_tokens}"]
+    if settings.limit is not None:
+        parts.append(f"limit{settings.limit:g}")
+    if settings.seed:
+        parts.append(f"seed{settings.seed}")
+    if settings.system_prompt:
+        parts.append("sys" + hashlib.sha256(settings.system_prompt.encode("utf-8")).hexdigest()[:8])
+    return "-".join(parts)
+
+
+def result_path(out: Path, benchmark: str, model_name: str, settings: EvalSettings) -> Path:
+    """`out` itself when it names a .json file, else OUT/<settings_stem>.json."""
     if out.suffix == ".json":
         return out
-    return out / f"{result.benchmark}-{result.mode}-{safe_name(str(result.model['name']))}.json"
+    return out / f"{settings_stem(benchmark, model_name, settings)}.json"
 
 
-def write_result(result: EvalResult, out: Path) -> tuple[Path, Path]:
-    """The result as JSON and as a Markdown table beside it (both atomic)."""
-    json_path = result_path(out, result)
+def result_files(json_path: Path) -> tuple[Path, Path, Path]:
+    """The result JSON, its Markdown table and its per-sample log (JSONL) side by side."""
+    return json_path, json_path.with_suffix(".md"), json_path.with_suffix(".samples.jsonl")
+
+
+def refuse_overwrite(json_path: Path, overwrite: bool) -> None:
+    """Stop before any model call when a result of these settings exists and --overwrite was not given."""
+    existing = [path for path in result_files(json_path) if path.exists()]
+    if existing and not overwrite:
+        raise EvalError(f"{existing[0]} exists: results are never replaced silently; pass --overwrite to "
+                        "replace it (finished samples come from the cache), or choose another --out")
+
+
+def write_result(result: EvalResult, json_path: Path) -> tuple[Path, Path, Path]:
+    """The result as JSON, a Markdown table and the per-sample JSONL log beside it (all atomic)."""
+    json_path, md_path, log_path = result_files(json_path)
     atomic_write_json(json_path, result)
-    md_path = json_path.with_suffix(".md")
     atomic_write_text(md_path, markdown_table(result))
-    return json_path, md_path
+    atomic_write_text(log_path, "".join(log.model_dump_json() + "\n" for q in result.questions for log in q.logs))
+    return json_path, md_path, log_path

@@ -11,18 +11,24 @@ from typing import Literal, TypeVar
 
 from pydantic import BaseModel, Field
 
-from finmbs.export import hf, jsonl, verl
+from finmbs.export import hf, jsonl, trl, verl
+from finmbs.export.card import CARD, dataset_card
 from finmbs.export.decontaminate import Contamination, Decontaminator, load_eval_sets
 from finmbs.export.files import MARKER, replacing_dir
 from finmbs.export.load import RunReadError, load_run
 from finmbs.export.rows import rows_table, training_row
-from finmbs.export.splits import assign_splits, parse_splits
+from finmbs.export.splits import DEFAULT_SPLIT, assign_splits, parse_splits
 from finmbs.records import Problem
 from finmbs.runs import QUALIFIED
 
-Format = Literal["verl", "hf", "jsonl"]
+Format = Literal["verl", "trl", "hf", "jsonl"]
 Policy = Literal["drop", "flag"]
-WRITERS = {"verl": verl.write, "hf": hf.write, "jsonl": jsonl.write}
+Nodes = Literal["roots", "all"]
+WRITERS = {"verl": verl.write, "trl": trl.write, "hf": hf.write, "jsonl": jsonl.write}
+
+
+class EmptyExport(ValueError):
+    """Nothing to export (no qualified problem, or every one dropped); allowed only with allow_empty."""
 T = TypeVar("T")
 Track = Callable[[Sequence[T], str], Iterable[T]]
 
@@ -37,7 +43,11 @@ class ExportReport(BaseModel):
     """What an export wrote and what decontamination removed; saved as export_report.json next to the data."""
 
     run: str
+    run_name: str = ""
     format: Format
+    split_spec: str = DEFAULT_SPLIT
+    nodes: Nodes = "roots"
+    not_roots: int = 0
     out: str
     problems: int
     by_domain: dict[str, int]
@@ -69,33 +79,43 @@ def export_run(
     run_dir: str | Path,
     fmt: Format = "verl",
     out: str | Path | None = None,
-    split: str = "train",
+    split: str = DEFAULT_SPLIT,
     decontaminate: bool = True,
     eval_data: Sequence[str | Path] | None = None,
     policy: Policy = "drop",
     ngram: int = 13,
     min_coverage: float = 0.5,
     track: Track = _no_progress,
+    allow_empty: bool = False,
+    nodes: Nodes = "roots",
 ) -> ExportReport:
-    """Export a run's qualified problems; the output folder is replaced atomically."""
+    """Export a run's qualified problems, split by seed lineage, with a dataset card; the output folder is
+    replaced atomically. No problem to export raises EmptyExport (nothing written) unless `allow_empty`."""
     if fmt not in WRITERS:
         raise ValueError(f"unknown format {fmt!r}; choose one of {', '.join(WRITERS)}")
     fractions = parse_splits(split)
     run = load_run(run_dir)
     out = Path(out) if out is not None else run.root / "export" / fmt
+    candidates = [p for p in run.qualified if nodes == "all" or is_root(p)]
     report = ExportReport(
-        run=str(run.root), format=fmt, out=str(out), problems=len(run.qualified),
-        by_domain=dict(Counter(p.domain for p in run.qualified)), decontaminated=decontaminate,
+        run=str(run.root), run_name=run.name, format=fmt, out=str(out), split_spec=split, nodes=nodes,
+        not_roots=len(run.qualified) - len(candidates), problems=len(run.qualified),
+        by_domain=dict(Counter(p.domain for p in candidates)), decontaminated=decontaminate,
         contamination_policy=policy, ngram=ngram, min_coverage=min_coverage,
     )
-    if not run.qualified:
-        report.warnings.append(f"no qualified problems in {run.root / QUALIFIED}")
-    hits = _decontaminate(run.qualified, run.seeds, eval_data, report, track) if decontaminate else {}
-    kept = [p for p in run.qualified if not (policy == "drop" and p.id in hits)]
-    report.dropped = len(run.qualified) - len(kept)
+    if not candidates:
+        _empty(report, allow_empty, f"no qualified problems in {run.root / QUALIFIED}"
+               + (f" ({report.not_roots} non-root nodes left out; --nodes all ships them)" if report.not_roots else ""))
+    hits = _decontaminate(candidates, run.seeds, eval_data, report, track) if decontaminate else {}
+    kept = [p for p in candidates if not (policy == "drop" and p.id in hits)]
+    report.dropped = len(candidates) - len(kept)
+    if candidates and not kept:
+        _empty(report, allow_empty, f"all {len(candidates)} qualified problems were dropped as contaminated "
+               "(see --contamination flag)")
     report.flagged = len(hits) if policy == "flag" else 0
     tables = {}
-    for name, problems in assign_splits(kept, fractions).items():
+    splits = assign_splits(kept, fractions)
+    for name, problems in splits.items():
         rows = []
         for index, problem in enumerate(problems):
             hit = hits.get(problem.id)
@@ -115,8 +135,22 @@ def export_run(
         report.files = [str(out / f.relative_to(staging)) for f in files]
         with (staging / "contamination.jsonl").open("w", encoding="utf-8") as handle:
             handle.writelines(hit.model_dump_json() + "\n" for hit in hits.values())
+        (staging / CARD).write_text(dataset_card(run, report, splits), encoding="utf-8")
+        report.files.append(str(out / CARD))
         (staging / MARKER).write_text(json.dumps(report.model_dump(), indent=2) + "\n", encoding="utf-8")
     return report
+
+
+def is_root(problem: Problem) -> bool:
+    """A problem that is a tree's root (or carries no `kind` at all: runs that keep only roots)."""
+    kind = getattr(problem, "kind", None) or problem.meta.get("kind")
+    return kind in (None, "root")
+
+
+def _empty(report: ExportReport, allow_empty: bool, reason: str) -> None:
+    if not allow_empty:
+        raise EmptyExport(f"nothing to export: {reason}; nothing was written (--allow-empty writes empty files)")
+    report.warnings.append(f"empty export: {reason}")
 
 
 def _decontaminate(

@@ -1,4 +1,8 @@
-"""Train/test splits by seed lineage: all descendants of one seed land in the same split (no leakage)."""
+"""Train/test splits by seed lineage: all descendants of one seed land in the same split (no leakage).
+
+The default holds out 5% (`train=0.95,test=0.05`) so a trainer has validation files; every split with a
+positive fraction gets at least one seed group when the run has enough seeds.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ from collections import defaultdict
 from finmbs.records import Problem
 
 _NAME = re.compile(r"^[A-Za-z0-9_-]+$")
+DEFAULT_SPLIT = "train=0.95,test=0.05"  # a held-out split by seed lineage, for a trainer's validation files
 
 
 def parse_splits(spec: str) -> dict[str, float]:
@@ -50,7 +55,19 @@ def assign_splits(problems: list[Problem], fractions: dict[str, float]) -> dict[
             if middle < edge:
                 break
         before += len(groups[group])
+    _fill_empty_splits(chosen, groups, fractions)
     result: dict[str, list[Problem]] = {name: [] for name in fractions}
     for problem in problems:
         result[chosen[problem.provenance.seed_id or problem.id]].append(problem)
     return result
+
+
+def _fill_empty_splits(chosen: dict[str, str], groups: dict[str, list[Problem]], fractions: dict[str, float]) -> None:
+    """A split with a positive fraction that got no seed group takes the smallest group of the split with the
+    most groups (while that one keeps at least one): a small run still gets a validation file with rows."""
+    for name, fraction in fractions.items():
+        members = {split: [g for g, s in chosen.items() if s == split] for split in fractions}
+        donor = max(members, key=lambda split: len(members[split]))
+        if fraction > 0 and not members[name] and len(members[donor]) > 1:
+            smallest = min(members[donor], key=lambda g: (len(groups[g]), _order(g)))
+            chosen[smallest] = name

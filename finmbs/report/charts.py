@@ -34,6 +34,12 @@ class Chart:
     labels: list[tuple[float, str]] = field(default_factory=list)
     legend: list[tuple[str, str]] = field(default_factory=list)
     x_title: str = ""
+    note: str = ""
+
+    @property
+    def empty(self) -> bool:
+        """No bar above zero: the template says "no data" instead of drawing an empty chart."""
+        return not any(bar.count for bar in self.bars)
 
 
 def nice_step(top: int, most: int = 5) -> int:
@@ -64,7 +70,9 @@ def bar_chart(title: str, groups: list[tuple[str, list[tuple[str, int]]]], x_tit
                 x=start + position * bar_width, y=bottom - count * scale, width=bar_width - 2,
                 height=count * scale, count=count, series=series, group=group, color=COLORS.get(series, "#2c7fb8"),
             ))
-        chart.labels.append((left + index * slot + slot / 2, group))
+        every = max(1, math.ceil(len(groups) / 24))  # at most ~24 x labels, always the first and the last
+        if index % every == 0 or index == len(groups) - 1:
+            chart.labels.append((left + index * slot + slot / 2, group))
     series_seen = dict.fromkeys(series for _, bars in groups for series, _ in bars)
     chart.legend = [(series, COLORS.get(series, "#2c7fb8")) for series in series_seen]
     return chart

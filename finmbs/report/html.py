@@ -8,31 +8,32 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoes
 
 from finmbs.export.load import load_run
 from finmbs.report.charts import Chart, bar_chart
-from finmbs.report.view import BANDS, ReportView, build_view
+from finmbs.report.assets import assets
+from finmbs.report.view import BANDS, ReportView, band_of, build_view
 from finmbs.runs import atomic_write_text
 
 TEMPLATES = Path(__file__).parent / "templates"
 
 
 def charts(view: ReportView) -> list[Chart]:
-    """The band histogram (seeds vs synthetic) and the distribution of target pass counts k/N."""
+    """The band histogram (seeds vs synthetic) and the histogram of target pass counts k over 0..N."""
     band_chart = bar_chart(
         "Target-policy bands", [(group, [(band, view.bands[group][band]) for band in BANDS])
                                 for group in ("seeds", "synthetic")], x_title="problems")
-    result = [band_chart]
-    if view.pass_rates:
-        result.append(bar_chart(
-            "Synthetic candidates by target pass count k of N",
-            [(str(k), [(band, count) for band, count in by_band.items() if count] or [("hard", 0)])
-             for k, by_band in view.pass_rates.items()], x_title="correct rollouts k"))
-    return result
+    k_chart = bar_chart(
+        f"Synthetic candidates by target pass count k of N = {view.rollouts}",
+        [(str(k), [(band_of(k, view.rollouts), sum(by_band.values()))]) for k, by_band in view.pass_rates.items()],
+        x_title="correct rollouts k", width=max(460, min(1100, 60 + 26 * len(view.pass_rates))))
+    if view.other_n:
+        k_chart.note = f"{view.other_n} candidate(s) evaluated with another number of rollouts are not drawn."
+    return [band_chart, k_chart]
 
 
 def render_report(run_dir: str | Path) -> str:
     view = build_view(load_run(run_dir))
     env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=select_autoescape(["html", "j2"]),
                       undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-    return env.get_template("report.html.j2").render(view=view, charts=charts(view), bands=BANDS)
+    return env.get_template("report.html.j2").render(view=view, charts=charts(view), bands=BANDS, assets=assets())
 
 
 def write_report(run_dir: str | Path, out: str | Path | None = None) -> Path:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +33,7 @@ class SeedView:
     qualified: int
     candidates: int
     loose_rejections: list[tuple[Problem, str, str]]
+    failed_outputs: list[str] = field(default_factory=list)
 
     @property
     def dropped(self) -> str | None:
@@ -39,16 +41,50 @@ class SeedView:
 
 
 @dataclass
+class FunnelStep:
+    """One row of the funnel: a count, its rate against the step it is drawn from, and its bar width (%)."""
+
+    key: str
+    label: str
+    count: int
+    rate: str
+    width: float
+
+
+@dataclass
+class ReasonCount:
+    """A rejection reason as a short code, how often it occurred, and one full reason as an example."""
+
+    stage: str
+    code: str
+    count: int
+    example: str
+
+
+@dataclass
+class MetricTable:
+    """A dict-valued field of metrics.json drawn as a table (e.g. time and tokens per stage)."""
+
+    key: str
+    title: str
+    columns: list[str]
+    rows: list[tuple[str, list[str]]]
+
+
+@dataclass
 class ReportView:
     name: str
     domain: str
     metrics: list[tuple[str, str, str]]
-    funnel: list[tuple[str, int, str]]
+    funnel: list[FunnelStep]
     bands: dict[str, dict[str, int]]
     unknown_band: dict[str, int]
     pass_rates: dict[int, dict[str, int]]
-    stages: list[tuple[str, int, list[tuple[str, int]]]]
+    rollouts: int
+    other_n: int
+    stages: list[tuple[str, int, list[ReasonCount]]]
     usage: list[tuple[str, RoleUsage]]
+    tables: list[MetricTable]
     seeds: list[SeedView]
     status: dict[str, Status]
 
@@ -57,8 +93,33 @@ def _pct(part: float, whole: float) -> str:
     return f"{100 * part / whole:.1f}%" if whole else "-"
 
 
+KNOWN_METRICS = {
+    "method", "usage", "seeds_in", "seeds_with_trace", "decompositions_effective", "decompositions_attempted",
+    "descendants", "goldilocks", "goldilocks_rate", "qualified", "qualified_rate", "seeds_converted",
+    "seed_conversion", "cache_hits", "wall_time_s",
+}
+
+
+def label_of(key: str) -> str:
+    return key.replace("_", " ")
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _format(value: float) -> str:
+    return f"{value:,}" if isinstance(value, int) else f"{value:,.3f}".rstrip("0").rstrip(".")
+
+
+def extra_metrics(m: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """Numeric fields of metrics.json the report has no special row for (added by newer stages), as they are."""
+    return [(key, label_of(key), _format(value)) for key, value in m.items()
+            if key not in KNOWN_METRICS and _number(value)]
+
+
 def metrics_rows(m: dict[str, Any]) -> list[tuple[str, str, str]]:
-    """(key, label, value) rows of the paper's run metrics."""
+    """(key, label, value) rows of the paper's run metrics, then any other numeric field of metrics.json."""
     if not m:
         return []
     get = lambda key: m.get(key, 0) or 0  # noqa: E731
@@ -73,23 +134,80 @@ def metrics_rows(m: dict[str, Any]) -> list[tuple[str, str, str]]:
         ("seed_conversion", "seed conversion", f"{get('seeds_converted')} ({get('seed_conversion') * 100:.1f}%)"),
         ("cache_hits", "cache hits", str(get("cache_hits"))),
         ("wall_time_s", "wall time", f"{get('wall_time_s'):.1f} s"),
+        *extra_metrics(m),
     ]
 
 
-def funnel_rows(m: dict[str, Any]) -> list[tuple[str, int, str]]:
-    """Yield per stage: (stage, count, rate against the stage it is drawn from)."""
+# (key, label, the key it is a share of); seeds first, then candidates, as the paper's table 8 reads.
+FUNNEL = [
+    ("seeds_in", "seeds in", None),
+    ("seeds_with_trace", "seeds with a verified trace", "seeds_in"),
+    ("seeds_converted", "seeds converted (a qualified descendant)", "seeds_in"),
+    ("decompositions_attempted", "decompositions attempted", None),
+    ("decompositions_effective", "effective decompositions", "decompositions_attempted"),
+    ("descendants", "synthetic candidates", None),
+    ("goldilocks", "Goldilocks", "descendants"),
+    ("qualified", "qualified (Goldilocks and in budget)", "descendants"),
+]
+
+
+BASES = {"seeds_in": "seeds", "decompositions_attempted": "attempted", "descendants": "candidates"}
+_NOT_A_COUNT = re.compile(r"token|cost|usd|time|rate|_s$|bytes")  # numbers that are no step of the funnel
+
+
+def funnel_rows(m: dict[str, Any]) -> list[FunnelStep]:
+    """From seeds to qualified: each count, its share of the step it is drawn from, and a bar scaled to that
+    step; other numeric counts of metrics.json follow, scaled to the seeds (seeds_*) or the candidates."""
     get = lambda key: m.get(key, 0) or 0  # noqa: E731
-    seeds, candidates = get("seeds_in"), get("descendants")
-    return [
-        ("seeds in", seeds, ""),
-        ("seeds with a verified trace", get("seeds_with_trace"), f"{_pct(get('seeds_with_trace'), seeds)} of seeds"),
-        ("effective decompositions", get("decompositions_effective"),
-         f"{_pct(get('decompositions_effective'), get('decompositions_attempted'))} of attempted"),
-        ("synthetic candidates", candidates, ""),
-        ("Goldilocks", get("goldilocks"), f"{_pct(get('goldilocks'), candidates)} of candidates"),
-        ("qualified", get("qualified"), f"{_pct(get('qualified'), candidates)} of candidates"),
-        ("seeds converted", get("seeds_converted"), f"{_pct(get('seeds_converted'), seeds)} of seeds"),
-    ]
+    steps = []
+    for key, label, base in FUNNEL:
+        whole = get(base) if base else get(key)
+        steps.append(FunnelStep(key, label, get(key), f"{_pct(get(key), get(base))} of {BASES[base]}" if base else "",
+                                100.0 * get(key) / whole if whole else 0.0))
+    for key, label, value in extra_metrics(m):
+        if isinstance(m[key], int) and not _NOT_A_COUNT.search(key):
+            base = "seeds_in" if key.startswith("seeds_") else "descendants"
+            steps.append(FunnelStep(key, label, m[key], f"{_pct(m[key], get(base))} of {BASES[base]}",
+                                    min(100.0, 100.0 * m[key] / get(base)) if get(base) else 0.0))
+    return steps
+
+
+def metric_tables(m: dict[str, Any]) -> list[MetricTable]:
+    """Dict-valued fields of metrics.json other than usage (per-stage time and tokens, counts by reason...)."""
+    tables = []
+    for key, value in m.items():
+        if key == "usage" or not isinstance(value, dict) or not value:
+            continue
+        if all(isinstance(v, dict) for v in value.values()):
+            columns = list(dict.fromkeys(c for v in value.values() for c, x in v.items() if _number(x)))
+            rows = [(name, [_format(v[c]) if _number(v.get(c)) else "" for c in columns]) for name, v in value.items()]
+        else:
+            columns = ["value"]
+            rows = [(name, [_format(v) if _number(v) else str(v)]) for name, v in value.items()]
+        tables.append(MetricTable(key=key, title=label_of(key), columns=columns, rows=rows))
+    return tables
+
+
+_CUT = re.compile(r"[:(;\d\[]| (?:for|in|after|with|when|on|at|from|than)\b|[<>=]")
+
+
+def reason_code(reason: str) -> str:
+    """A short code for a reason: its leading words before any number, colon or detail, as a slug
+    ("too easy: weakest student ... 0.875 > alpha 0.8" -> too-easy; "stale (8/8 correct ...)" -> stale)."""
+    head = _CUT.split(reason.strip(), maxsplit=1)[0]
+    words = re.findall(r"[A-Za-z_][A-Za-z_-]*", head.lower())[:5]
+    return "-".join(words) or "other"
+
+
+def reason_counts(reasons: Counter[str], stage: str) -> list[ReasonCount]:
+    """The reasons of one stage grouped by code, most frequent first, each with one full example."""
+    counts: Counter[str] = Counter()
+    example: dict[str, str] = {}
+    for reason, count in reasons.items():
+        code = reason_code(reason)
+        counts[code] += count
+        example.setdefault(code, reason)
+    return [ReasonCount(stage, code, count, example[code]) for code, count in counts.most_common()]
 
 
 def _synthetic_nodes(trees: SeedTrees) -> list[TreeNode]:
@@ -139,8 +257,24 @@ def target_reports(run: Run) -> dict[str, dict[str, DifficultyReport]]:
     return {"seeds": seeds, "synthetic": synthetic}
 
 
+def failed_outputs(run: Run, seed_id: str) -> list[str]:
+    """What the teachers answered for a seed no teacher verified: full outputs when the rejection carries
+    them (data["attempts"]), else the answers listed in its reason."""
+    outputs = []
+    for rejection in run.rejected:
+        if rejection.problem.id != seed_id or rejection.stage != "traces":
+            continue
+        attempts = rejection.data.get("attempts")
+        if isinstance(attempts, list) and attempts:
+            outputs += [a.get("text") or str(a) if isinstance(a, dict) else str(a) for a in attempts]
+        elif "answers:" in rejection.reason:
+            outputs += [a.strip() for a in rejection.reason.split("answers:", 1)[1].split(", ") if a.strip()]
+    return outputs
+
+
 def seed_views(run: Run) -> list[SeedView]:
-    """Per seed: its trees, qualified and candidate counts, and rejections that sit in no tree."""
+    """Per seed: its trees, qualified and candidate counts, rejections that sit in no tree, and, for a dropped
+    seed, what its teachers answered."""
     in_trees = {n.problem.id for t in run.trees.values() for n in _synthetic_nodes(t)}
     views = []
     for seed in run.seeds or [t.seed for t in run.trees.values()]:
@@ -148,28 +282,43 @@ def seed_views(run: Run) -> list[SeedView]:
         loose = [(r.problem, r.stage, r.reason) for r in run.rejected
                  if r.problem.provenance.seed_id == seed.id and r.problem.id not in in_trees | {seed.id}]
         views.append(SeedView(
-            seed=seed, trees=trees, loose_rejections=loose,
+            seed=seed, trees=trees, loose_rejections=loose, failed_outputs=failed_outputs(run, seed.id),
             candidates=len({n.problem.id for n in _synthetic_nodes(trees)}) if trees else 0,
             qualified=sum(1 for p in run.qualified if p.provenance.seed_id == seed.id),
         ))
     return views
 
 
+def rollouts_per_problem(run: Run, reports: list[DifficultyReport]) -> int:
+    """N of the run (stages.N of its config), else the most common n of its target reports."""
+    configured = (run.config.get("stages") or {}).get("N") if isinstance(run.config, dict) else None
+    if isinstance(configured, int) and configured > 0:
+        return configured
+    return Counter(r.n for r in reports).most_common(1)[0][0] if reports else 0
+
+
+def band_of(k: int, n: int) -> str:
+    return "hard" if k == 0 else "stale" if k == n else "goldilocks"
+
+
 def build_view(run: Run) -> ReportView:
     """Everything the template draws; each problem is counted once, by id."""
     status, reasons = node_status(run)
     reports = target_reports(run)
-    pass_rates: dict[int, dict[str, int]] = defaultdict(lambda: dict.fromkeys(BANDS, 0))
-    for found in reports["synthetic"].values():
-        pass_rates[found.k][found.band] += 1
+    synthetic = list(reports["synthetic"].values())
+    n = rollouts_per_problem(run, synthetic)
+    pass_rates = {k: dict.fromkeys(BANDS, 0) for k in range(n + 1)}
+    for found in synthetic:
+        if found.n == n:
+            pass_rates[found.k][found.band] += 1
     return ReportView(
         name=run.name, domain=str(run.config.get("domain", "")), metrics=metrics_rows(run.metrics),
         funnel=funnel_rows(run.metrics) if run.metrics else [],
         bands={group: {band: sum(r.band == band for r in found.values()) for band in BANDS}
                for group, found in reports.items()},
         unknown_band={"seeds": len(run.seeds) - len(reports["seeds"])},
-        pass_rates=dict(sorted(pass_rates.items())),
-        stages=[(stage, sum(c.values()), c.most_common(5)) for stage, c in sorted(reasons.items())],
+        pass_rates=pass_rates, rollouts=n, other_n=sum(r.n != n for r in synthetic),
+        stages=[(stage, sum(c.values()), reason_counts(c, stage)) for stage, c in sorted(reasons.items())],
         usage=[(role, RoleUsage.model_validate(u)) for role, u in sorted(run.metrics.get("usage", {}).items())],
-        seeds=seed_views(run), status=status,
+        tables=metric_tables(run.metrics), seeds=seed_views(run), status=status,
     )
