@@ -24,6 +24,7 @@ class QuestionResult(Record):
     question_type: str
     answer: str
     samples: list[SampleGrade]
+    evidence_retrieved: bool | None = None  # retrieval mode: a retrieved passage lies on an evidence page
 
     @property
     def n(self) -> int:

@@ -63,7 +63,8 @@ async def evaluate_item(
         gateway, policy, prompt, n=settings.n, temperature=settings.temperature, max_tokens=settings.max_tokens
     )
     grades = await grade_samples(item, samples, gateway, judge)
-    return QuestionResult(id=item.id, question_type=item.question_type, answer=item.answer, samples=grades)
+    found = retriever.found_evidence(item) if hasattr(retriever, "found_evidence") else None
+    return QuestionResult(id=item.id, question_type=item.question_type, answer=item.answer, samples=grades, evidence_retrieved=found)
 
 
 async def evaluate_work(
