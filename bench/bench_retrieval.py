@@ -1,6 +1,7 @@
 """Retrieval quality on FinanceBench, and the embedded-engine choice (Qdrant Edge vs qdrant-client local).
 
     nice python3 bench/bench_retrieval.py quality [--max-docs N] [--index-path DIR] [--workers W]
+    nice python3 bench/bench_retrieval.py agreements [--index-path DIR]
     nice python3 bench/bench_retrieval.py engines [--points 100000]
 
 `quality`: ingest the N smallest FinanceBench PDFs that questions use (0: all) into one finmbs index and,
@@ -11,6 +12,8 @@ text? Search modes: dense (dense vectors only, pages may repeat), hybrid (dense 
 one hit per page), hybrid+metadata (the default: company/year the question names filter first), and
 LlamaIndex (dense top-k on its own index); overall and per question type. Ingests are kept (finmbs
 skips unchanged files; finished timings are kept in DIR.json), so a killed run resumes.
+`agreements`: ingest the 34 shared credit agreements (timed, in its own process), then clause queries
+(a defined term, a section, a figure) with the rank of the right chunk, hybrid vs dense.
 `engines`: the same random vectors and payloads in both embedded engines behind the `Store`
 interface; p50/p95 latency of a top-10 search with a payload filter, and the ratio.
 """
@@ -95,6 +98,35 @@ def quality(args: argparse.Namespace) -> None:
         print(f"  {group:28s} {n:4d} {cells}")
 
 
+AGREEMENTS = DATA.parent / "credit_agreements" / "docs"
+CLAUSES = [  # (query, what the right chunk is, test on the chunk)
+    ("Total Leverage Ratio", "Duck Creek definition", lambda c: c.doc_id.startswith("duck_creek") and c.term == "Total Leverage Ratio"),
+    ("Consolidated Interest Coverage Ratio", "Host Hotels definition",
+     lambda c: c.doc_id.startswith("host_hotels") and c.term == "Consolidated Interest Coverage Ratio"),
+    ("Restricted Payments", "a definition of the term", lambda c: c.kind == "definition" and (c.term or "").startswith("Restricted Payment")),
+    ("AT&T Capital fixed charge coverage ratio covenant", "AT&T Capital Section 5.03",
+     lambda c: c.doc_id.startswith("att_capital") and "5.03" in c.section_path),
+    ("Kimco term loan Maturity Date", "Kimco 2024 term loan definition", lambda c: c.doc_id.startswith("kimco_2024_term") and c.term == "Maturity Date"),
+    ("Amazon term loan $1,000,000,000", "an Amazon chunk with the figure", lambda c: c.doc_id.startswith("amazon") and "1,000,000,000" in c.text),
+]
+
+
+def agreements(args: argparse.Namespace) -> None:
+    files = sorted(AGREEMENTS.glob("*.*"))
+    mb = sum(f.stat().st_size for f in files) / 2**20
+    r = resumable(Path(f"{args.index_path}.json"), f"{len(files)} agreements", lambda: measure("finmbs", files, args.index_path, args.workers))
+    print(f"credit agreements: {r['documents']} documents ({mb:.1f} MiB) in {r['seconds']:.0f} s: {r['chunks']} chunks "
+          f"({r['over_window']} over MiniLM's window), {r['definitions']} definitions, {r['tables']} tables; peak RSS {r['peak_rss_mb']:.0f} MiB")
+    with open_index(IndexSettings(path=args.index_path)) as index:
+        print(f"  {'query':52s} {'right chunk':34s} {'hybrid':>7s} {'dense':>7s}")
+        for query, label, right in CLAUSES:
+            ranks = []
+            for hybrid in (True, False):
+                hits = index.search(query, 20, hybrid=hybrid, metadata=hybrid, per_page=0)
+                ranks.append(next((str(i) for i, h in enumerate(hits, 1) if right(h.chunk)), ">20"))
+            print(f"  {query:52s} {label:34s} {ranks[0]:>7s} {ranks[1]:>7s}")
+
+
 def _latency(store, name: str, vectors: list[list[float]], where: Where) -> list[float]:
     times = []
     for vector in vectors:
@@ -105,14 +137,13 @@ def _latency(store, name: str, vectors: list[list[float]], where: Where) -> list
 
 
 def engines(args: argparse.Namespace) -> None:
-    rng = random.Random(0)
+    import numpy as np
+
+    rng = np.random.default_rng(0)
     dim = 384
-
-    def vec() -> list[float]:
-        return [rng.gauss(0, 1) for _ in range(dim)]
-
-    points = [(point_id(str(i)), vec(), None, {"doc_id": f"doc{i % 200}", "source_path": "x", "company_key": f"c{i % 30}"}) for i in range(args.points)]
-    queries = [vec() for _ in range(args.queries)]
+    vectors = rng.standard_normal((args.points, dim), dtype=np.float32).tolist()
+    points = [(point_id(str(i)), vectors[i], None, {"doc_id": f"doc{i % 200}", "source_path": "x", "company_key": f"c{i % 30}"}) for i in range(args.points)]
+    queries = rng.standard_normal((args.queries, dim), dtype=np.float32).tolist()
     filters = {"exclude 29 docs": Where(must_not={"doc_id": [f"doc{i}" for i in range(0, 200, 7)]}),
                "company = c7": Where(must={"company_key": "c7"})}
     engines_ = {"qdrant-edge": lambda tmp: EdgeStore(Path(tmp) / "edge"), "qdrant-client local": lambda tmp: ClientStore(path=str(Path(tmp) / "local"))}
@@ -144,12 +175,15 @@ def main() -> None:
     q.add_argument("--max-docs", type=int, default=0, help="only the N smallest PDFs that questions use (0: all)")
     q.add_argument("--index-path", default=".finmbs/bench-financebench")
     q.add_argument("--workers", type=int, default=None, help="finmbs parser processes (default: the cores)")
+    a = sub.add_parser("agreements")
+    a.add_argument("--index-path", default=".finmbs/bench-agreements")
+    a.add_argument("--workers", type=int, default=None)
     e = sub.add_parser("engines")
     e.add_argument("--points", type=int, default=100000)
     e.add_argument("--engines", default="qdrant-edge", help="comma-separated: qdrant-edge, qdrant-client local")
     e.add_argument("--queries", type=int, default=50)
     args = parser.parse_args()
-    {"quality": quality, "engines": engines}[args.cmd](args)
+    {"quality": quality, "agreements": agreements, "engines": engines}[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 import zipfile
 from pathlib import Path
 
@@ -178,6 +179,25 @@ def crash_on_poison(path: Path, settings: IndexSettings):
     from finmbs.ingest.pipeline import prepare
 
     return prepare(path, settings)
+
+
+def hang_on_slow(path: Path, settings: IndexSettings):
+    """A parser that hangs on one file."""
+    if path.name == "slow.txt":
+        time.sleep(600)
+    return crash_on_poison(path, settings)
+
+
+def test_a_hung_parser_is_stopped_and_its_file_reported(tmp_path):
+    files = []
+    for name in ("slow.txt", "a.txt"):
+        (tmp_path / name).write_text("Section 1.01 Interest. The Borrower shall pay interest monthly.\n")
+        files.append(tmp_path / name)
+    started = time.monotonic()
+    results = dict(prepared_files(files, IndexSettings(), workers=2, parse=hang_on_slow, timeout_s=20))
+    assert results[tmp_path / "slow.txt"] == "parsing took longer than 20 s"
+    assert isinstance(results[tmp_path / "a.txt"], list)
+    assert time.monotonic() - started < 300
 
 
 def test_a_worker_crash_skips_only_its_file(tmp_path):

@@ -15,6 +15,7 @@ import re
 import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
@@ -133,10 +134,11 @@ def prepare(path: Path, settings: IndexSettings) -> list[Prepared] | str:
     model = settings.embedding_model
     chunker = Chunker(chunk_budget(settings), settings.chunk_overlap, token_counter(model), token_offsets(model))
     try:
-        docs = parse_file(path, settings.pdf_tables)
+        return [Prepared(doc, chunker.chunk(doc, "", str(path.resolve()))) for doc in parse_file(path, settings.pdf_tables)]
     except ParseError as exc:
         return str(exc)
-    return [Prepared(doc, chunker.chunk(doc, "", str(path.resolve()))) for doc in docs]
+    except Exception as exc:  # noqa: BLE001 - a parser library failing on one file must not stop the others
+        return f"parser failed: {type(exc).__name__}: {exc}"
 
 
 Parse = Callable[[Path, IndexSettings], "list[Prepared] | str"]
@@ -151,9 +153,21 @@ def _prepare_alone(path: Path, settings: IndexSettings, parse: Parse) -> list[Pr
             return "the parser process crashed on this file"
 
 
-def prepared_files(paths: list[Path], settings: IndexSettings, workers: int, parse: Parse = prepare) -> Iterator[tuple[Path, list[Prepared] | str]]:
-    """(file, documents or skip reason) in input order, parsed by `workers` processes; a file that
-    crashes its worker is reported and the others go on in a fresh pool."""
+PARSE_TIMEOUT_S = 900  # one file's parse and chunking, at most (a 300-page PDF with tables on a busy machine)
+
+
+def _stop(pool: ProcessPoolExecutor) -> None:
+    """Shut a pool down now, killing workers still busy (a hung parser)."""
+    for process in list((getattr(pool, "_processes", None) or {}).values()):
+        process.kill()
+    pool.shutdown(wait=False, cancel_futures=True)
+
+
+def prepared_files(paths: list[Path], settings: IndexSettings, workers: int, parse: Parse = prepare,
+                   timeout_s: float = PARSE_TIMEOUT_S) -> Iterator[tuple[Path, list[Prepared] | str]]:
+    """(file, documents or skip reason) in input order, parsed by `workers` processes (1: in this
+    process). A file that crashes its worker is re-run alone and reported if it crashes again; a file
+    whose worker does not answer within `timeout_s` is reported; the other files go on in a fresh pool."""
     if workers <= 1:
         yield from ((path, parse(path, settings)) for path in paths)
         return
@@ -164,11 +178,14 @@ def prepared_files(paths: list[Path], settings: IndexSettings, workers: int, par
         queue = []
         for i, (path, future) in enumerate(futures):
             try:
-                result = future.result()
-            except BrokenProcessPool:
+                result = future.result(timeout=timeout_s)
+            except (BrokenProcessPool, FutureTimeout) as exc:
                 queue = [p for p, _ in futures[i + 1 :]]
-                pool.shutdown(wait=False, cancel_futures=True)
-                yield path, _prepare_alone(path, settings, parse)
+                _stop(pool)
+                if isinstance(exc, FutureTimeout):
+                    yield path, f"parsing took longer than {timeout_s:.0f} s"
+                else:
+                    yield path, _prepare_alone(path, settings, parse)
                 break
             yield path, result
         pool.shutdown(wait=False, cancel_futures=True)
