@@ -217,3 +217,20 @@ def test_zip_that_is_not_a_word_file_is_reported(tmp_path):
     settings = IndexSettings(path=str(tmp_path / "index"))
     report = ingest_paths([archive], settings, show_progress=False, workers=1)
     assert report.documents == 0 and "corrupt or unreadable DOCX" in report.skipped[0].reason
+
+
+def test_eval_retrieval_records_whether_the_evidence_page_came_back(index):
+    from finmbs.evaluate.contexts import IndexRetriever
+    from finmbs.evaluate.loaders import EvalItem, Evidence
+
+    rows = [json.loads(line) for line in (SHARED / "financebench/financebench_open_source.jsonl").read_text().splitlines() if line.strip()]
+    row = next(r for r in rows if r["doc_name"] == PDFS[1].removesuffix(".pdf"))
+    evidence = [Evidence(doc_name=e["doc_name"], page=e["evidence_page_num"]) for e in row["evidence"]]
+    item = EvalItem(id=row["financebench_id"], question=row["question"], answer=row["answer"], domain="finance", evidence=evidence)
+    retriever = IndexRetriever(index, 5)
+    assert retriever.found_evidence(item) is None  # not asked yet
+    passages = retriever(item.question, row["company"])
+    assert passages and all(p.startswith("[PEPSICO") for p in passages)
+    assert retriever.found_evidence(item) is True
+    elsewhere = item.model_copy(update={"evidence": [Evidence(doc_name=e.doc_name, page=e.page + 40) for e in evidence]})
+    assert retriever.found_evidence(elsewhere) is False

@@ -147,8 +147,10 @@ def test_ingest_and_search_through_the_server_code_path(documents, tmp_path, mon
     ingest_paths([documents], edge, show_progress=False)
     with open_index(edge) as index:
         assert isinstance(index.store, EdgeStore)
-        expected = [(h.chunk.chunk_id, round(h.score, 3)) for h in index.search(QUERY, 5)]
-    assert [(h["chunk_id"], round(h["score"], 3)) for h in served] == expected
+        expected = [(h.chunk.chunk_id, h.score) for h in index.search(QUERY, 5)]
+    assert [h["chunk_id"] for h in served] == [chunk_id for chunk_id, _ in expected]
+    # hybrid scores are reciprocal-rank-fusion sums; the two engines count ranks a hair differently
+    assert all(abs(h["score"] - score) < 2e-3 for h, (_, score) in zip(served, expected))
 
     settings = load_config(None, [f"index.url={url}"]).index
     with open_index(settings) as index:
