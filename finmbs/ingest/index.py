@@ -119,6 +119,7 @@ class EdgeStore(Store):
         import qdrant_edge as qe
 
         self.qe, self.path, self.shards = qe, Path(path), {}
+        self._has_sparse: dict[str, bool] = {}  # collection -> has BM25 vectors
 
     def _shard(self, name: str):
         if name not in self.shards:
@@ -153,8 +154,12 @@ class EdgeStore(Store):
         )
 
     def has_sparse(self, name: str) -> bool:
-        config = self.path / name / "edge_config.json"
-        return config.is_file() and SPARSE in (json.loads(config.read_text()).get("sparse_vectors") or {})
+        if name not in self._has_sparse:
+            config = self.path / name / "edge_config.json"
+            if not config.is_file():
+                return False
+            self._has_sparse[name] = SPARSE in (json.loads(config.read_text()).get("sparse_vectors") or {})
+        return self._has_sparse[name]
 
     def _vector(self, dense: list[float], sparse: Sparse | None):
         return {"": dense, SPARSE: self.qe.SparseVector(sparse.indices, sparse.values)} if sparse else dense
@@ -211,6 +216,7 @@ class ClientStore(Store):
         from qdrant_client import QdrantClient, models
 
         self.models, self.server, self.options = models, bool(url), options or {}
+        self._has_sparse: dict[str, bool] = {}  # collection -> has BM25 vectors
         self.client = QdrantClient(url=url, api_key=api_key) if url else QdrantClient(path=path)
 
     def ensure(self, name: str, dim: int, sparse: bool = False) -> None:
@@ -236,9 +242,11 @@ class ClientStore(Store):
         )
 
     def has_sparse(self, name: str) -> bool:
-        if not self.client.collection_exists(name):
-            return False
-        return SPARSE in (self.client.get_collection(name).config.params.sparse_vectors or {})
+        if name not in self._has_sparse:
+            if not self.client.collection_exists(name):
+                return False
+            self._has_sparse[name] = SPARSE in (self.client.get_collection(name).config.params.sparse_vectors or {})
+        return self._has_sparse[name]
 
     def _vector(self, dense: list[float], sparse: Sparse | None):
         return {"": dense, SPARSE: self.models.SparseVector(indices=sparse.indices, values=sparse.values)} if sparse else dense
