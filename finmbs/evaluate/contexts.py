@@ -17,6 +17,29 @@ from finmbs.resources import render_prompt
 Retriever = Callable[[str, str | None], list[str]]
 
 
+class IndexRetriever:
+    """Top-k passages from the finmbs index for a question (the same hybrid search as `finmbs search`:
+    dense + BM25 fused in Qdrant, one hit per page, the question's company first), remembering which
+    (document, page) each question retrieved."""
+
+    def __init__(self, index, k: int):
+        self.index, self.k = index, k
+        self.retrieved: dict[str, list[tuple[str | None, int | None]]] = {}
+
+    def __call__(self, query: str, company: str | None) -> list[str]:
+        hits = self.index.search(query, self.k, company=company) if company else []
+        hits = hits or self.index.search(query, self.k)
+        self.retrieved[query] = [(hit.chunk.doc_id, hit.chunk.page) for hit in hits]
+        return [passage(hit.chunk) for hit in hits]
+
+    def found_evidence(self, item: EvalItem) -> bool | None:
+        """Whether a retrieved passage lies on an evidence page (None: no page-level evidence, or not asked)."""
+        gold = {(e.doc_name, e.page + 1) for e in item.evidence if e.doc_name and e.page is not None}
+        if not gold or item.question not in self.retrieved:
+            return None
+        return any(hit in gold for hit in self.retrieved[item.question])
+
+
 class SkipItem(Exception):
     """This question cannot be asked in this mode (e.g. its evidence PDF is missing)."""
 
@@ -59,12 +82,12 @@ def oracle_context(item: EvalItem, pdf_dir: Path | None) -> str:
 
 def passage(chunk: Chunk) -> str:
     """A retrieved chunk under its source: document, section and page."""
-    where = [chunk.doc_id or "document", chunk.section_path, f"page {chunk.page + 1}" if chunk.page is not None else ""]
+    where = [chunk.doc_id or "document", chunk.section_path, f"page {chunk.page}" if chunk.page is not None else ""]  # 1-based already
     return f"[{', '.join(w for w in where if w)}]\n{chunk.text.strip()}"
 
 
 @contextmanager
-def index_retriever(settings: IndexSettings, k: int) -> Iterator[Retriever]:
+def index_retriever(settings: IndexSettings, k: int) -> Iterator[IndexRetriever]:
     """Top-k chunks from the finmbs index for a question: from its company's documents when the index
     has any, else from the whole index."""
     try:
@@ -72,12 +95,7 @@ def index_retriever(settings: IndexSettings, k: int) -> Iterator[Retriever]:
     except ImportError as exc:
         raise EvalError(f"retrieval mode needs the finmbs index (finmbs ingest): {exc}") from None
     with open_index(settings) as index:
-
-        def retrieve(query: str, company: str | None) -> list[str]:
-            hits = index.search(query, k, company=company) if company else []
-            return [passage(hit.chunk) for hit in hits or index.search(query, k)]
-
-        yield retrieve
+        yield IndexRetriever(index, k)
 
 
 def build_prompt(

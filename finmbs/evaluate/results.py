@@ -50,6 +50,7 @@ class QuestionResult(Record):
     answer: str
     samples: list[SampleGrade]
     logs: list[SampleLog] = Field(default_factory=list, exclude=True)
+    evidence_retrieved: bool | None = None  # retrieval mode: a retrieved passage lies on an evidence page
 
     @property
     def n(self) -> int:

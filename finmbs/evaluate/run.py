@@ -73,7 +73,9 @@ async def evaluate_item(
     grades = await grade_samples(item, samples, gateway, judge)
     logs = [SampleLog.of(item.id, index, messages, sample, grade)
             for index, (sample, grade) in enumerate(zip(samples, grades))]
-    return QuestionResult(id=item.id, question_type=item.question_type, answer=item.answer, samples=grades, logs=logs)
+    found = retriever.found_evidence(item) if hasattr(retriever, "found_evidence") else None
+    return QuestionResult(id=item.id, question_type=item.question_type, answer=item.answer, samples=grades, logs=logs,
+                          evidence_retrieved=found)
 
 
 def chat_messages(prompt: str, system_prompt: str | None) -> list[dict[str, str]]:

@@ -89,13 +89,38 @@ def _is_table(paragraph: str) -> bool:
 
 
 class Chunker:
-    """Turns a parsed document into `Chunk`s of at most `chunk_size` embedding tokens (tables and
-    definitions excepted only when a single row or sentence is longer)."""
+    """Turns a parsed document into `Chunk`s of at most `chunk_size` embedding tokens. Prose splits at
+    sentences, tables between rows; a single sentence or row that is still too long is cut between
+    word pieces (at a space where one is near), so no chunk is truncated by the embedder."""
 
-    def __init__(self, chunk_size: int, chunk_overlap: int, count_tokens: Callable[[str], list[int]]):
+    def __init__(self, chunk_size: int, chunk_overlap: int, count_tokens: Callable[[str], list[int]],
+                 offsets: Callable[[str], list[tuple[int, int]]] | None = None):
         self.size = chunk_size
         self.tokens = lambda s: len(count_tokens(s))
+        self.offsets = offsets
         self.splitter = SentenceSplitter(chunk_size=chunk_size, chunk_overlap=min(chunk_overlap, chunk_size // 2), tokenizer=count_tokens)
+
+    def fit(self, text: str, start: int, end: int) -> list[tuple[int, int]]:
+        """text[start:end] as spans of at most `size` tokens, cut between word pieces."""
+        if self.offsets is None or self.tokens(text[start:end]) <= self.size:
+            return [(start, end)]
+        body = text[start:end]
+        pieces = self.offsets(body)
+        out, first = [], 0
+        while first < len(pieces):
+            last = min(first + self.size, len(pieces))
+            cut = pieces[last][0] if last < len(pieces) else len(body)
+            space = body.rfind(" ", pieces[first][0], cut) if last < len(pieces) else -1
+            if space > pieces[max(first, last - self.size // 4)][0]:
+                cut = space
+            s, e = pieces[first][0], cut
+            seg = body[s:e]
+            s, e = s + len(seg) - len(seg.lstrip()), e - (len(seg) - len(seg.rstrip()))
+            if e > s:
+                out.append((start + s, start + e))
+            while first < len(pieces) and pieces[first][0] < cut:
+                first += 1
+        return out
 
     def spans(self, text: str, start: int, end: int) -> list[tuple[int, int]]:
         """Split text[start:end] into exact spans of at most chunk_size tokens (sentence-aware)."""
@@ -143,7 +168,7 @@ class Chunker:
             return " > ".join(h.label for h in path)
 
         def emit(spans: list[tuple[int, int]], kind: str, term: str | None = None) -> None:
-            for s, e in spans:
+            for s, e in (piece for span in spans for piece in self.fit(text, *span)):
                 page = doc.page_of(s)
                 chunks.append(Chunk(
                     chunk_id=f"{doc_id}#{len(chunks):05d}", text=text[s:e], doc_id=doc_id, source_path=source_path,

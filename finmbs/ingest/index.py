@@ -8,6 +8,7 @@ vectors is far faster than qdrant-client's local mode, which scans numpy arrays 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import uuid
@@ -66,20 +67,43 @@ class Where:
     must_not: dict[str, list[Any]] = field(default_factory=dict)
 
 
+SPARSE = "bm25"  # the sparse (BM25, IDF-weighted) vector of each chunk, next to the unnamed dense one
+RRF_K = 60  # reciprocal-rank fusion constant (score = sum 1 / (RRF_K + rank))
+
+
+@dataclass
+class Sparse:
+    """A sparse vector: token ids and weights."""
+
+    indices: list[int]
+    values: list[float]
+
+
+Point = tuple[str, list[float], Sparse | None, dict[str, Any]]
+
+
 class Store(ABC):
     """The few vector-store operations the index needs, per engine."""
 
     @abstractmethod
-    def ensure(self, name: str, dim: int) -> None: ...
+    def ensure(self, name: str, dim: int, sparse: bool = False) -> None:
+        """Create the collection if missing: a dense vector, and with `sparse` a BM25 vector (IDF modifier)."""
 
     @abstractmethod
-    def upsert(self, name: str, points: list[tuple[str, list[float], dict[str, Any]]]) -> None: ...
+    def has_sparse(self, name: str) -> bool:
+        """Whether the collection holds BM25 vectors (indexes built before hybrid search do not)."""
+
+    @abstractmethod
+    def upsert(self, name: str, points: list[Point]) -> None: ...
 
     @abstractmethod
     def delete(self, name: str, where: Where) -> None: ...
 
     @abstractmethod
-    def query(self, name: str, vector: list[float], k: int, where: Where | None, exclude: tuple[str, ...] = ()) -> list[tuple[float, dict[str, Any]]]: ...
+    def query(self, name: str, vector: list[float], k: int, where: Where | None, exclude: tuple[str, ...] = (),
+              sparse: Sparse | None = None) -> list[tuple[float, dict[str, Any]]]:
+        """Top-k points by the dense vector or, given `sparse`, by dense and BM25 candidates fused with
+        reciprocal-rank fusion in one query (`prefetch` + RRF)."""
 
     @abstractmethod
     def scroll(self, name: str, where: Where, exclude: tuple[str, ...] = ()) -> list[dict[str, Any]]: ...
@@ -95,6 +119,7 @@ class EdgeStore(Store):
         import qdrant_edge as qe
 
         self.qe, self.path, self.shards = qe, Path(path), {}
+        self._has_sparse: dict[str, bool] = {}  # collection -> has BM25 vectors
 
     def _shard(self, name: str):
         if name not in self.shards:
@@ -104,12 +129,13 @@ class EdgeStore(Store):
             self.shards[name] = self.qe.EdgeShard.load(str(folder))
         return self.shards[name]
 
-    def ensure(self, name: str, dim: int) -> None:
+    def ensure(self, name: str, dim: int, sparse: bool = False) -> None:
         if self._shard(name) is None:
             qe = self.qe
             folder = self.path / name
             folder.parent.mkdir(parents=True, exist_ok=True)
-            config = qe.EdgeConfig(vectors=qe.EdgeVectorParams(size=dim, distance=qe.Distance.Cosine))
+            sparse_vectors = {SPARSE: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)} if sparse else None
+            config = qe.EdgeConfig(vectors=qe.EdgeVectorParams(size=dim, distance=qe.Distance.Cosine), sparse_vectors=sparse_vectors)
             shard = self.shards[name] = qe.EdgeShard.create(str(folder), config)
             for key in KEY_FIELDS:
                 shard.update(qe.UpdateOperation.create_field_index(key, qe.PayloadSchemaType.Keyword))
@@ -127,9 +153,20 @@ class EdgeStore(Store):
             must_not=[qe.FieldCondition(key, match=qe.MatchAny(list(v))) for key, v in where.must_not.items() if v] or None,
         )
 
-    def upsert(self, name: str, points: list[tuple[str, list[float], dict[str, Any]]]) -> None:
+    def has_sparse(self, name: str) -> bool:
+        if name not in self._has_sparse:
+            config = self.path / name / "edge_config.json"
+            if not config.is_file():
+                return False
+            self._has_sparse[name] = SPARSE in (json.loads(config.read_text()).get("sparse_vectors") or {})
+        return self._has_sparse[name]
+
+    def _vector(self, dense: list[float], sparse: Sparse | None):
+        return {"": dense, SPARSE: self.qe.SparseVector(sparse.indices, sparse.values)} if sparse else dense
+
+    def upsert(self, name: str, points: list[Point]) -> None:
         for i in range(0, len(points), 256):
-            batch = [self.qe.Point(pid, vector, payload) for pid, vector, payload in points[i : i + 256]]
+            batch = [self.qe.Point(pid, self._vector(dense, sparse), payload) for pid, dense, sparse, payload in points[i : i + 256]]
             self.shards[name].update(self.qe.UpdateOperation.upsert_points(batch))
 
     def delete(self, name: str, where: Where) -> None:
@@ -139,10 +176,18 @@ class EdgeStore(Store):
     def _payload(self, exclude: tuple[str, ...]):
         return self.qe.PayloadSelector.Exclude(list(exclude)) if exclude else True
 
-    def query(self, name: str, vector: list[float], k: int, where: Where | None, exclude: tuple[str, ...] = ()) -> list[tuple[float, dict[str, Any]]]:
+    def query(self, name: str, vector: list[float], k: int, where: Where | None, exclude: tuple[str, ...] = (),
+              sparse: Sparse | None = None) -> list[tuple[float, dict[str, Any]]]:
         if (shard := self._shard(name)) is None:
             return []
-        request = self.qe.QueryRequest(limit=k, query=self.qe.Query.Nearest(vector), filter=self._filter(where), with_payload=self._payload(exclude))
+        qe, filter_ = self.qe, self._filter(where)
+        if sparse is None or not sparse.indices:
+            request = qe.QueryRequest(limit=k, query=qe.Query.Nearest(vector), filter=filter_, with_payload=self._payload(exclude))
+        else:
+            depth = prefetch_depth(k)
+            prefetches = [qe.Prefetch(limit=depth, query=qe.Query.Nearest(vector), filter=filter_),
+                          qe.Prefetch(limit=depth, query=qe.Query.Nearest(qe.SparseVector(sparse.indices, sparse.values), using=SPARSE), filter=filter_)]
+            request = qe.QueryRequest(limit=k, prefetches=prefetches, query=qe.Fusion.Rrf(k=RRF_K), filter=filter_, with_payload=self._payload(exclude))
         return [(p.score, p.payload or {}) for p in shard.query(request)]
 
     def scroll(self, name: str, where: Where, exclude: tuple[str, ...] = ()) -> list[dict[str, Any]]:
@@ -171,12 +216,15 @@ class ClientStore(Store):
         from qdrant_client import QdrantClient, models
 
         self.models, self.server, self.options = models, bool(url), options or {}
+        self._has_sparse: dict[str, bool] = {}  # collection -> has BM25 vectors
         self.client = QdrantClient(url=url, api_key=api_key) if url else QdrantClient(path=path)
 
-    def ensure(self, name: str, dim: int) -> None:
+    def ensure(self, name: str, dim: int, sparse: bool = False) -> None:
         m = self.models
         if not self.client.collection_exists(name):
-            self.client.create_collection(name, vectors_config=m.VectorParams(size=dim, distance=m.Distance.COSINE), **self.options)
+            sparse_config = {SPARSE: m.SparseVectorParams(modifier=m.Modifier.IDF)} if sparse else None
+            self.client.create_collection(name, vectors_config=m.VectorParams(size=dim, distance=m.Distance.COSINE),
+                                          sparse_vectors_config=sparse_config, **self.options)
             for key in KEY_FIELDS if self.server else ():  # local mode has no payload indexes
                 self.client.create_payload_index(name, key, m.PayloadSchemaType.KEYWORD)
 
@@ -193,9 +241,19 @@ class ClientStore(Store):
             must_not=[m.FieldCondition(key=key, match=m.MatchAny(any=list(v))) for key, v in where.must_not.items() if v] or None,
         )
 
-    def upsert(self, name: str, points: list[tuple[str, list[float], dict[str, Any]]]) -> None:
+    def has_sparse(self, name: str) -> bool:
+        if name not in self._has_sparse:
+            if not self.client.collection_exists(name):
+                return False
+            self._has_sparse[name] = SPARSE in (self.client.get_collection(name).config.params.sparse_vectors or {})
+        return self._has_sparse[name]
+
+    def _vector(self, dense: list[float], sparse: Sparse | None):
+        return {"": dense, SPARSE: self.models.SparseVector(indices=sparse.indices, values=sparse.values)} if sparse else dense
+
+    def upsert(self, name: str, points: list[Point]) -> None:
         for i in range(0, len(points), 256):
-            batch = [self.models.PointStruct(id=pid, vector=v, payload=p) for pid, v, p in points[i : i + 256]]
+            batch = [self.models.PointStruct(id=pid, vector=self._vector(dense, sparse), payload=p) for pid, dense, sparse, p in points[i : i + 256]]
             self.client.upsert(name, batch)
 
     def delete(self, name: str, where: Where) -> None:
@@ -205,10 +263,19 @@ class ClientStore(Store):
     def _payload(self, exclude: tuple[str, ...]):
         return self.models.PayloadSelectorExclude(exclude=list(exclude)) if exclude else True
 
-    def query(self, name: str, vector: list[float], k: int, where: Where | None, exclude: tuple[str, ...] = ()) -> list[tuple[float, dict[str, Any]]]:
+    def query(self, name: str, vector: list[float], k: int, where: Where | None, exclude: tuple[str, ...] = (),
+              sparse: Sparse | None = None) -> list[tuple[float, dict[str, Any]]]:
         if not self.client.collection_exists(name):
             return []
-        result = self.client.query_points(name, query=vector, limit=k, query_filter=self._filter(where), with_payload=self._payload(exclude))
+        m, filter_ = self.models, self._filter(where)
+        if sparse is None or not sparse.indices:
+            result = self.client.query_points(name, query=vector, limit=k, query_filter=filter_, with_payload=self._payload(exclude))
+        else:
+            depth = prefetch_depth(k)
+            prefetch = [m.Prefetch(query=vector, limit=depth, filter=filter_),
+                        m.Prefetch(query=m.SparseVector(indices=sparse.indices, values=sparse.values), using=SPARSE, limit=depth, filter=filter_)]
+            result = self.client.query_points(name, prefetch=prefetch, query=rrf_query(m), limit=k, query_filter=filter_,
+                                              with_payload=self._payload(exclude))
         return [(p.score, p.payload or {}) for p in result.points]
 
     def scroll(self, name: str, where: Where, exclude: tuple[str, ...] = ()) -> list[dict[str, Any]]:
@@ -225,6 +292,18 @@ class ClientStore(Store):
         self.client.close()
 
 
+def prefetch_depth(k: int) -> int:
+    """Candidates each of the dense and BM25 searches hands to the fusion."""
+    return max(4 * k, 50)
+
+
+def rrf_query(models):
+    """qdrant-client's RRF query with the same constant as Qdrant Edge (older clients: the server default)."""
+    if hasattr(models, "RrfQuery"):
+        return models.RrfQuery(rrf=models.Rrf(k=RRF_K))
+    return models.FusionQuery(fusion=models.Fusion.RRF)
+
+
 def _chunk_payload(chunk: Chunk, document: Document) -> dict[str, Any]:
     return {
         **chunk.model_dump(), "company_key": company_key(document.company),
@@ -232,8 +311,33 @@ def _chunk_payload(chunk: Chunk, document: Document) -> dict[str, Any]:
     }
 
 
+@dataclass
+class Recognised:
+    """Company and period a query names, as the index spells them."""
+
+    company: str | None = None
+    period: str | None = None
+
+
+_YEAR = re.compile(r"\b(?:FY|fiscal(?: year)?\s*)?'?((?:19|20)\d\d)\b|\bFY\s?'?(\d\d)\b", re.I)
+
+
+def query_years(query: str) -> list[str]:
+    """Years a query names: '2022', 'FY2022', 'FY22', 'fiscal 2022'."""
+    years = []
+    for match in _YEAR.finditer(query):
+        years.append(match[1] or f"20{match[2]}")
+    return years
+
+
+def query_phrases(query: str) -> set[str]:
+    """Runs of up to five consecutive words, joined as company keys are ('american express' -> 'americanexpress')."""
+    words = [re.sub(r"'s$", "", w) for w in re.findall(r"[a-z0-9&']+", query.lower().replace("’", "'"))]
+    return {"".join(words[i : j]) for i in range(len(words)) for j in range(i + 1, min(i + 6, len(words) + 1))}
+
+
 class Index:
-    """Chunks and documents of one index; search by chunk, find similar documents by summary."""
+    """Chunks and documents of one index; hybrid (dense + BM25) chunk search, similar documents by summary."""
 
     def __init__(self, store: Store, settings: IndexSettings):
         from finmbs.ingest.embed import embedder
@@ -243,7 +347,9 @@ class Index:
         self.doc_col = f"{settings.collection_prefix}_documents"
         self._embedder = None
         self._embedder_factory = lambda: embedder(settings.embedding_model)
+        self._bm25 = None
         self._documents: dict[str, Document] = {}
+        self._catalogue: dict[str, set[str]] | None = None
 
     def __enter__(self) -> Index:
         return self
@@ -260,18 +366,36 @@ class Index:
             self._embedder = self._embedder_factory()
         return self._embedder
 
+    @property
+    def bm25(self):
+        """Qdrant's own BM25 tokenizer (English stemming and stop words); the same token ids as the server's."""
+        if self._bm25 is None:
+            import qdrant_edge as qe
+
+            self._bm25 = qe.Bm25(qe.Bm25Config(language="english"))
+        return self._bm25
+
+    def sparse(self, text: str, *, query: bool) -> Sparse:
+        vector = self.bm25.embed_query(text) if query else self.bm25.embed_document(text)
+        return Sparse(list(vector.indices), list(vector.values))
+
     # ------------------------------------------------------------------ writing
 
-    def add_document(self, document: Document, text: str, chunks: list[Chunk], chunk_vectors: list[list[float]], summary_vector: list[float]) -> None:
-        """Write a document's chunks, then the document itself (its presence marks the document complete)."""
+    def add_document(self, document: Document, text: str, chunks: list[Chunk], chunk_texts: list[str], summary: str, batch_size: int = 64) -> None:
+        """Embed and write a document's chunks (dense + BM25 vectors of `chunk_texts`), then the document
+        itself with its summary vector (its presence marks the document complete)."""
+        vectors = self.embedder.encode(chunk_texts, batch_size=batch_size) if chunk_texts else []
+        summary_vector = self.embedder.encode([summary])[0]
         dim = len(summary_vector)
-        self.store.ensure(self.chunk_col, dim)
+        self.store.ensure(self.chunk_col, dim, sparse=True)
         self.store.ensure(self.doc_col, dim)
-        self.store.upsert(self.chunk_col, [(point_id(c.chunk_id), v, _chunk_payload(c, document)) for c, v in zip(chunks, chunk_vectors)])
+        sparse = [self.sparse(t, query=False) for t in chunk_texts] if self.store.has_sparse(self.chunk_col) else [None] * len(chunks)
+        self.store.upsert(self.chunk_col, [(point_id(c.chunk_id), v, sv, _chunk_payload(c, document)) for c, v, sv in zip(chunks, vectors, sparse)])
         payload = {**document.model_dump(), "text": text, "company_key": company_key(document.company),
                    "doc_type_key": doc_type_key(document.doc_type), "periods": periods(document.period)}
-        self.store.upsert(self.doc_col, [(point_id(document.doc_id), summary_vector, payload)])
+        self.store.upsert(self.doc_col, [(point_id(document.doc_id), summary_vector, None, payload)])
         self._documents.pop(document.doc_id, None)
+        self._catalogue = None
 
     def remove_source(self, source_path: str) -> None:
         """Delete every chunk and document that came from one source file."""
@@ -279,6 +403,7 @@ class Index:
         self.store.delete(self.doc_col, where)
         self.store.delete(self.chunk_col, where)
         self._documents.clear()
+        self._catalogue = None
 
     # ------------------------------------------------------------------ reading
 
@@ -306,22 +431,82 @@ class Index:
         rows = self.store.scroll(self.chunk_col, Where(must={"doc_id": doc_id}))
         return sorted((_chunk(row) for row in rows), key=lambda c: c.char_start or 0)
 
-    def search(self, query: str, k: int, *, exclude_doc_ids=(), doc_type: str | None = None, company: str | None = None, period: str | None = None, doc_id: str | None = None) -> list[Hit]:
-        """Top-k chunks for a query, optionally excluding documents and filtering by company/type/period (or one document)."""
-        must = {"company_key": company_key(company), "doc_type_key": doc_type_key(doc_type), "periods": period, "doc_id": doc_id}
-        where = Where(must={key: v for key, v in must.items() if v}, must_not={"doc_id": list(exclude_doc_ids)})
+    def catalogue(self) -> dict[str, set[str]]:
+        """Company key -> the years of its documents, from the index's own document records."""
+        if self._catalogue is None:
+            self._catalogue = {}
+            for doc in self.documents():
+                if key := company_key(doc.company):
+                    self._catalogue.setdefault(key, set()).update(p for p in periods(doc.period) if re.fullmatch(r"\d{4}", p))
+        return self._catalogue
+
+    def recognise(self, query: str) -> Recognised:
+        """The company (longest key among the index's companies) and year a query names, if any; the
+        year only where that company has a document of that year (the latest year named wins)."""
+        catalogue = self.catalogue()
+        named = sorted((key for key in query_phrases(query) if key in catalogue), key=len, reverse=True)
+        if not named:
+            return Recognised()
+        company = named[0]
+        years = [y for y in query_years(query) if y in catalogue[company]]
+        return Recognised(company=company, period=max(years) if years else None)
+
+    def search(self, query: str, k: int, *, exclude_doc_ids=(), doc_type: str | None = None, company: str | None = None,
+               period: str | None = None, doc_id: str | None = None, hybrid: bool = True, metadata: bool = True,
+               per_page: int = 1) -> list[Hit]:
+        """Top-k chunks for a query: dense and BM25 candidates fused by RRF in Qdrant (`hybrid=False`: dense
+        only), at most `per_page` hits from one PDF page (0: no limit), optionally excluding documents and
+        filtering by company/type/period (or one document). With `metadata`, a company and year the query
+        names (as the index spells them) filter the search when no company is given; hits outside the
+        filter fill up the list when it has fewer than k."""
+        where = self._where(exclude_doc_ids, doc_type, company, period, doc_id)
         vector = self.embedder.encode([query])[0]
+        sparse = self.sparse(query, query=True) if hybrid and self.store.has_sparse(self.chunk_col) else None
+        recognised = self.recognise(query) if metadata and not (company or doc_id) else Recognised()
+        hits: list[Hit] = []
+        if recognised.company:
+            narrow = self._where(exclude_doc_ids, doc_type, recognised.company, period or recognised.period, None)
+            hits = self._query(vector, sparse, k, narrow, per_page)
+        if len(hits) < k:
+            seen = {h.chunk.chunk_id for h in hits}
+            hits += [h for h in self._query(vector, sparse, k, where, per_page) if h.chunk.chunk_id not in seen]
+        return _per_page(hits, per_page)[:k]
+
+    def _where(self, exclude_doc_ids, doc_type, company, period, doc_id) -> Where:
+        must = {"company_key": company_key(company), "doc_type_key": doc_type_key(doc_type), "periods": period, "doc_id": doc_id}
+        return Where(must={key: v for key, v in must.items() if v}, must_not={"doc_id": list(exclude_doc_ids)})
+
+    def _query(self, vector: list[float], sparse: Sparse | None, k: int, where: Where, per_page: int) -> list[Hit]:
+        """Top-k hits after the per-page limit (asking the store for more when pages repeat)."""
+        limit = k * 3 if per_page else k
         hits = []
-        for score, payload in self.store.query(self.chunk_col, vector, k, where):
+        for score, payload in self.store.query(self.chunk_col, vector, limit, where, sparse=sparse):
             chunk = _chunk(payload)
             hits.append(Hit(chunk=chunk, score=score, document=self.document(chunk.doc_id)))
-        return hits
+        return _per_page(hits, per_page)[:k]
 
     def similar_documents(self, text: str, k: int, *, exclude_doc_ids=()) -> list[tuple[Document, float]]:
         """Top-k documents by summary vector (re-grounding: unseen documents like the seed's)."""
         vector = self.embedder.encode([text])[0]
         rows = self.store.query(self.doc_col, vector, k, Where(must_not={"doc_id": list(exclude_doc_ids)}), exclude=("text",))
         return [(_document(payload), score) for score, payload in rows]
+
+
+def _per_page(hits: list[Hit], per_page: int) -> list[Hit]:
+    """At most `per_page` hits from one page of one document (0: all); chunks without a page all count."""
+    if not per_page:
+        return hits
+    taken: dict[tuple[str | None, int], int] = {}
+    out = []
+    for hit in hits:
+        if hit.chunk.page is None:
+            out.append(hit)
+            continue
+        key = (hit.chunk.doc_id, hit.chunk.page)
+        if taken.get(key, 0) < per_page:
+            taken[key] = taken.get(key, 0) + 1
+            out.append(hit)
+    return out
 
 
 def _chunk(payload: dict[str, Any]) -> Chunk:

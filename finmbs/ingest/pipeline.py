@@ -9,20 +9,29 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import multiprocessing as mp
+import os
 import re
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
 from pathlib import Path
+
+import pymupdf
 
 from pydantic import Field
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn, TimeRemainingColumn
+from rich.text import Text
 
 from finmbs.config import Endpoint, IndexSettings
 from finmbs.ingest.chunk import Chunker
-from finmbs.ingest.embed import token_counter
+from finmbs.ingest.embed import over_window, special_tokens, token_counter, token_offsets, window
 from finmbs.ingest.index import Index, open_index
-from finmbs.ingest.parse import SUPPORTED_EXTS, ParseError, ParsedDocument, parse_file
+from finmbs.ingest.parse import PDF_EXTS, SUPPORTED_EXTS, ParseError, ParsedDocument, parse_file
 from finmbs.ingest.summarize import summarize
 from finmbs.llm import Gateway
 from finmbs.records import Chunk, Document, Record
@@ -42,6 +51,7 @@ class IngestReport(Record):
     replaced: int = 0
     pages: int = 0
     chunks: int = 0
+    over_window: int = 0  # chunks the embedder would truncate (its tokenizer's count); must be 0
     tables: int = 0
     definitions: int = 0
     skipped: list[SkippedFile] = Field(default_factory=list)
@@ -61,7 +71,7 @@ def discover(paths: Iterable[str | Path], report: IngestReport) -> list[Path]:
             found = sorted(p for p in path.rglob("*") if p.suffix.lower() in SUPPORTED_EXTS and (p.is_file() or p.is_symlink())
                            and not any(part.startswith(".") for part in p.relative_to(path).parts))
             if not found:
-                report.skipped.append(SkippedFile(path=str(path), reason="folder holds no documents (.pdf .html .htm .txt .md .nc)"))
+                report.skipped.append(SkippedFile(path=str(path), reason="folder holds no documents (.pdf .docx .html .htm .txt .md .nc)"))
             files += found
         elif path.exists() or path.is_symlink():
             files.append(path)
@@ -80,41 +90,152 @@ def _doc_id(path: Path, parsed: ParsedDocument, sha: str, index: Index, source: 
     return doc_id
 
 
-def embedding_text(document: Document, chunk: Chunk) -> str:
-    """What gets embedded for a chunk: its document title and section path give the passage context."""
-    return f"{document.title}\n{chunk.section_path}\n{chunk.text}"
+HEADER_TOKENS = 32  # document title + section path in front of each embedded chunk, at most
+
+
+def embedding_header(document: Document, chunk: Chunk, clip: Callable[[str, int], str] | None = None) -> str:
+    """The passage context embedded with a chunk: its document title and section path, clipped to
+    HEADER_TOKENS word pieces so header and chunk fit the embedder's window together."""
+    header = f"{document.title}\n{chunk.section_path}"
+    return clip(header, HEADER_TOKENS) if clip else header
+
+
+def embedding_text(document: Document, chunk: Chunk, clip: Callable[[str, int], str] | None = None) -> str:
+    """What gets embedded (and BM25-indexed) for a chunk: header, then the chunk text."""
+    return f"{embedding_header(document, chunk, clip)}\n{chunk.text}"
+
+
+def chunk_budget(settings: IndexSettings) -> int:
+    """Chunk tokens that fit the embedder's window next to the header: at most `index.chunk_size`."""
+    return max(16, min(settings.chunk_size, window(settings.embedding_model) - special_tokens(settings.embedding_model) - HEADER_TOKENS))
+
+
+def clipper(model: str) -> Callable[[str, int], str]:
+    """Cut a text after `n` word pieces of the model's tokenizer."""
+    offsets = token_offsets(model)
+
+    def clip(text: str, n: int) -> str:
+        pieces = offsets(text)
+        return text if len(pieces) <= n else text[: pieces[n - 1][1]]
+
+    return clip
+
+
+@dataclass
+class Prepared:
+    """One parsed document of a file and its chunks (doc ids assigned later, against the index)."""
+
+    parsed: ParsedDocument
+    chunks: list[Chunk]
+
+
+def prepare(path: Path, settings: IndexSettings) -> list[Prepared] | str:
+    """Parse and chunk one file (in a worker process): its documents, or the reason it is skipped."""
+    model = settings.embedding_model
+    chunker = Chunker(chunk_budget(settings), settings.chunk_overlap, token_counter(model), token_offsets(model))
+    try:
+        return [Prepared(doc, chunker.chunk(doc, "", str(path.resolve()))) for doc in parse_file(path, settings.pdf_tables)]
+    except ParseError as exc:
+        return str(exc)
+    except Exception as exc:  # noqa: BLE001 - a parser library failing on one file must not stop the others
+        return f"parser failed: {type(exc).__name__}: {exc}"
+
+
+Parse = Callable[[Path, IndexSettings], "list[Prepared] | str"]
+
+
+def _prepare_alone(path: Path, settings: IndexSettings, parse: Parse) -> list[Prepared] | str:
+    """Re-run one file in a process of its own, to tell which file crashed a worker."""
+    with ProcessPoolExecutor(1, mp_context=mp.get_context("spawn")) as pool:
+        try:
+            return pool.submit(parse, path, settings).result()
+        except BrokenProcessPool:
+            return "the parser process crashed on this file"
+
+
+PARSE_TIMEOUT_S = 900  # one file's parse and chunking, at most (a 300-page PDF with tables on a busy machine)
+
+
+def _stop(pool: ProcessPoolExecutor) -> None:
+    """Shut a pool down now, killing workers still busy (a hung parser)."""
+    for process in list((getattr(pool, "_processes", None) or {}).values()):
+        process.kill()
+    pool.shutdown(wait=False, cancel_futures=True)
+
+
+def prepared_files(paths: list[Path], settings: IndexSettings, workers: int, parse: Parse = prepare,
+                   timeout_s: float = PARSE_TIMEOUT_S) -> Iterator[tuple[Path, list[Prepared] | str]]:
+    """(file, documents or skip reason) in input order, parsed by `workers` processes (1: in this
+    process). A file that crashes its worker is re-run alone and reported if it crashes again; a file
+    whose worker does not answer within `timeout_s` is reported; the other files go on in a fresh pool."""
+    if workers <= 1:
+        yield from ((path, parse(path, settings)) for path in paths)
+        return
+    queue = list(paths)
+    while queue:
+        pool = ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"))
+        futures = [(path, pool.submit(parse, path, settings)) for path in queue]
+        queue = []
+        for i, (path, future) in enumerate(futures):
+            try:
+                result = future.result(timeout=timeout_s)
+            except (BrokenProcessPool, FutureTimeout) as exc:
+                queue = [p for p, _ in futures[i + 1 :]]
+                _stop(pool)
+                if isinstance(exc, FutureTimeout):
+                    yield path, f"parsing took longer than {timeout_s:.0f} s"
+                else:
+                    yield path, _prepare_alone(path, settings, parse)
+                break
+            yield path, result
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
+def count_pages(path: Path) -> int:
+    """Pages of a PDF (1 for other files, or when the PDF cannot be opened here)."""
+    if path.suffix.lower() not in PDF_EXTS:
+        return 1
+    try:
+        with pymupdf.open(path) as pdf:
+            return max(pdf.page_count, 1)
+    except Exception:  # noqa: BLE001 - the parser reports the reason later
+        return 1
 
 
 class Ingestor:
-    """Runs the per-file steps against one open index."""
+    """Writes prepared files into one open index: doc ids, summaries, dense and BM25 vectors."""
 
     def __init__(self, index: Index, settings: IndexSettings, gateway: Gateway | None, endpoint: Endpoint | None):
         self.index, self.gateway, self.endpoint = index, gateway, endpoint
-        self.pdf_tables = settings.pdf_tables
-        self.chunker = Chunker(settings.chunk_size, settings.chunk_overlap, token_counter(settings.embedding_model))
+        self.model = settings.embedding_model
+        self.clip = clipper(self.model)
 
-    async def ingest_file(self, path: Path, report: IngestReport) -> None:
-        source = str(path.resolve())
+    def needed(self, path: Path, report: IngestReport) -> str | None:
+        """The file's SHA-256 if it must be (re)ingested; None when unchanged or unreadable (reported)."""
         try:
             sha = hashlib.sha256(path.read_bytes()).hexdigest()
         except OSError as exc:
             report.skipped.append(SkippedFile(path=str(path), reason=f"unreadable: {exc.strerror or exc}"))
-            return
-        existing = self.index.documents(source_path=source)
+            return None
+        existing = self.index.documents(source_path=str(path.resolve()))
         if existing and all(d.sha256 == sha for d in existing):
             report.unchanged += 1
+            return None
+        return sha
+
+    async def ingest_file(self, path: Path, sha: str, prepared: list[Prepared] | str, report: IngestReport) -> None:
+        if isinstance(prepared, str):
+            report.skipped.append(SkippedFile(path=str(path), reason=prepared))
             return
-        try:
-            parsed_docs = parse_file(path, self.pdf_tables)
-        except ParseError as exc:
-            report.skipped.append(SkippedFile(path=str(path), reason=str(exc)))
-            return
+        source = str(path.resolve())
+        existing = self.index.documents(source_path=source)
         self.index.remove_source(source)  # a changed file, or leftovers of an interrupted run
         report.replaced += bool(existing)
-        for parsed in parsed_docs:
-            await self.ingest_document(path, parsed, sha, source, report)
+        for item in prepared:
+            await self.ingest_document(path, item, sha, source, report)
 
-    async def ingest_document(self, path: Path, parsed: ParsedDocument, sha: str, source: str, report: IngestReport) -> None:
+    async def ingest_document(self, path: Path, item: Prepared, sha: str, source: str, report: IngestReport) -> None:
+        parsed = item.parsed
         doc_id = _doc_id(path, parsed, sha, self.index, source)
         summary, entities = await summarize(parsed, self.gateway, self.endpoint)
         n_pages = len(parsed.page_starts) if parsed.page_starts is not None else None
@@ -122,36 +243,43 @@ class Ingestor:
             doc_id=doc_id, source_path=source, sha256=sha, doc_type=parsed.doc_type, title=parsed.title,
             company=parsed.company, period=parsed.period, n_pages=n_pages, summary=summary, entities=entities,
         )
-        chunks = self.chunker.chunk(parsed, doc_id, source)
-        embedder = self.index.embedder
-        vectors = embedder.encode([embedding_text(document, c) for c in chunks])
-        summary_vector = embedder.encode([summary])[0]
-        self.index.add_document(document, parsed.text, chunks, vectors, summary_vector)
+        chunks = [c.model_copy(update={"doc_id": doc_id, "chunk_id": f"{doc_id}{c.chunk_id}"}) for c in item.chunks]
+        texts = [embedding_text(document, c, self.clip) for c in chunks]
+        self.index.add_document(document, parsed.text, chunks, texts, self.clip(summary, window(self.model) - 2))
         report.documents += 1
         report.pages += n_pages or 1
         report.chunks += len(chunks)
+        report.over_window += over_window(self.model, texts)
         report.tables += parsed.n_tables
         report.definitions += sum(c.kind == "definition" for c in chunks)
 
 
+class _Rate(ProgressColumn):
+    def render(self, task) -> Text:
+        speed = task.finished_speed or task.speed
+        return Text(f"{speed:.2f} pages/s" if speed else "- pages/s")
+
+
 async def ingest_paths_async(paths: Iterable[str | Path], settings: IndexSettings, gateway: Gateway | None = None,
                              summarizer_endpoint: Endpoint | None = None, *, show_progress: bool = True,
-                             console: Console | None = None) -> IngestReport:
-    """Ingest files/folders into the index named by `settings`; returns the ingest report."""
+                             console: Console | None = None, workers: int | None = None) -> IngestReport:
+    """Ingest files/folders into the index named by `settings`; returns the ingest report. Files are
+    parsed and chunked by `workers` processes (default: the CPU cores), embedded and written here."""
     started = time.perf_counter()
     report = IngestReport()
     files = discover(paths, report)
     report.files = len(files)
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("{task.fields[name]}"))
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), _Rate(), TimeRemainingColumn(),
+               TextColumn("{task.fields[name]}"))
     with open_index(settings) as index, Progress(*columns, console=console or Console(stderr=True), disable=not show_progress) as progress:
         ingestor = Ingestor(index, settings, gateway, summarizer_endpoint)
-        task = progress.add_task("files", total=len(files), name="")
-        pages = progress.add_task("pages", total=None, name="")
-        for path in files:
+        todo = {path: sha for path in files if (sha := ingestor.needed(path, report))}
+        pages = {path: count_pages(path) for path in todo}
+        task = progress.add_task("pages", total=sum(pages.values()), name="")
+        for path, prepared in prepared_files(list(todo), settings, workers or os.cpu_count() or 1):
             progress.update(task, name=path.name)
-            await ingestor.ingest_file(path, report)
-            progress.advance(task)
-            progress.update(pages, completed=report.pages, total=max(report.pages, 1))
+            await ingestor.ingest_file(path, todo[path], prepared, report)
+            progress.advance(task, pages[path])
     report.seconds = time.perf_counter() - started
     return report
 
