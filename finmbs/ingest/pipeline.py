@@ -90,12 +90,17 @@ class Ingestor:
 
     def __init__(self, index: Index, settings: IndexSettings, gateway: Gateway | None, endpoint: Endpoint | None):
         self.index, self.gateway, self.endpoint = index, gateway, endpoint
-        self.pdf_tables = settings.pdf_tables
+        self.pdf_tables, self.max_bytes = settings.pdf_tables, int(settings.max_file_mb * 2**20)
         self.chunker = Chunker(settings.chunk_size, settings.chunk_overlap, token_counter(settings.embedding_model))
 
     async def ingest_file(self, path: Path, report: IngestReport) -> None:
         source = str(path.resolve())
         try:
+            if (size := path.stat().st_size) > self.max_bytes:
+                report.skipped.append(SkippedFile(path=str(path), reason=(
+                    f"too large: {size / 2**20:.1f} MB > index.max_file_mb={self.max_bytes / 2**20:g} "
+                    "(raise it with --set index.max_file_mb=MB)")))
+                return
             sha = hashlib.sha256(path.read_bytes()).hexdigest()
         except OSError as exc:
             report.skipped.append(SkippedFile(path=str(path), reason=f"unreadable: {exc.strerror or exc}"))
