@@ -68,7 +68,7 @@ def load_seeds(path: str | Path, domain: str | None = None) -> list[Problem]:
     if not path.is_file():
         raise FileNotFoundError(f"seeds file not found: {path}")
     seeds: list[Problem] = []
-    first_line: dict[str, int] = {}
+    first_line: dict[str, tuple[int, str]] = {}
     errors: list[str] = []
     for number, line in enumerate(_read_text(path).splitlines(), start=1):
         if not line.strip():
@@ -83,9 +83,11 @@ def load_seeds(path: str | Path, domain: str | None = None) -> list[Problem]:
             continue
         look = _looks(problem.id)
         if look in first_line:
-            errors.append(f"line {number}: duplicate id '{problem.id}' (cannot be told apart from line {first_line[look]})")
+            line, same = first_line[look]
+            how = "first on" if same == problem.id else "cannot be told apart from"
+            errors.append(f"line {number}: duplicate id '{problem.id}' ({how} line {line})")
             continue
-        first_line[look] = number
+        first_line[look] = (number, problem.id)
         seeds.append(problem)
     if errors:
         raise SeedsError(f"{path}: {len(errors)} bad line(s): " + "; ".join(errors))
