@@ -120,8 +120,10 @@ def done(out: Path) -> int:
     return len(list((out / "done").iterdir())) if (out / "done").is_dir() else 0
 
 
-def run_with_stops(command: list[str], out: Path, total: int, stops: list[tuple[float, int]], log) -> list[int]:
-    """Run `command` until it finishes, stopping it with each (fraction, signal) as done/ passes the fraction."""
+def run_with_stops(command: list[str], out: Path, total: int, stops: list[tuple[float, int]], log,
+                   server: ScriptedOpenAIServer | None = None) -> list[int]:
+    """Run `command` until it finishes, stopping it with each (fraction, signal) as done/ passes the fraction;
+    after each stop, log the calls on record against the requests the server received."""
     codes = []
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
     for fraction, sig in stops + [(2.0, 0)]:
@@ -132,8 +134,9 @@ def run_with_stops(command: list[str], out: Path, total: int, stops: list[tuple[
             process.send_signal(sig)
         _, stderr = process.communicate(timeout=600)
         codes.append(process.returncode)
+        seen = f"; calls on record {ledger_calls(out)}, requests received {server.request_count}" if server else ""
         log(f"  run {len(codes)}: exit {process.returncode} with {done(out)}/{total} seeds done"
-            + (f" (sent {signal.Signals(sig).name})" if sig else ""))
+            + (f" (sent {signal.Signals(sig).name})" if sig else "") + seen)
         if process.returncode not in (0, 130, -signal.SIGKILL):
             log(stderr[-2000:])
             raise SystemExit("soak child failed")
@@ -154,6 +157,7 @@ def soak(count: int, chaos: float, retries: int, log=print) -> dict:
             started = time.monotonic()
             run_with_stops(me + [str(config), str(seeds), str(clean)], clean, count, [], log)
             clean_s, clean_requests = time.monotonic() - started, clean_server.request_count
+            clean_calls = ledger_calls(clean)
 
         flaky = Flaky(World(agents=dict(AGENTS)), chaos)
         with ScriptedOpenAIServer(handler=flaky) as server:
@@ -161,7 +165,7 @@ def soak(count: int, chaos: float, retries: int, log=print) -> dict:
             config = config_file(base / "stressed.yaml", server.base_url, base / "stressed.sqlite", retries)
             started = time.monotonic()
             stops = [(0.2, signal.SIGTERM), (0.45, signal.SIGKILL), (0.7, signal.SIGTERM)]
-            codes = run_with_stops(me + [str(config), str(seeds), str(out)], out, count, stops, log)
+            codes = run_with_stops(me + [str(config), str(seeds), str(out)], out, count, stops, log, server)
             stressed_s, requests = time.monotonic() - started, server.request_count
 
         metrics = json.loads((out / "metrics.json").read_text())
@@ -171,7 +175,7 @@ def soak(count: int, chaos: float, retries: int, log=print) -> dict:
             "exit_codes": codes, "identical_outputs": outputs(out) == outputs(clean),
             "requests_sent": requests, "calls_on_record": ledger_calls(out),
             "metrics_calls": sum(u["calls"] for u in metrics["usage"].values()),
-            "duplicates": duplicates(out), "clean_requests": clean_requests,
+            "duplicates": duplicates(out), "clean_requests": clean_requests, "clean_calls_on_record": clean_calls,
             "qualified": len(list(read_jsonl(out / "qualified.jsonl"))),
             "clean_s": round(clean_s, 1), "stressed_s": round(stressed_s, 1),
         }

@@ -161,8 +161,9 @@ class Gateway:
                         usage.calls += 1
                         self._accounted()
                         try:
-                            reply = await backend.complete(
-                                endpoint, messages=messages, prompt=prompt, n=n, params=dict(params)
+                            reply = await asyncio.wait_for(  # the hard limit, whatever the backend honours
+                                backend.complete(endpoint, messages=messages, prompt=prompt, n=n, params=dict(params)),
+                                endpoint.timeout_s,
                             )
                         except Exception as exc:
                             timed_out += is_timeout(exc)
