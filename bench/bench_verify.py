@@ -1,12 +1,17 @@
-"""How often the deterministic finance comparer decides without an LLM call, and how accurately.
+"""How often the deterministic finance comparer decides without an LLM call, and how accurately;
+and what the math reward's hard time limit costs on ordinary answers.
 
-    python bench/bench_verify.py [--data ../shared/data]
+    python bench/bench_verify.py [--data ../shared/data] [--math-only]
 
 Two sets: the hand-written comparer table (tests/test_finance_compare.py) and FinanceBench answer
 pairs: each gold answer against reformatted variants of itself (should be equal), perturbed
 variants (a changed figure or a flipped yes/no: should differ), and another question's answer
 (should differ). Prints, per set, the fraction decided (equal/different, no judge needed), the
 accuracy of those decisions, the wrong "equal" count (the worst error), and the time per comparison.
+
+Math: ordinary answer pairs checked by `math_equal` (math-verify in a worker process under a hard
+limit) side by side with the baseline, math-verify called in this process with no limit (the old
+path), printing the time per check of each and their ratio.
 """
 
 from __future__ import annotations
@@ -97,10 +102,56 @@ def measure(name: str, cases: list[tuple[str, str, str | None, str, str]]) -> No
     print("verdicts:", dict(Counter(r[0] for r in results)))
 
 
+def math_pairs() -> list[tuple[str, str]]:
+    """Ordinary (predicted, gold) pairs as rewards see them: fractions, decimals, LaTeX, algebra, misses."""
+    pairs = []
+    for i in range(1, 41):
+        pairs += [(rf"\frac{{{i}}}{{{2 * i}}}", "0.5"), (f"{i}.0", str(i)), (f"{i + 1}", str(i)),
+                  (rf"{i}\sqrt{{2}}", rf"\sqrt{{{2 * i * i}}}"), (f"x^2 + {2 * i}x + {i * i}", f"(x + {i})^2")]
+    return pairs
+
+
+def baseline_math_equal(predicted: str, gold: str) -> bool:
+    """The old in-process path: math-verify with its time limits off."""
+    from math_verify import parse, verify
+
+    from finmbs.verify.math import _wrap
+
+    try:
+        g, p = parse(_wrap(gold), parsing_timeout=None), parse(_wrap(predicted), parsing_timeout=None)
+        return bool(g and p and verify(g, p, timeout_seconds=None))
+    except Exception:
+        return False
+
+
+def measure_math() -> None:
+    from finmbs.verify.math import MATH_TIMEOUT_S, _verified, math_equal, warm_up
+
+    pairs = math_pairs()
+    warm_up(1)
+    baseline_math_equal("1", "2")
+    math_equal("3", "4")  # both sides pay math-verify's lazy imports before timing
+    start = time.perf_counter()
+    old = [baseline_math_equal(p, g) for p, g in pairs]
+    old_ms = (time.perf_counter() - start) / len(pairs) * 1e3
+    _verified.cache_clear()
+    start = time.perf_counter()
+    new = [math_equal(p, g) for p, g in pairs]
+    new_ms = (time.perf_counter() - start) / len(pairs) * 1e3
+    print(f"\nmath-verify on {len(pairs)} ordinary pairs (limit {MATH_TIMEOUT_S:g} s):")
+    print(f"{'baseline (in process, no limit)':<40}{old_ms:>8.2f} ms/check")
+    print(f"{'math_equal (worker process, limit)':<40}{new_ms:>8.2f} ms/check   ratio {new_ms / old_ms:.2f}x")
+    print(f"same verdicts: {old == new} ({sum(new)} equal)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data")
+    parser.add_argument("--math-only", action="store_true", help="only the math reward's timing")
     args = parser.parse_args()
+    measure_math()
+    if args.math_only:
+        return
     table = [(p, g, q, truth, truth) for p, g, q, truth in hand_written_cases()]
     measure("hand-written table (truth = the table's label; undecided rows count as correct only when undecided)",
             table)

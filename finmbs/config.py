@@ -44,11 +44,21 @@ class Endpoint(Settings):
     max_tokens: int = Field(4096, ge=1)
     supports_n: bool = False
     chat: bool = True
-    timeout_s: float = Field(600.0, gt=0)
-    max_retries: int = Field(6, ge=0)
+    timeout_s: float | None = Field(
+        None, gt=0,
+        description="seconds one request may take; default 30 s plus max_tokens at 25 tokens/s (64 tokens: 33 s, "
+                    "4096: 194 s). A timed-out request is retried once; raise it with --set roles.ROLE.timeout_s=SECONDS",
+    )
+    max_retries: int = Field(4, ge=0, description="retries of rate-limited, failed or empty replies (backing off up to 60 s)")
     input_cost_per_mtok: float | None = None
     output_cost_per_mtok: float | None = None
     extra: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _default_timeout(self) -> Endpoint:
+        if self.timeout_s is None:
+            self.timeout_s = default_timeout_s(self.max_tokens)
+        return self
 
     @property
     def is_embedded(self) -> bool:
@@ -75,6 +85,11 @@ class Endpoint(Settings):
         if not key:
             raise ConfigError(f"environment variable {self.api_key_env} is not set", key=f"{self.name}.api_key_env")
         return key
+
+
+def default_timeout_s(max_tokens: int) -> float:
+    """A request's time limit matched to its length: 30 s to first token plus 25 tokens/s."""
+    return round(30.0 + max_tokens / 25.0)
 
 
 class Roles(Settings):
@@ -149,6 +164,7 @@ class IndexSettings(Settings):
     chunk_size: int = Field(220, ge=64, description="tokens per chunk, at most; capped so header + chunk fit the embedder's window")
     chunk_overlap: int = Field(64, ge=0)
     pdf_tables: bool = Field(True, description="detect PDF tables (pymupdf find_tables, ~1 s per figure-heavy page)")
+    max_file_mb: float = Field(100.0, gt=0, description="larger files are skipped, with the reason, to bound memory")
     shard_number: int | None = Field(None, ge=1, description="server/cluster: shards per collection")
     replication_factor: int | None = Field(None, ge=1, description="server/cluster: copies of each shard")
     write_consistency_factor: int | None = Field(None, ge=1, description="server/cluster: replicas that confirm a write")
@@ -178,6 +194,18 @@ class RunConfig(Settings):
         if dupes:
             raise ValueError(f"endpoint names must be unique within teachers/students: {sorted(dupes)}")
         return self
+
+    def check_environment(self) -> None:
+        """Every role's API key and `${VAR}` in api_base is set; one ConfigError naming all that are not."""
+        missing = []
+        for role, endpoint in self.roles.all():
+            for needed in (endpoint.api_key, endpoint.base_url):
+                try:
+                    needed()
+                except ConfigError as exc:
+                    missing.append(f"{role} {exc}")
+        if missing:
+            raise ConfigError("before any model call: " + "; ".join(dict.fromkeys(missing)))
 
     def embedded_roles(self) -> list[str]:
         """Roles played by the embedded 270M base model (which cannot really teach or judge)."""
@@ -239,6 +267,27 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         key, message = first_error(exc)
         extra = f" (+{exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
         raise ConfigError(f"{message}{extra}", source=source, key=key or "(root)") from None
+
+
+# Keys a rerun may change on an existing run folder: how fast and how far it runs, not what it makes.
+OPERATIONAL_KEYS = {
+    "budget", "seed_concurrency", "cache_path", "max_concurrency", "requests_per_minute", "tokens_per_minute",
+    "timeout_s", "max_retries", "api_key_env", "input_cost_per_mtok", "output_cost_per_mtok",
+}
+
+
+def config_changes(old: Any, new: Any, prefix: str = "") -> list[str]:
+    """"key: old -> new" for every setting that differs, operational keys (budget, limits) left out."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        changes = []
+        for key in list(old) + [k for k in new if k not in old]:
+            if key in OPERATIONAL_KEYS:
+                continue
+            changes += config_changes(old.get(key), new.get(key), f"{prefix}{key}.")
+        return changes
+    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+        return [c for i, (a, b) in enumerate(zip(old, new)) for c in config_changes(a, b, f"{prefix}{i}.")]
+    return [] if old == new else [f"{prefix.rstrip('.')}: {old!r} -> {new!r}"]
 
 
 def dump_config(config: RunConfig) -> str:

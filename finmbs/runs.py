@@ -7,15 +7,28 @@
       qualified.jsonl      Problem records that passed final calibration (meta holds the DifficultyReport)
       rejected.jsonl       Rejection records: every candidate that did not make it, with stage and reason
       metrics.json         RunMetrics.summary()
+      usage.jsonl          per-process LLM usage snapshots, written as calls are paid for (budget and totals
+                           of every run on this folder, killed ones included)
+      config_changes.jsonl what a rerun with --allow-config-change changed
       done/SEED_ID         marker: the seed is finished; a resumed run skips it
+      .lock                held (flock) by the one process writing the folder; names its pid and host
+
+SEED_ID in file names is `file_name(id)`: the id itself when it is a plain lower-case name, otherwise
+a readable prefix plus a hash of the id, so distinct ids never share a file.
 """
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import json
 import os
+import re
+import socket
 import tempfile
 import threading
+import time
+import uuid
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -29,6 +42,10 @@ QUALIFIED = "qualified.jsonl"
 REJECTED = "rejected.jsonl"
 METRICS = "metrics.json"
 DONE = "done"
+USAGE = "usage.jsonl"
+CONFIG_CHANGES = "config_changes.jsonl"
+LOCK = ".lock"
+TMP_SUFFIX = ".tmp"
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:
@@ -117,26 +134,118 @@ class JsonlLog:
         return key in self.seen
 
 
+class RunFolderBusy(RuntimeError):
+    """Another live process holds the run folder."""
+
+
 class RunDir:
-    """Paths and markers of one run folder."""
+    """Paths, markers and the lock of one run folder."""
 
     def __init__(self, root: str | Path):
         self.root = Path(root)
+        if self.root.exists() and not self.root.is_dir():
+            raise NotADirectoryError(f"run folder {self.root} is a file, not a folder")
         self.root.mkdir(parents=True, exist_ok=True)
+        self._lock_fd: int | None = None
 
     def path(self, name: str) -> Path:
         return self.root / name
 
     def tree_path(self, seed_id: str) -> Path:
-        return self.root / TREES / f"{safe_name(seed_id)}.json"
+        return self.root / TREES / f"{file_name(seed_id)}.json"
 
     def is_done(self, seed_id: str) -> bool:
-        return (self.root / DONE / safe_name(seed_id)).exists()
+        return (self.root / DONE / file_name(seed_id)).exists()
 
     def mark_done(self, seed_id: str) -> None:
-        atomic_write_text(self.root / DONE / safe_name(seed_id), "")
+        atomic_write_text(self.root / DONE / file_name(seed_id), "")
+
+    # the one writer ----------------------------------------------------------------------------
+    def lock(self) -> None:
+        """Hold the folder for this process; RunFolderBusy (naming the holder) when another live one does.
+
+        The lock is an flock on `.lock`: the kernel drops it when its holder dies, however it dies,
+        so a lock left by a killed process is simply taken over.
+        """
+        fd = os.open(self.root / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip() or "another process"
+            os.close(fd)
+            raise RunFolderBusy(f"run folder {self.root} is in use by {holder}; wait for it to finish or stop it") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode(), 0)
+        self._lock_fd = fd
+        self.remove_leftover_tmp()
+
+    def unlock(self) -> None:
+        if self._lock_fd is not None:
+            os.ftruncate(self._lock_fd, 0)
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def __enter__(self) -> RunDir:
+        self.lock()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.unlock()
+
+    def remove_leftover_tmp(self) -> int:
+        """Delete the temporary files of atomic writes a killed process left behind; how many."""
+        leftovers = [p for p in self.root.rglob(f".*{TMP_SUFFIX}") if p.is_file()]
+        for path in leftovers:
+            path.unlink(missing_ok=True)
+        return len(leftovers)
+
+
+_PLAIN_ID = re.compile(r"[a-z0-9][a-z0-9_.-]{0,99}")
+
+
+def file_name(seed_id: str) -> str:
+    """A safe file name for an id, never shared by two ids.
+
+    Plain lower-case ids ("fb-0042") are used as they are; any other id (".", "..", "a/b", long,
+    upper-case or non-ASCII) becomes a readable prefix plus "~" and a hash of the whole id. "~" never
+    appears in a plain id, so the two forms cannot meet.
+    """
+    if _PLAIN_ID.fullmatch(seed_id) and seed_id not in (".", ".."):
+        return seed_id
+    digest = hashlib.sha256(seed_id.encode("utf-8")).hexdigest()[:16]
+    return f"{safe_name(seed_id)[:60].strip('.')}~{digest}"
 
 
 def safe_name(name: str) -> str:
-    """A file-name-safe form of an id."""
+    """A file-name-safe form of a name (lossy: for display names, not ids; see `file_name`)."""
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:180] or "_"
+
+
+# usage that survives kills -------------------------------------------------------------------------
+class UsageLedger:
+    """Append-only snapshots of each process's cumulative usage on a run folder.
+
+    A process appends its whole per-role usage whenever it changes; the totals of the folder are the
+    last snapshot of every process, so a run killed at any point still counts every call it paid for.
+    """
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.session = uuid.uuid4().hex
+        self._lock = threading.Lock()
+        self.before = self._compact()
+
+    def _compact(self) -> dict[str, dict[str, Any]]:
+        """Earlier processes' last snapshots (the file rewritten to just those)."""
+        last: dict[str, dict[str, Any]] = {}
+        for row in read_jsonl(self.path):
+            if isinstance(row, dict) and "session" in row:
+                last[row["session"]] = row["usage"]
+        if self.path.exists():
+            atomic_write_text(self.path, "".join(json.dumps({"session": k, "usage": v}) + "\n" for k, v in last.items()))
+        return last
+
+    def write(self, usage: dict[str, BaseModel]) -> None:
+        line = json.dumps({"session": self.session, "usage": {r: u.model_dump(mode="json") for r, u in usage.items()}})
+        with self._lock, self.path.open("a", encoding="utf-8") as handle:
+            handle.write(line + "\n")

@@ -291,3 +291,39 @@ def test_figures_skip_company_names_form_names_and_years_in_context() -> None:
     assert figures("3M") == []
     assert figures("Form 10-K") == []
     assert [float(f.value) for f in figures("In FY 2023 revenue was $1.8 bn")] == [1.8e9]
+
+
+# A prediction that qualifies or negates its figure is never equal: different where the gold states
+# the bare figure (approximations go to the judge), undecided where the gold qualifies it too.
+QUALIFIED: list[tuple[str, str, str]] = [
+    ("not $35,000,000", "$35,000,000", D),
+    ("It is not $35,000,000.", "$35,000,000", D),
+    ("The amount isn't $35,000,000", "$35,000,000", D),
+    ("less than $35,000,000", "$35,000,000", D),
+    ("more than 0.25%", "0.25%", D),
+    ("anything but 0.25%", "0.25%", D),
+    ("at least $10 million", "$10 million", D),
+    ("at most $10 million", "$10 million", D),
+    ("up to $10 million", "$10 million", D),
+    ("over 25 bps", "0.25%", D),
+    ("> 5%", "5%", D),
+    ("$10 million or more", "$10 million", D),
+    ("$10 million+", "$10 million", D),
+    ("nearly $10 million", "$10 million", D),
+    ("approximately $10 million", "$10 million", U),
+    ("about 5%", "5%", U),
+    ("~5%", "5%", U),
+    ("about $20 billion", "approximately $20 billion", U),
+    ("less than $1 million", "Less than $1 million of the facility was drawn.", U),
+]
+
+
+@pytest.mark.parametrize(("predicted", "gold", "expected"), QUALIFIED)
+def test_qualified_prediction_is_never_equal(predicted: str, gold: str, expected: str) -> None:
+    result = compare(predicted, gold)
+    assert result.verdict == expected, result.reason
+
+
+def test_bare_figure_in_a_sentence_stays_equal() -> None:
+    assert compare("The facility totals $35,000,000.", "$35,000,000").verdict == E
+    assert compare("$35,000,000 under the agreement", "$35,000,000").verdict == E

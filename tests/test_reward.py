@@ -13,6 +13,7 @@ import yaml
 
 from finmbs.resources import resource_dir
 from finmbs.reward import JUDGE_CONFIG_ENV, compute_score, compute_score_batch, domain_of
+from finmbs.testing.world import blocks
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -88,7 +89,7 @@ def test_deterministic_cases_need_no_network_and_no_litellm(openai_server, tmp_p
 
 def test_undecided_rows_go_to_the_configured_judge_together(openai_server, tmp_path, monkeypatch):
     openai_server.handler = lambda request: json.dumps(
-        {"equal": "Predicted answer:\nthe Data Center segment" in request.text, "reason": "scripted"}
+        {"equal": blocks(request.text, "predicted")[0].strip() == "the Data Center segment", "reason": "scripted"}
     )
     monkeypatch.setenv(JUDGE_CONFIG_ENV, str(_judge_config(tmp_path, openai_server.base_url)))
     results = compute_score_batch(

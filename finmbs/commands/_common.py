@@ -14,6 +14,7 @@ from rich.console import Console
 from finmbs.config import ConfigError, RunConfig, load_config
 from finmbs.executors import ExecutorError, ExecutorName
 from finmbs.llm.types import GatewayError
+from finmbs.runs import RunFolderBusy
 from finmbs.seeds import SeedsError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -54,7 +55,8 @@ def cli_errors(func: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return func(*args, **kwargs)
-        except (ConfigError, GatewayError, UsageError, ExecutorError, SeedsError, FileNotFoundError) as exc:
+        except (ConfigError, GatewayError, UsageError, ExecutorError, SeedsError, FileNotFoundError, NotADirectoryError,
+                RunFolderBusy) as exc:
             fail(str(exc))
         except KeyboardInterrupt:
             console.print("interrupted; finished work is saved, rerun the same command to resume")

@@ -69,6 +69,9 @@ def register(app: typer.Typer) -> None:
         executor: ExecutorOption = "local",
         ray_address: RayAddressOption = None,
         ray_workers: RayWorkersOption = None,
+        allow_config_change: Annotated[bool, typer.Option(
+            "--allow-config-change", help="Continue an existing run folder under a changed config (the change is "
+            "logged in its config_changes.jsonl).")] = False,
     ) -> None:
         """Grow seeds into calibrated synthetic problems; rerun the same command to resume.
 
@@ -103,7 +106,8 @@ def register(app: typer.Typer) -> None:
                     progress.advance(tasks[stage], advance)
 
             try:
-                metrics = asyncio.run(run_grow(resolved, problems, out, method=method, tick=tick, executor=runner))
+                metrics = asyncio.run(run_grow(resolved, problems, out, method=method, tick=tick, executor=runner,
+                                               allow_config_change=allow_config_change))
             except BudgetExceeded as exc:
                 fail(f"{exc}; finished seeds are saved in {out}: raise budget.max_tokens and rerun to continue", code=3)
             except GatewayError as exc:

@@ -75,6 +75,18 @@ def read_records(path: Path, model: type[M]) -> list[M]:
     return records
 
 
+def unique_by_id(problems: list[Problem], path: Path) -> list[Problem]:
+    """One row per id: exact repeats (two writers on one folder) dropped; differing rows with one id refused."""
+    seen: dict[str, tuple[int, Problem]] = {}
+    for number, problem in enumerate(problems, start=1):
+        if problem.id not in seen:
+            seen[problem.id] = (number, problem)
+        elif seen[problem.id][1] != problem:
+            raise RunReadError(f"{path}: rows {seen[problem.id][0]} and {number} share id '{problem.id}' "
+                               "but differ; the folder was written by two runs at once")
+    return [problem for _, problem in seen.values()]
+
+
 def read_json(path: Path, model: type[M]) -> M:
     try:
         return model.model_validate_json(path.read_bytes())
@@ -100,7 +112,7 @@ def load_run(root: str | Path) -> Run:
     for tree_file in sorted((root / runs.TREES).glob("*.json")):
         trees = read_json(tree_file, SeedTrees)
         run.trees[trees.seed.id] = trees
-    run.qualified = read_records(root / runs.QUALIFIED, Problem)
+    run.qualified = unique_by_id(read_records(root / runs.QUALIFIED, Problem), root / runs.QUALIFIED)
     run.rejected = read_records(root / runs.REJECTED, Rejection)
     metrics_path = root / runs.METRICS
     if metrics_path.exists():

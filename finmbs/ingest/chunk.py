@@ -24,6 +24,9 @@ _TERM = re.compile(r"[“\"]\s*([^”\"\n]{1,150}?)\s*[”\"]")
 _MEANS = re.compile(r"^\s*(?:[,;]?\s*(?:and|or)\s+[“\"][^”\"\n]+[”\"])*\s*,?\s*(means|shall mean|has the meaning|have the meaning|shall have the meaning|is defined|refers to)")
 
 
+BLOCK_CHARS = 32_768  # longest stretch handed to the sentence splitter at once
+
+
 @dataclass
 class Heading:
     level: int
@@ -123,7 +126,19 @@ class Chunker:
         return out
 
     def spans(self, text: str, start: int, end: int) -> list[tuple[int, int]]:
-        """Split text[start:end] into exact spans of at most chunk_size tokens (sentence-aware)."""
+        """Split text[start:end] into exact spans of at most chunk_size tokens (sentence-aware).
+
+        A very long paragraph (a file that is one huge line) is first cut into blocks of at most
+        BLOCK_CHARS at whitespace, so time and memory stay linear in its length.
+        """
+        if end - start > BLOCK_CHARS:
+            out = []
+            while end - start > BLOCK_CHARS:
+                cut = text.rfind(" ", start + BLOCK_CHARS // 2, start + BLOCK_CHARS)
+                cut = cut if cut > start else start + BLOCK_CHARS
+                out += self.spans(text, start, cut)
+                start = cut + (text[cut] == " ")
+            return out + self.spans(text, start, end)
         body = text[start:end]
         if self.tokens(body) <= self.size:
             return [(start, end)]

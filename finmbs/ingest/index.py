@@ -112,6 +112,17 @@ class Store(ABC):
     def close(self) -> None: ...
 
 
+def _busy_as_error(open_shard: Any, folder: Path) -> Any:
+    """Open an Edge shard; one ConfigError line when another process holds it (its WAL is locked)."""
+    try:
+        return open_shard(str(folder))
+    except Exception as exc:
+        if "WouldBlock" not in str(exc):
+            raise
+        raise ConfigError(f"index {folder.parent} is busy: another finmbs process (an ingest?) has it open; "
+                          "wait for it to finish, then rerun", key="index.path") from None
+
+
 class EdgeStore(Store):
     """Qdrant Edge: one embedded shard per collection under `path`."""
 
@@ -126,7 +137,7 @@ class EdgeStore(Store):
             folder = self.path / name
             if not folder.is_dir():
                 return None
-            self.shards[name] = self.qe.EdgeShard.load(str(folder))
+            self.shards[name] = _busy_as_error(self.qe.EdgeShard.load, folder)
         return self.shards[name]
 
     def ensure(self, name: str, dim: int, sparse: bool = False) -> None:
@@ -136,7 +147,7 @@ class EdgeStore(Store):
             folder.parent.mkdir(parents=True, exist_ok=True)
             sparse_vectors = {SPARSE: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)} if sparse else None
             config = qe.EdgeConfig(vectors=qe.EdgeVectorParams(size=dim, distance=qe.Distance.Cosine), sparse_vectors=sparse_vectors)
-            shard = self.shards[name] = qe.EdgeShard.create(str(folder), config)
+            shard = self.shards[name] = _busy_as_error(lambda f: qe.EdgeShard.create(f, config), folder)
             for key in KEY_FIELDS:
                 shard.update(qe.UpdateOperation.create_field_index(key, qe.PayloadSchemaType.Keyword))
 

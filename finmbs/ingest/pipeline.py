@@ -209,10 +209,16 @@ class Ingestor:
         self.index, self.gateway, self.endpoint = index, gateway, endpoint
         self.model = settings.embedding_model
         self.clip = clipper(self.model)
+        self.max_bytes = int(settings.max_file_mb * 2**20)
 
     def needed(self, path: Path, report: IngestReport) -> str | None:
         """The file's SHA-256 if it must be (re)ingested; None when unchanged or unreadable (reported)."""
         try:
+            if (size := path.stat().st_size) > self.max_bytes:
+                report.skipped.append(SkippedFile(path=str(path), reason=(
+                    f"too large: {size / 2**20:.1f} MB > index.max_file_mb={self.max_bytes / 2**20:g} "
+                    "(raise it with --set index.max_file_mb=MB)")))
+                return
             sha = hashlib.sha256(path.read_bytes()).hexdigest()
         except OSError as exc:
             report.skipped.append(SkippedFile(path=str(path), reason=f"unreadable: {exc.strerror or exc}"))

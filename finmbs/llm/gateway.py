@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -21,7 +22,7 @@ from finmbs.llm.backends import Backend, EmbeddedBackend, LiteLLMBackend
 from finmbs.llm.cache import ResponseCache, request_key
 from finmbs.llm.limits import EndpointLimits
 from finmbs.llm.structured import extract_json
-from finmbs.llm.types import BudgetExceeded, GatewayError, Message, Sample
+from finmbs.llm.types import BackendReply, BudgetExceeded, GatewayError, Message, Sample
 from finmbs.llm.vllm_offline import PREFIX as VLLM_OFFLINE, VLLMOfflineBackend
 from finmbs.records import RoleUsage, first_error
 from finmbs.resources import render_prompt
@@ -33,10 +34,20 @@ Chat = list[Message] | list[dict[str, str]]
 _RETRYABLE_STATUS = {408, 409, 425, 429, 500, 502, 503, 504, 520, 522, 524, 529}
 
 
+class EmptyReply(RuntimeError):
+    """A reply with fewer samples than asked (`choices: []`): retried like a malformed body."""
+
+
+def is_timeout(exc: BaseException) -> bool:
+    return isinstance(exc, TimeoutError) or "Timeout" in type(exc).__name__
+
+
 def is_retryable(exc: BaseException) -> bool:
-    """Transient failures: rate limits, server errors, timeouts, dropped connections."""
+    """Transient failures: rate limits, server errors, timeouts, dropped connections, empty replies."""
     if isinstance(exc, (BudgetExceeded, GatewayError)):
         return False
+    if isinstance(exc, EmptyReply):
+        return True
     status = getattr(exc, "status_code", None)
     if isinstance(status, int):
         return status in _RETRYABLE_STATUS
@@ -63,6 +74,8 @@ class Gateway:
         self._limits: dict[str, EndpointLimits] = {}
         self._backends: dict[str, Backend] = {}
         self._inflight: dict[tuple[str, int], asyncio.Future[Sample]] = {}
+        self.spent_before: tuple[int, float] = (0, 0.0)  # tokens and dollars earlier runs of this run folder spent
+        self.on_usage: Callable[[], None] | None = None  # called after every change to the accounting
 
     @classmethod
     def from_config(cls, config: RunConfig, **kwargs: Any) -> Gateway:
@@ -85,11 +98,13 @@ class Gateway:
         return sum(u.calls for u in self.usage.values())
 
     def check_budget(self) -> None:
-        """Raise BudgetExceeded once the token or dollar budget is spent."""
-        if self.budget.max_tokens is not None and self.total_tokens >= self.budget.max_tokens:
-            raise BudgetExceeded(f"token budget spent: {self.total_tokens} >= {self.budget.max_tokens}")
-        if self.budget.max_cost_usd is not None and self.total_cost >= self.budget.max_cost_usd:
-            raise BudgetExceeded(f"cost budget spent: ${self.total_cost:.4f} >= ${self.budget.max_cost_usd}")
+        """Raise BudgetExceeded once the token or dollar budget is spent (earlier runs of the folder included)."""
+        tokens, cost = self.spent_before
+        budget_check(self.budget, tokens + self.total_tokens, cost + self.total_cost)
+
+    def _accounted(self) -> None:
+        if self.on_usage is not None:
+            self.on_usage()
 
     # plumbing -------------------------------------------------------------------------------
     def _backend(self, endpoint: Endpoint) -> Backend:
@@ -118,7 +133,12 @@ class Gateway:
         self, endpoint: Endpoint, role: str, messages: list[Message] | None, prompt: str | None, n: int,
         params: dict[str, Any],
     ) -> list[Sample]:
-        """One backend request (n samples) with limits, retries and accounting."""
+        """One backend request (n samples) with limits, retries and accounting.
+
+        Rate limits, server errors, dropped connections and empty or short replies are retried up to
+        `max_retries` times; a timeout (a hung endpoint) only once. Every attempt is counted and its
+        billed tokens accounted, whether or not its reply was usable.
+        """
         self.check_budget()
         usage = self.role_usage(role)
         limits = self.limits(endpoint)
@@ -129,6 +149,7 @@ class Gateway:
             stop=stop_after_attempt(endpoint.max_retries + 1),
             reraise=True,
         )
+        timed_out = 0
         try:
             async for attempt in retrying:
                 with attempt:
@@ -138,21 +159,38 @@ class Gateway:
                     await limits.tokens.acquire(params.get("max_tokens", 0) * n)
                     async with limits:
                         usage.calls += 1
-                        reply = await backend.complete(
-                            endpoint, messages=messages, prompt=prompt, n=n, params=dict(params)
-                        )
+                        self._accounted()
+                        try:
+                            reply = await asyncio.wait_for(  # the hard limit, whatever the backend honours
+                                backend.complete(endpoint, messages=messages, prompt=prompt, n=n, params=dict(params)),
+                                endpoint.timeout_s,
+                            )
+                        except Exception as exc:
+                            timed_out += is_timeout(exc)
+                            if timed_out > 1:
+                                raise GatewayError(
+                                    f"{role} endpoint '{endpoint.name}' timed out twice after {endpoint.timeout_s:g} s; "
+                                    f"raise its timeout_s (e.g. --set roles.{role_key(role)}.timeout_s=...) if it is "
+                                    "just slow"
+                                ) from exc
+                            raise
+                    self._account(endpoint, usage, reply)
+                    if len(reply.samples) != n:
+                        raise EmptyReply(f"returned {len(reply.samples)} samples, asked {n}")
         except Exception as exc:
             usage.errors += 1
+            self._accounted()
             if isinstance(exc, GatewayError):
                 raise
             raise GatewayError(f"{role} endpoint '{endpoint.name}' failed: {type(exc).__name__}: {exc}") from exc
+        return reply.samples
+
+    def _account(self, endpoint: Endpoint, usage: RoleUsage, reply: BackendReply) -> None:
         usage.samples += len(reply.samples)
         usage.prompt_tokens += reply.prompt_tokens
         usage.completion_tokens += reply.completion_tokens
         usage.cost_usd += self._cost(endpoint, reply.prompt_tokens, reply.completion_tokens, reply.cost_usd)
-        if len(reply.samples) != n:
-            raise GatewayError(f"{role} endpoint '{endpoint.name}' returned {len(reply.samples)} samples, asked {n}")
-        return reply.samples
+        self._accounted()
 
     # public API -----------------------------------------------------------------------------
     async def generate(
@@ -250,11 +288,12 @@ class Gateway:
         first_index: int = 0,
         temperature: float | None = None,
         max_tokens: int | None = None,
+        last: bool = False,
     ) -> list[T | None]:
         """Samples parsed into `schema`; a sample that fails to parse gets one repair re-ask.
 
         A sample still unparseable after the repair comes back as None; failures and repairs are
-        counted for the role.
+        counted for the role. `last`: read the reply's last JSON value, not its first (verdicts).
         """
         msgs = [m if isinstance(m, Message) else Message(**m) for m in messages]
         samples = await self.generate(
@@ -264,7 +303,7 @@ class Gateway:
         usage = self.role_usage(role)
         results: list[T | None] = []
         for sample in samples:
-            parsed, error = parse_structured(sample.text, schema)
+            parsed, error = parse_structured(sample.text, schema, last=last)
             if parsed is None:
                 usage.parse_failures += 1
                 usage.repairs += 1
@@ -280,7 +319,7 @@ class Gateway:
                 fixed = await self.generate(
                     endpoint, role=role, messages=repair, n=1, temperature=0.0, max_tokens=max_tokens
                 )
-                parsed, error = parse_structured(fixed[0].text, schema)
+                parsed, error = parse_structured(fixed[0].text, schema, last=last)
                 if parsed is None:
                     usage.parse_failures += 1
                     log.warning("%s: unparseable %s after repair: %s", role, schema.__name__, error)
@@ -291,10 +330,23 @@ class Gateway:
         self.cache.close()
 
 
-def parse_structured(text: str, schema: type[T]) -> tuple[T | None, str]:
-    """Parse the JSON value in `text` into `schema`; (None, reason) when it does not fit."""
+def budget_check(budget: Budget, tokens: int, cost: float) -> None:
+    """Raise BudgetExceeded when `tokens` or `cost` reach the budget's caps."""
+    if budget.max_tokens is not None and tokens >= budget.max_tokens:
+        raise BudgetExceeded(f"token budget spent: {tokens} >= {budget.max_tokens}")
+    if budget.max_cost_usd is not None and cost >= budget.max_cost_usd:
+        raise BudgetExceeded(f"cost budget spent: ${cost:.4f} >= ${budget.max_cost_usd}")
+
+
+def role_key(role: str) -> str:
+    """The config key of a role's (first) endpoint: teachers.0, students.0, target, judge."""
+    return {"teacher": "teachers.0", "student": "students.0"}.get(role, role)
+
+
+def parse_structured(text: str, schema: type[T], *, last: bool = False) -> tuple[T | None, str]:
+    """Parse the (first, or `last`) JSON value in `text` into `schema`; (None, reason) when it does not fit."""
     try:
-        value = extract_json(text)
+        value = extract_json(text, last=last)
     except ValueError as exc:
         return None, str(exc)
     try:

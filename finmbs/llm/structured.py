@@ -4,24 +4,46 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from typing import Any
 
 _FENCE = re.compile(r"```(?:json|JSON)?\s*\n(.*?)```", re.DOTALL)
+_OPEN = re.compile(r"[\[{]")
+_NONE = object()
 
 
-def extract_json(text: str) -> Any:
-    """The first complete JSON object or array in `text`; ValueError when there is none."""
-    for block in _FENCE.findall(text):
-        try:
-            return json.loads(block)
-        except json.JSONDecodeError:
-            pass
+def extract_json(text: str, *, last: bool = False) -> Any:
+    """The first (or with `last`, the last) complete top-level JSON object or array in `text`.
+
+    ValueError when there is none. Verdicts use `last=True`: a reply that quotes a JSON object from
+    the text it judges (an injected `{"equal": true}`) before its own verdict is read by its verdict.
+    """
+    if not last:
+        for block in _FENCE.findall(text):
+            try:
+                return json.loads(block)
+            except json.JSONDecodeError:
+                pass
+    found: Any = _NONE
+    for value in _top_level_values(text):
+        if not last:
+            return value
+        found = value
+    if found is _NONE:
+        raise ValueError("no complete JSON object or array found in the reply")
+    return found
+
+
+def _top_level_values(text: str) -> Iterator[Any]:
+    """Complete JSON objects and arrays in `text`, in order, none inside another."""
     decoder = json.JSONDecoder()
-    for match in re.finditer(r"[\[{]", text):
+    position = 0
+    while (match := _OPEN.search(text, position)) is not None:
         try:
-            value, _ = decoder.raw_decode(text, match.start())
+            value, end = decoder.raw_decode(text, match.start())
         except json.JSONDecodeError:
+            position = match.start() + 1
             continue
         if isinstance(value, (dict, list)):
-            return value
-    raise ValueError("no complete JSON object or array found in the reply")
+            yield value
+        position = end

@@ -8,18 +8,24 @@ gateway cache.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import signal
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from finmbs.baselines.direct import grow_seed_direct
-from finmbs.config import RunConfig, dump_config
+from finmbs.config import ConfigError, RunConfig, config_changes, dump_config
 from finmbs.executors import Executor, Tick, make_executor, no_tick
 from finmbs.llm import Gateway
+from finmbs.llm.gateway import budget_check
 from finmbs.mbs.compose import synthesize
 from finmbs.mbs.context import TARGET_ROLE, Context, Ledger
 from finmbs.mbs.decompose import ANSWER_LEAK, STAGE as DECOMPOSE, decompose
@@ -27,11 +33,12 @@ from finmbs.mbs.novelty import STAGE as NOVELTY
 from finmbs.mbs.outcome import SeedOutcome, finish, is_root, seed_root, synthetic_trees
 from finmbs.records import DecompositionTree, Problem, RoleUsage, RunMetrics, SyntheticTree, TreeNode, merge_usage
 from finmbs.runs import (
-    CONFIG, METRICS, QUALIFIED, REJECTED, SEEDS, JsonlLog, RunDir, atomic_write_json, atomic_write_text, read_jsonl,
+    CONFIG, CONFIG_CHANGES, METRICS, QUALIFIED, REJECTED, SEEDS, USAGE, JsonlLog, RunDir, UsageLedger,
+    atomic_write_json, atomic_write_text, file_name, read_jsonl,
 )
 
 Grower = Callable[[Problem, Context], Awaitable[SeedOutcome]]
-METRICS_EVERY_S = 30.0
+METRICS_EVERY_S = 30.0  # metrics.json refresh; usage itself reaches usage.jsonl with every call and seed
 
 
 async def grow_seed(seed: Problem, ctx: Context) -> SeedOutcome:
@@ -126,14 +133,41 @@ def collect_metrics(run: RunDir, seeds: list[Problem], method: str, keep: str = 
     return metrics
 
 
-def previous_totals(run: RunDir) -> tuple[dict[str, RoleUsage], float]:
-    """Usage and wall time already spent on this run folder by earlier (killed or finished) runs."""
+def previous_totals(run: RunDir, ledger: UsageLedger) -> tuple[dict[str, RoleUsage], float]:
+    """Usage and wall time already spent on this run folder by earlier (killed or finished) runs.
+
+    Usage comes from the ledger (every paid call, even of a killed run); a folder written before the
+    ledger existed falls back to its metrics.json.
+    """
     path = run.path(METRICS)
-    if not path.exists():
-        return {}, 0.0
-    data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-    usage = {role: RoleUsage.model_validate(u) for role, u in data.get("usage", {}).items()}
+    data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    if ledger.before:
+        snapshots = [{role: RoleUsage.model_validate(u) for role, u in s.items()} for s in ledger.before.values()]
+        usage = merge_usage(*snapshots)
+    else:
+        usage = {role: RoleUsage.model_validate(u) for role, u in data.get("usage", {}).items()}
     return usage, float(data.get("wall_time_s", 0.0))
+
+
+def spent(usage: dict[str, RoleUsage]) -> tuple[int, float]:
+    """(tokens, dollars) of a usage table."""
+    return sum(u.prompt_tokens + u.completion_tokens for u in usage.values()), sum(u.cost_usd for u in usage.values())
+
+
+def record_config(run: RunDir, config: RunConfig, allow_change: bool) -> None:
+    """Write config.yaml; on an existing folder refuse a changed config unless allowed, then log the change."""
+    path, text = run.path(CONFIG), dump_config(config)
+    if path.exists():
+        changes = config_changes(yaml.safe_load(path.read_text(encoding="utf-8")) or {}, yaml.safe_load(text))
+        if changes and not allow_change:
+            shown = "; ".join(changes[:3]) + (f" (+{len(changes) - 3} more)" if len(changes) > 3 else "")
+            raise ConfigError(f"the config differs from the one {run.root} was grown with: {shown}; use a new --out, "
+                              "or pass --allow-config-change to continue it with the new config")
+        if changes:
+            row = {"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "changes": changes}
+            with run.path(CONFIG_CHANGES).open("a", encoding="utf-8") as handle:
+                handle.write(json.dumps(row) + "\n")
+    atomic_write_text(path, text)
 
 
 async def grow_work(seed: Problem, gateway: Gateway, tick: Tick, *, config: RunConfig, method: str) -> SeedOutcome:
@@ -141,23 +175,51 @@ async def grow_work(seed: Problem, gateway: Gateway, tick: Tick, *, config: RunC
     return await growers()[method](seed, Context(config=config, gateway=gateway, tick=tick))
 
 
+def check_seed_names(seeds: list[Problem]) -> None:
+    """Refuse seed ids that would share a file (impossible unless two ids are equal)."""
+    names: dict[str, str] = {}
+    for seed in seeds:
+        name = file_name(seed.id)
+        if name in names and names[name] != seed.id:
+            raise ValueError(f"seed ids {names[name]!r} and {seed.id!r} map to the same file name {name!r}")
+        names[name] = seed.id
+
+
 async def run_grow(
     config: RunConfig, seeds: list[Problem], out: str | Path, *, method: str = "mbs",
     tick: Tick = no_tick, gateway: Gateway | None = None, executor: Executor | None = None,
+    allow_config_change: bool = False,
 ) -> RunMetrics:
     """Grow every unfinished seed into the run folder `out`; returns the run's metrics.
 
     Seeds run on `executor` (default: this process, through `gateway`); this process alone writes the
-    run folder. A BudgetExceeded or GatewayError stops the run after saving metrics; finished seeds
-    stay done.
+    run folder, and holds its lock meanwhile. A BudgetExceeded or GatewayError stops the run after
+    saving metrics; finished seeds stay done. SIGTERM stops it like Ctrl-C (KeyboardInterrupt), with
+    everything paid for counted. The budget covers every run on the folder: a rerun whose folder has
+    spent it stops before any call.
     """
     growers()[method]  # an unknown method fails before any work
-    run = RunDir(out)
-    atomic_write_text(run.path(CONFIG), dump_config(config))
+    config.check_environment()
+    check_seed_names(seeds)
+    with RunDir(out) as run:
+        return await _grow_locked(run, config, seeds, method, tick, gateway, executor, allow_config_change)
+
+
+async def _grow_locked(
+    run: RunDir, config: RunConfig, seeds: list[Problem], method: str, tick: Tick, gateway: Gateway | None,
+    executor: Executor | None, allow_config_change: bool,
+) -> RunMetrics:
+    record_config(run, config, allow_config_change)
     atomic_write_text(run.path(SEEDS), "".join(s.model_dump_json() + "\n" for s in seeds))
-    usage_before, wall_before = previous_totals(run)
+    ledger = UsageLedger(run.path(USAGE))
+    usage_before, wall_before = previous_totals(run, ledger)
+    budget_check(config.budget, *spent(usage_before))
     own_executor = executor is None
     executor = executor or make_executor("local", config, gateway=gateway)
+    local_gateway: Gateway | None = getattr(executor, "gateway", None)
+    if local_gateway is not None:  # in-process work: every paid call reaches the ledger at once
+        local_gateway.spent_before = spent(usage_before)
+        local_gateway.on_usage = lambda: ledger.write(local_gateway.usage)
     qualified, rejected = JsonlLog(run.path(QUALIFIED)), JsonlLog(run.path(REJECTED), key="problem.id")
     start = last_metrics = time.monotonic()
 
@@ -171,6 +233,7 @@ async def run_grow(
     def on_result(seed: Problem, outcome: SeedOutcome) -> None:
         nonlocal last_metrics
         save_seed(run, outcome, qualified, rejected)
+        ledger.write(executor.usage)
         tick("seeds")
         if time.monotonic() - last_metrics > METRICS_EVERY_S:
             last_metrics = time.monotonic()
@@ -178,10 +241,41 @@ async def run_grow(
 
     todo = [s for s in seeds if not run.is_done(s.id)]
     try:
-        await executor.map(partial(grow_work, config=config, method=method), todo,
-                           concurrency=config.seed_concurrency, on_result=on_result, tick=tick)
+        with sigterm_as_interrupt():
+            await executor.map(partial(grow_work, config=config, method=method), todo,
+                               concurrency=config.seed_concurrency, on_result=on_result, tick=tick)
     finally:
+        ledger.write(executor.usage)
+        if local_gateway is not None:
+            local_gateway.on_usage = None
         metrics = write_metrics()
         if own_executor:
             executor.close()
     return metrics
+
+
+@contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """In the main thread's event loop: SIGTERM (how schedulers stop jobs) cancels the current task and
+    surfaces as KeyboardInterrupt, so it stops the run exactly like Ctrl-C."""
+    loop, task, terminated = asyncio.get_running_loop(), asyncio.current_task(), []
+
+    def stop() -> None:
+        terminated.append(True)
+        if task is not None:
+            task.cancel()
+
+    try:
+        loop.add_signal_handler(signal.SIGTERM, stop)
+        installed = True
+    except (RuntimeError, ValueError, NotImplementedError):  # not the main thread, or no signals here
+        installed = False
+    try:
+        yield
+    except asyncio.CancelledError:
+        if terminated:
+            raise KeyboardInterrupt("terminated (SIGTERM)") from None
+        raise
+    finally:
+        if installed:
+            loop.remove_signal_handler(signal.SIGTERM)

@@ -34,6 +34,7 @@ from finmbs.mbs.leaves import weakest_screen
 from finmbs.mbs.traces import teacher_trace
 from finmbs.records import Chunk, Decision, Document, Problem, Provenance, Snippet, SyntheticTree, TreeNode
 from finmbs.resources import render_prompt, resource_dir
+from finmbs.verify.judge import delimited
 
 STAGE = "reground"
 EXCERPT_CHUNKS = 6
@@ -226,11 +227,11 @@ class Regrounder:
         self.material = [snippet] + [d.summary for d in own[:1] if d.summary]
 
     async def judge(self, problem: Problem) -> Answerability:
-        text = render_prompt("judge_answerable", passage=problem.snippet.text if problem.snippet else "",
-                             question=problem.question, answer=problem.answer)
+        text = render_prompt("judge_answerable", **delimited(
+            passage=problem.snippet.text if problem.snippet else "", question=problem.question, answer=problem.answer))
         [verdict] = await self.ctx.gateway.structured(
             self.ctx.config.roles.judge, Answerability, role="judge",
-            messages=[{"role": "user", "content": text}], temperature=0.0,
+            messages=[{"role": "user", "content": text}], temperature=0.0, last=True,
         )
         return verdict or Answerability(answerable=False, supported=False, reason="judge reply unparseable after repair")
 

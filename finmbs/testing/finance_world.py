@@ -143,8 +143,7 @@ class FinanceWorld(World):
         return {"answerable": not missing, "supported": supported, "reason": reason}
 
     def equivalence(self, text: str) -> dict:
-        gold = re.search(r"Ground truth answer:\n(.*)\n", text).group(1).strip()  # type: ignore[union-attr]
-        predicted = re.search(r"Predicted answer:\n(.*)\n", text).group(1).strip()  # type: ignore[union-attr]
+        gold, predicted = blocks(text, "ground_truth")[0].strip(), blocks(text, "predicted")[0].strip()
         return {"equal": gold == predicted, "reason": "scripted"}
 
 

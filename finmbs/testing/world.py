@@ -76,7 +76,8 @@ def expression(text: str) -> str:
 
 
 def blocks(text: str, tag: str) -> list[str]:
-    return re.findall(rf"<{tag}>(.*?)</{tag}>", text, re.DOTALL)
+    """The texts between <tag>...</tag>, or between judge prompts' fenced <tag_NONCE>...</tag_NONCE>."""
+    return [m.group(2) for m in re.finditer(rf"<{tag}(_[0-9a-f]{{16}}|)>(.*?)</{tag}\1>", text, re.DOTALL)]
 
 
 @dataclass

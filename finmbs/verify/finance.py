@@ -392,6 +392,42 @@ def _power_of_thousand(ratio: Fraction) -> bool:
 
 
 # --------------------------------------------------------------------------------------------
+# qualified figures: "not $35 million", "less than 2%", "at least $10 million", "approximately 5%"
+_APPROXIMATE = {"approximately", "approx", "approx.", "about", "around", "roughly", "circa", "~", "some", "close to",
+                "or so"}
+_BEFORE = (
+    r"not(?:\s+(?:equal\s+to|exactly|quite))?|never|anything\s+but|other\s+than|except|excluding"
+    r"|less\s+than|fewer\s+than|lower\s+than|more\s+than|greater\s+than|higher\s+than|in\s+excess\s+of"
+    r"|at\s+(?:least|most)|up\s+to|as\s+(?:much|many|little|few)\s+as|no\s+(?:more|less|fewer)\s+than"
+    r"|over|under|below|above|exceed(?:s|ing)?|nearly|almost|just\s+(?:over|under|below|above)|within|maximum(?:\s+of)?"
+    r"|minimum(?:\s+of)?|approximately|approx\.?|about|around|roughly|circa|close\s+to|some|[<>≤≥~]=?"
+)
+_QUALIFIED_BEFORE = re.compile(rf"(?<![\w'])({_BEFORE})\s*(?:(?:is|was|were|of|by|be|at|the)\s+)?$", re.IGNORECASE)
+_QUALIFIED_AFTER = re.compile(
+    r"^\s*(\+(?![\d$])|or\s+(?:more|less|fewer|greater|higher|lower|above|below|so)\b|and\s+(?:above|up|over|below)\b"
+    r"|at\s+(?:most|least)\b|or\s+thereabouts\b)",
+    re.IGNORECASE,
+)
+_NEGATION = re.compile(r"(?<!\w)(not|\w*n't|never|neither|nor|cannot|anything\s+but)(?!\w)", re.IGNORECASE)
+_QUALIFIER_REACH = 60  # characters before a figure searched for a qualifier (linear in the answer's length)
+
+
+def qualifier(text: str, figs: list[Figure]) -> str | None:
+    """The word that qualifies or negates a figure of `text` ("less than", "not", "approximately"), if any."""
+    start = 0
+    for fig in figs:
+        at = text.find(fig.text, start)
+        if at < 0:
+            continue
+        start = at + len(fig.text)
+        before = text[max(0, at - _QUALIFIER_REACH) : at]
+        if m := _QUALIFIED_BEFORE.search(before) or _QUALIFIED_AFTER.match(text[start : start + _QUALIFIER_REACH]):
+            return re.sub(r"\s+", " ", m.group(1).strip())
+    m = _NEGATION.search(text)
+    return m.group(1) if m else None
+
+
+# --------------------------------------------------------------------------------------------
 # entry point
 def compare(predicted: str, gold: str, question: str | None = None) -> Comparison:
     """Equal / different / undecided for a predicted answer against the gold answer."""
@@ -442,6 +478,8 @@ def _compare_text_figures(pred: str, ref: str, question: str | None) -> Comparis
     if not pred_figs:
         return Comparison(verdict="different" if not _has_number_words(pred) else "undecided",
                           reason="no figure in the prediction")
+    if hedge := qualifier(pred, pred_figs):
+        return _qualified(hedge, qualifier(ref, gold_figs))
     if "=" in pred and len(pred_figs) > 1:
         pred_figs = figures(pred.rsplit("=", 1)[1]) or pred_figs
         pred_figs = [_apply_question_scale(f, power) for f in pred_figs]
@@ -457,6 +495,14 @@ def _compare_text_figures(pred: str, ref: str, question: str | None) -> Comparis
     if result.verdict == "different" and _sign_only(pred_figs[0], gold_fig, pred + " " + ref):
         return Comparison(verdict="undecided", reason="same magnitude; the sign is carried by words")
     return result
+
+
+def _qualified(hedge: str, gold_hedge: str | None) -> Comparison:
+    """A prediction that qualifies its figure is never equal: different, or undecided when the gold qualifies too."""
+    if gold_hedge:
+        return Comparison(verdict="undecided", reason=f"both answers qualify their figure ({hedge!r}, {gold_hedge!r})")
+    verdict: Verdict = "undecided" if hedge.lower() in _APPROXIMATE else "different"
+    return Comparison(verdict=verdict, reason=f"the prediction qualifies its figure ({hedge!r}); the gold states it")
 
 
 def _one_figure(figs: list[Figure]) -> Figure | None:
