@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from finmbs.records import first_error
 from finmbs.resources import resource_dir
 
-EMBEDDED_MODEL = "embedded/gemma3-270m"
+EMBEDDED_MODEL = "embedded/qwen2.5-coder-0.5b-instruct"
 _ENV_REF = re.compile(r"\$\{(\w+)\}")
 
 
@@ -48,6 +48,9 @@ class Endpoint(Settings):
     max_retries: int = Field(6, ge=0)
     input_cost_per_mtok: float | None = None
     output_cost_per_mtok: float | None = None
+    structured_output: Literal["json_schema", "none"] = Field(
+        "json_schema", description="json_schema: structured calls are constrained to the schema; none: parse and repair"
+    )
     extra: dict[str, Any] = Field(default_factory=dict)
 
     @property
@@ -146,6 +149,16 @@ class IndexSettings(Settings):
         return {key: getattr(self, key) for key in keys if getattr(self, key) is not None}
 
 
+class EmbeddedSettings(Settings):
+    """How embedded (llama.cpp) models run: context size, cores, and how generations share the cores."""
+
+    n_ctx: int = Field(4096, ge=256, description="context window of every embedded model")
+    threads: int | None = Field(None, ge=1, description="cores for all embedded generations together (default: all)")
+    schedule: Literal["share", "serial"] = Field(
+        "share", description="share: concurrent generations split the cores; serial: one at a time with all cores"
+    )
+
+
 class RunConfig(Settings):
     """A whole run: domain, roles, stage parameters, budget, cache and index."""
 
@@ -156,6 +169,7 @@ class RunConfig(Settings):
     cache_path: str = ".finmbs/cache.sqlite"
     seed_concurrency: int = Field(8, ge=1)
     index: IndexSettings = Field(default_factory=IndexSettings)
+    embedded: EmbeddedSettings = Field(default_factory=EmbeddedSettings)
 
     @model_validator(mode="after")
     def _unique_names(self) -> RunConfig:
@@ -166,7 +180,7 @@ class RunConfig(Settings):
         return self
 
     def embedded_roles(self) -> list[str]:
-        """Roles played by the embedded 270M base model (which cannot really teach or judge)."""
+        """Roles played by embedded (llama.cpp, CPU) models."""
         return [role for role, e in self.roles.all() if e.is_embedded]
 
 

@@ -64,13 +64,13 @@ def cli_errors(func: F) -> F:
 
 
 def resolve_config(config: Path | None, overrides: list[str] | None) -> RunConfig:
-    """Load the run config and say plainly when the embedded base model plays teacher or judge."""
+    """Load the run config and say plainly when small embedded models play teacher or judge."""
     resolved = load_config(config, overrides or [])
     weak = sorted({r for r in resolved.embedded_roles() if r in ("teacher", "judge")})
     if weak:
         console.print(
-            f"[yellow]note:[/] the embedded Gemma 3 270M base model plays {', '.join(weak)}: it cannot really "
-            "teach or judge, so expect few verified traces. Name real teachers in a config "
+            f"[yellow]note:[/] small embedded CPU models play {', '.join(weak)}: expect a small yield. "
+            "Name real teachers in a config "
             "(see configs/paper-finance.yaml, or --set roles.teachers.0.model=openai/gpt-4o-mini "
             "--set roles.teachers.0.api_key_env=OPENAI_API_KEY).",
             highlight=False,
