@@ -157,6 +157,7 @@ class EmbeddedSettings(Settings):
     schedule: Literal["share", "serial"] = Field(
         "share", description="share: concurrent generations split the cores; serial: one at a time with all cores"
     )
+    repack: bool = Field(False, description="let llama.cpp repack weights (AMX etc.); crashes on some virtual CPUs")
 
 
 class RunConfig(Settings):

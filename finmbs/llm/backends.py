@@ -108,7 +108,7 @@ class EmbeddedBackend:
     def _generate(self, endpoint: Endpoint, messages, prompt, params: dict[str, Any], seed: int) -> Sample:
         name = endpoint.model.removeprefix(embedded.PREFIX)
         with embedded.model_lock(name):
-            model = embedded.load(name, self.settings.n_ctx, self.cores)
+            model = embedded.load(name, self.settings.n_ctx, self.cores, self.settings.repack)
             threads = self.scheduler.acquire(self._threads_wanted())
             try:
                 embedded.set_threads(model, threads)

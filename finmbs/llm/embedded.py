@@ -18,6 +18,8 @@ import hashlib
 import json
 import os
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -281,7 +283,31 @@ def loaded_models() -> int:
     return len({key[0] for key in _MODELS})
 
 
-def load(name: str, n_ctx: int, n_threads: int) -> Any:
+@contextmanager
+def _weight_repacking(enabled: bool) -> Iterator[None]:
+    """Let llama.cpp repack weights into its extra CPU buffer types (AMX, interleaved quants), or not.
+
+    llama-cpp-python does not expose `use_extra_bufts`, so the default model parameters are wrapped
+    while the model loads. Repacking is off by default: on some virtualized AMX CPUs the repacked
+    batch path crashes the process (measured here: a segfault on every multi-token prompt).
+    """
+    import llama_cpp.llama_cpp as api
+
+    default = api.llama_model_default_params
+
+    def params() -> Any:
+        value = default()
+        value.use_extra_bufts = enabled
+        return value
+
+    api.llama_model_default_params = params
+    try:
+        yield
+    finally:
+        api.llama_model_default_params = default
+
+
+def load(name: str, n_ctx: int, n_threads: int, repack: bool = False) -> Any:
     """The llama.cpp model for `embedded/NAME`, loaded once per process (per context size and threads)."""
     entry = lookup(name)
     key = (entry.name, n_ctx, n_threads)
@@ -291,9 +317,11 @@ def load(name: str, n_ctx: int, n_threads: int) -> Any:
             from llama_cpp import Llama
 
             try:
-                _MODELS[key] = Llama(
-                    model_path=str(path), n_ctx=n_ctx, n_threads=n_threads, n_threads_batch=n_threads, verbose=False
-                )
+                with _weight_repacking(repack):
+                    _MODELS[key] = Llama(
+                        model_path=str(path), n_ctx=n_ctx, n_threads=n_threads, n_threads_batch=n_threads,
+                        verbose=False,
+                    )
             except (ValueError, RuntimeError, OSError) as exc:
                 raise EmbeddedModelError(
                     f"embedded model '{entry.name}' ({entry.packages}) did not load from {path}: {exc}"
