@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+from dataclasses import replace
 
 import pytest
 from pydantic import BaseModel
@@ -75,10 +76,10 @@ async def test_context_overflow_is_one_clear_error():
 
 
 @pytest.mark.slow
-async def test_generations_across_models_never_exceed_the_cores(monkeypatch):
+async def test_generations_across_models_never_exceed_the_cores(monkeypatch, tmp_path):
     # a second registered name for the same bytes is a second loaded model, as the 1.5B would be
-    small = embedded.lookup(SMALL)
-    monkeypatch.setitem(embedded.REGISTRY, "qwen-small-copy", small)
+    monkeypatch.setenv("FINMBS_MODEL_CACHE", str(tmp_path))
+    monkeypatch.setitem(embedded.REGISTRY, "qwen-small-copy", replace(embedded.lookup(SMALL), name="qwen-small-copy"))
     backend = EmbeddedBackend(EmbeddedSettings(threads=2, schedule="share"))
     scheduler, lock, state = backend.scheduler, threading.Lock(), {"threads": 0, "peak": 0, "gens": 0, "both": 0}
     acquire, release = scheduler.acquire, scheduler.release

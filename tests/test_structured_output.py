@@ -65,3 +65,10 @@ def test_strip_think():
     assert strip_think("reasoning opened by the template</think>{}") == "{}"
     assert strip_think("<think>never closed {\"answer\": 1}") == ""
     assert json.loads(strip_think('{"answer": 2}')) == {"answer": 2}
+
+
+def test_answers_are_read_after_the_think_block():
+    from finmbs.verify.extract import extract_final_answer
+
+    assert extract_final_answer("<think>maybe \\boxed{4}</think>\nFinal answer: \\boxed{5}") == "5"
+    assert extract_final_answer("<think>Final answer: 4, or not") is None

@@ -106,7 +106,7 @@ class EmbeddedBackend:
         return max(1, self.cores // max(1, embedded.loaded_models()))
 
     def _generate(self, endpoint: Endpoint, messages, prompt, params: dict[str, Any], seed: int) -> Sample:
-        name = endpoint.model.removeprefix(embedded.PREFIX)
+        name = embedded.lookup(endpoint.model).name
         with embedded.model_lock(name):
             model = embedded.load(name, self.settings.n_ctx, self.cores, self.settings.repack)
             threads = self.scheduler.acquire(self._threads_wanted())

@@ -13,6 +13,7 @@ generations never exceed the cores given, so two models never spin against each 
 
 from __future__ import annotations
 
+import atexit
 import base64
 import hashlib
 import json
@@ -281,6 +282,15 @@ def model_lock(name: str) -> threading.Lock:
     """The lock that serializes one model's generations (a llama.cpp context runs one at a time)."""
     with _LOAD_LOCK:
         return _MODEL_LOCKS.setdefault(name, threading.Lock())
+
+
+@atexit.register
+def _close_models() -> None:
+    """Free the loaded models before the interpreter tears llama_cpp down (no noise at exit)."""
+    with _LOAD_LOCK:
+        for model in _MODELS.values():
+            model.close()
+        _MODELS.clear()
 
 
 def loaded_models() -> int:
