@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from finmbs.records import first_error
 from finmbs.resources import resource_dir
 
-EMBEDDED_MODEL = "embedded/gemma3-270m"
+EMBEDDED_MODEL = "embedded/qwen2.5-coder-0.5b-instruct"
 _ENV_REF = re.compile(r"\$\{(\w+)\}")
 
 
@@ -52,6 +52,9 @@ class Endpoint(Settings):
     max_retries: int = Field(4, ge=0, description="retries of rate-limited, failed or empty replies (backing off up to 60 s)")
     input_cost_per_mtok: float | None = None
     output_cost_per_mtok: float | None = None
+    structured_output: Literal["json_schema", "none"] = Field(
+        "json_schema", description="json_schema: structured calls are constrained to the schema; none: parse and repair"
+    )
     extra: dict[str, Any] = Field(default_factory=dict)
 
     @model_validator(mode="after")
@@ -175,6 +178,17 @@ class IndexSettings(Settings):
         return {key: getattr(self, key) for key in keys if getattr(self, key) is not None}
 
 
+class EmbeddedSettings(Settings):
+    """How embedded (llama.cpp) models run: context size, cores, and how generations share the cores."""
+
+    n_ctx: int = Field(4096, ge=256, description="context window of every embedded model")
+    threads: int | None = Field(None, ge=1, description="cores for all embedded generations together (default: all)")
+    schedule: Literal["share", "serial"] = Field(
+        "share", description="share: concurrent generations split the cores; serial: one at a time with all cores"
+    )
+    repack: bool = Field(False, description="let llama.cpp repack weights (AMX etc.); crashes on some virtual CPUs")
+
+
 class RunConfig(Settings):
     """A whole run: domain, roles, stage parameters, budget, cache and index."""
 
@@ -186,6 +200,7 @@ class RunConfig(Settings):
     seed_concurrency: int = Field(8, ge=1)
     index: IndexSettings = Field(default_factory=IndexSettings)
     novelty: NoveltySettings = Field(default_factory=NoveltySettings)
+    embedded: EmbeddedSettings = Field(default_factory=EmbeddedSettings)
 
     @model_validator(mode="after")
     def _unique_names(self) -> RunConfig:
@@ -208,7 +223,7 @@ class RunConfig(Settings):
             raise ConfigError("before any model call: " + "; ".join(dict.fromkeys(missing)))
 
     def embedded_roles(self) -> list[str]:
-        """Roles played by the embedded 270M base model (which cannot really teach or judge)."""
+        """Roles played by embedded (llama.cpp, CPU) models."""
         return [role for role, e in self.roles.all() if e.is_embedded]
 
 

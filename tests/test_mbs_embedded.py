@@ -1,4 +1,4 @@
-"""The real path: `finmbs grow` on two shipped seeds with the embedded Gemma 3 270M playing every role."""
+"""The real path: `finmbs grow` on two shipped seeds with the embedded 0.5B playing every role (short outputs)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,11 @@ from finmbs.runs import read_jsonl
 
 pytest.importorskip("llama_cpp")
 
+SMALL = "embedded/qwen2.5-coder-0.5b-instruct"
 TINY = ["stages.N=2", "stages.Nt=2", "stages.Nd=0", "stages.D=1", "stages.N_leaf=1", "stages.R=1", "stages.Nc=1",
-        "stages.L=48", "roles.teachers.0.max_tokens=64", "roles.students.0.max_tokens=48",
-        "roles.target.max_tokens=48"]
+        "stages.L=48", "roles.teachers.0.max_tokens=96", "roles.students.0.max_tokens=48",
+        "roles.students.1.max_tokens=48", "roles.target.max_tokens=48", "roles.judge.max_tokens=32",
+        *(f"roles.{role}.model={SMALL}" for role in ("teachers.0", "students.0", "judge"))]
 
 
 @pytest.mark.slow

@@ -66,10 +66,10 @@ def cli_errors(func: F) -> F:
 
 
 def warn_embedded(roles: list[str]) -> None:
-    """Say plainly that the embedded base model plays `roles` (teacher, judge), which it cannot really do."""
+    """Say plainly that small embedded CPU models play `roles` (teacher, judge): expect a small yield."""
     console.print(
-        f"[yellow]note:[/] the embedded Gemma 3 270M base model plays {', '.join(roles)}: it cannot really "
-        "teach or judge, so expect few verified traces or unreliable verdicts. Name real models in a config "
+        f"[yellow]note:[/] small embedded CPU models play {', '.join(roles)}: expect a small yield. "
+        "Name real teachers in a config "
         "(see configs/paper-finance.yaml, or --set roles.teachers.0.model=openai/gpt-4o-mini "
         "--set roles.teachers.0.api_key_env=OPENAI_API_KEY).",
         highlight=False,
@@ -78,7 +78,7 @@ def warn_embedded(roles: list[str]) -> None:
 
 def resolve_config(config: Path | None, overrides: list[str] | None,
                    weak_roles: tuple[str, ...] = ("teacher", "judge")) -> RunConfig:
-    """Load the run config; warn when the embedded base model plays one of `weak_roles` (the roles the
+    """Load the run config; warn when small embedded models play one of `weak_roles` (the roles the
     command will use: a command that asks no teacher and no judge passes ())."""
     resolved = load_config(config, overrides or [])
     weak = sorted({r for r in resolved.embedded_roles() if r in weak_roles})

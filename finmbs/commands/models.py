@@ -19,9 +19,9 @@ def check_endpoint(endpoint: Endpoint, probe: bool = False, gateway: Gateway | N
     try:
         key = endpoint.api_key()
         if endpoint.is_embedded:
-            from finmbs.llm.backends import embedded_model_path
+            from finmbs.llm.embedded import model_path
 
-            detail = f"embedded GGUF at {embedded_model_path().name}"
+            detail = f"embedded GGUF at {model_path(endpoint.model)}"
         elif endpoint.api_base:
             base = endpoint.base_url() or ""
             headers = {"Authorization": f"Bearer {key}"} if key else {}

@@ -51,7 +51,8 @@ class WorkerGateway(Gateway):
     """A worker's gateway: the run's cache file, 1/W of every endpoint's limits and of the budget."""
 
     def __init__(self, config: RunConfig, workers: int):
-        super().__init__(cache_path=config.cache_path, budget=budget_share(config.budget, workers))
+        super().__init__(cache_path=config.cache_path, budget=budget_share(config.budget, workers),
+                         embedded=config.embedded)
         self.workers = workers
         for _role, endpoint in config.roles.all():  # import the model clients now: not in the event loop
             self._backend(endpoint)

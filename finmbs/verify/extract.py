@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+from finmbs.llm.structured import strip_think
+
 _FINAL = re.compile(r"(?:final answer|answer)\s*(?:is)?\s*[:：]\s*(.+)", re.IGNORECASE)
 
 
@@ -29,6 +31,7 @@ def last_boxed(text: str) -> str | None:
 
 def extract_final_answer(text: str) -> str | None:
     """The final answer of a solution: the last \\boxed{}, else the last "Final answer:" line."""
+    text = strip_think(text or "")
     if not text:
         return None
     boxed = last_boxed(text)

@@ -1,0 +1,89 @@
+"""Embedded models on the CPU: tokens/s of the two default models alone and generating together.
+
+Together, the two models' generations either share the cores (`embedded.schedule: share`: each
+loaded model's generation gets cores / models threads, so both run at once) or take turns with all
+cores (`serial`). Each row prints tokens/s per model and in total, and the ratio to the serial
+baseline. Oversubscription (every generation with all cores at once) is what the scheduler prevents;
+`--oversubscribe` measures it too, for reference.
+
+    nice -n 15 python bench/bench_embedded.py --tokens 96 --rounds 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+
+from finmbs.config import EmbeddedSettings, Endpoint
+from finmbs.llm.backends import EmbeddedBackend
+from finmbs.llm.embedded import ThreadScheduler
+
+MODELS = ("embedded/qwen2.5-coder-1.5b-instruct", "embedded/qwen2.5-coder-0.5b-instruct")
+PROMPT = [{"role": "user", "content": "Write the numbers from 1 to 400 in words, separated by commas."}]
+
+
+def endpoint(model: str) -> Endpoint:
+    return Endpoint(name=model.split("/")[1], model=model)
+
+
+async def generate(backend: EmbeddedBackend, model: str, tokens: int, rounds: int) -> tuple[int, float]:
+    """(completion tokens, seconds) of `rounds` greedy generations of `tokens` tokens, one after another."""
+    from finmbs.llm.types import Message
+
+    messages = [Message(**m) for m in PROMPT]
+    began, total = time.perf_counter(), 0
+    for seed in range(rounds):
+        reply = await backend.complete(endpoint(model), messages=messages, prompt=None, n=1,
+                                       params={"max_tokens": tokens, "temperature": 0.0, "seed": seed})
+        total += reply.completion_tokens
+    return total, time.perf_counter() - began
+
+
+async def together(backend: EmbeddedBackend, tokens: int, rounds: int) -> dict[str, float]:
+    """Both models generating at once; tokens/s per model and in total (over the longer wall time)."""
+    results = await asyncio.gather(*(generate(backend, m, tokens, rounds) for m in MODELS))
+    wall = max(seconds for _, seconds in results)
+    rates = {m.split("/")[1]: count / seconds for m, (count, seconds) in zip(MODELS, results)}
+    rates["total"] = sum(count for count, _ in results) / wall
+    return rates
+
+
+def backend_for(schedule: str, cores: int | None, oversubscribe: bool = False) -> EmbeddedBackend:
+    backend = EmbeddedBackend(EmbeddedSettings(schedule=schedule, threads=cores))
+    if oversubscribe:  # every generation takes all cores at once: no admission
+        backend.scheduler = ThreadScheduler(backend.cores * len(MODELS))
+        backend._threads_wanted = lambda: backend.cores  # type: ignore[method-assign]
+    return backend
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tokens", type=int, default=96)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=None, help="cores for embedded models (default: all)")
+    parser.add_argument("--oversubscribe", action="store_true", help="also run without the scheduler")
+    args = parser.parse_args()
+
+    serial = backend_for("serial", args.threads)
+    for model in MODELS:  # load both models (and warm them) before timing
+        await generate(serial, model, 4, 1)
+    print(f"cores: {serial.cores}; {args.rounds} x {args.tokens} tokens per model, greedy")
+    for model in MODELS:
+        count, seconds = await generate(serial, model, args.tokens, args.rounds)
+        print(f"alone       {model.split('/')[1]:<30} {count / seconds:6.1f} tokens/s (all cores)")
+    rows = [("serial", serial)]
+    rows.append(("share", backend_for("share", args.threads)))
+    if args.oversubscribe:
+        rows.append(("oversubscribed", backend_for("serial", args.threads, oversubscribe=True)))
+    baseline = None
+    print(f"{'together':<16} " + " ".join(f"{m.split('/')[1]:>30}" for m in MODELS) + f" {'total':>8} {'vs serial':>10}")
+    for name, backend in rows:
+        rates = await together(backend, args.tokens, args.rounds)
+        baseline = baseline or rates["total"]
+        cells = " ".join(f"{rates[m.split('/')[1]]:30.1f}" for m in MODELS)
+        print(f"{name:<16} {cells} {rates['total']:8.1f} {rates['total'] / baseline:9.2f}x", flush=True)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

