@@ -96,8 +96,8 @@ def register(app: typer.Typer) -> None:
         runner = make_executor(executor, resolved, ray_address=ray_address, ray_workers=ray_workers)
         with Progress(SpinnerColumn(), TextColumn("{task.description}"), TextColumn("{task.completed}"),
                       TimeElapsedColumn(), console=console, transient=False) as progress:
-            finance = any(p.domain == "finance" for p in problems)
-            stages = [s for s in STAGES[method] if finance or s != "reground"]
+            reground = any(p.domain == "finance" for p in problems) and (method == "mbs" or resolved.stages.direct_reground)
+            stages = [s for s in STAGES[method] if reground or s != "reground"]
             tasks = {stage: progress.add_task(stage, total=None) for stage in stages}
             progress.update(tasks["seeds"], description=f"seeds (of {len(problems)})")
 
