@@ -38,7 +38,7 @@ def test_planted_benchmark_questions_and_seed_copies_are_dropped(tmp_path, share
                 "squares of the roots of f, then multiply it by the product of the roots.", "84", "s1", "t9/1", k=4),
     ]
     run = math_run(tmp_path / "run", extra_qualified=planted)
-    report = export_run(run, "verl", eval_data=[shared_data])
+    report = export_run(run, "verl", split="train", eval_data=[shared_data])
     assert report.eval_sets["math500"] == 500 and report.eval_sets["gsm8k"] == 1319 and report.seeds_checked == 3
     assert report.dropped == 4 and report.flagged == 0
     assert report.contamination_by_source == {"math500": 2, "gsm8k": 1, "seeds": 1}
@@ -61,7 +61,7 @@ def test_flag_keeps_rows_and_marks_them(tmp_path, shared_data):
                 "annum, when no leverage step-up applies?", "1.10%", "f1", "t9/1", snippet=leaked, k=3),
     ]
     run = finance_run(tmp_path / "run", extra_qualified=planted)
-    report = export_run(run, "jsonl", eval_data=[shared_data], policy="flag")
+    report = export_run(run, "jsonl", split="train", eval_data=[shared_data], policy="flag")
     assert (report.dropped, report.flagged, report.contamination_by_source) == (0, 2, {"financebench": 2})
     rows = {r["extra_info"]["id"]: r["extra_info"] for r in rows_of(Path(report.out) / "train.jsonl")}
     assert rows["plant/fb-question"]["contamination"] == f"financebench:{fb['financebench_id']}"
@@ -88,7 +88,7 @@ def test_extra_eval_jsonl_and_bad_lines(tmp_path):
     with pytest.raises(FileNotFoundError, match="evaluation data not found"):
         load_eval_sets([tmp_path / "missing"])
     run = math_run(tmp_path / "run")
-    report = export_run(run, "jsonl", eval_data=[extra])
+    report = export_run(run, "jsonl", split="train", eval_data=[extra])
     assert report.eval_sets == {"private_eval": 1} and report.contamination_by_source == {"private_eval": 1}
     assert report.dropped == 1 and report.splits["train"].rows == 2
 
