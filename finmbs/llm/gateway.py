@@ -168,7 +168,7 @@ class Gateway:
                         try:
                             reply = await asyncio.wait_for(  # the hard limit, whatever the backend honours
                                 backend.complete(endpoint, messages=messages, prompt=prompt, n=n, params=dict(params)),
-                                endpoint.timeout_s,
+                                None if endpoint.is_embedded else endpoint.timeout_s,  # embedded: queued, bounded by max_tokens
                             )
                         except Exception as exc:
                             timed_out += is_timeout(exc)
