@@ -169,7 +169,8 @@ def test_grow_keep_all_option(tmp_path, openai_server):
 
 # structure ------------------------------------------------------------------------------------------
 def import_graph() -> dict[str, set[str]]:
-    """finmbs module -> the finmbs modules it imports (function-level imports included)."""
+    """finmbs module -> the finmbs modules it imports (function-level imports included; imports for type
+    checkers alone, under `if TYPE_CHECKING:`, run never and are left out)."""
     files = {}
     for path in (ROOT / "finmbs").rglob("*.py"):
         parts = list(path.relative_to(ROOT).with_suffix("").parts)
@@ -177,7 +178,12 @@ def import_graph() -> dict[str, set[str]]:
     graph = {}
     for module, path in files.items():
         deps = set()
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        typing_only = {id(n) for block in ast.walk(tree) if isinstance(block, ast.If) and "TYPE_CHECKING" in ast.unparse(block.test)
+                       for stmt in block.body for n in ast.walk(stmt)}
+        for node in ast.walk(tree):
+            if id(node) in typing_only:
+                continue
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
                 [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
                 if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 else [])
