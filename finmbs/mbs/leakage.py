@@ -211,12 +211,11 @@ class Grounding:
         return None
 
     def derivation_pool(self, question: str, solution: str) -> Pool:
-        """Figures of d' and q, plus each solution result reachable from what came before it."""
+        """Figures of d' and q, plus each solution result reachable from what came before it (small
+        intermediate results too: 1 + 5 + 5 + 1 = 12 is how 12 * 12 = 144 is reached)."""
         given = self._passage_figs + text_figures(question)
         pool = Pool(v for f in given for v in values(f))
         for fig in text_figures(solution):
-            if trivial(fig):
-                continue
             reached = [v for v in values(fig) if pool.reaches(v, tolerance(fig, v))]
             for v in reached:
                 pool.add(v)
