@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 
 from finmbs.cli import app
 from finmbs.testing.server import Request
+from finmbs.testing.world import blocks
 
 runner = CliRunner()
 
@@ -40,7 +41,7 @@ def policy_and_judge(script: dict[str, list[str]]):
     def handle(request: Request) -> str:
         text = request.text
         if JUDGE_MARK in text:
-            predicted = text.split("Predicted answer:")[1]
+            [predicted] = blocks(text, "predicted")
             equal = "litigation" in predicted or "capex" in predicted
             return json.dumps({"equal": equal, "reason": "scripted"})
         for marker, samples in script.items():
