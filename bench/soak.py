@@ -100,6 +100,8 @@ def outputs(out: Path) -> tuple:
     """What a run leaves, minus usage and timing."""
     metrics = {k: v for k, v in json.loads((out / "metrics.json").read_text()).items()
                if k not in ("usage", "wall_time_s", "cache_hits")}
+    for stage in metrics.get("stages", {}).values():  # model seconds are timing too
+        stage.pop("model_seconds", None)
     trees = {p.name: json.loads(p.read_text()) for p in sorted((out / "trees").iterdir())}
     qualified = sorted(json.dumps(q, sort_keys=True) for q in read_jsonl(out / "qualified.jsonl"))
     rejected = sorted(json.dumps(r, sort_keys=True) for r in read_jsonl(out / "rejected.jsonl"))

@@ -229,6 +229,7 @@ class RunMetrics(Record):
     other_goldilocks: int = 0
     other_qualified: int = 0
     construction_tokens: int = 0  # prompt + completion tokens of every role but the target policy
+    stages: dict[str, dict[str, float]] = Field(default_factory=dict)  # requests, tokens, model seconds per stage
     usage: dict[str, RoleUsage] = Field(default_factory=dict)
     wall_time_s: float = 0.0
 

@@ -68,6 +68,8 @@ def outputs(out: Path) -> dict:
     """Everything a run folder holds except wall time (rows sorted: workers finish in any order)."""
     metrics = json.loads((out / "metrics.json").read_text())
     metrics.pop("wall_time_s")
+    for stage in metrics["stages"].values():  # model seconds are timing too
+        stage.pop("model_seconds")
     rows = {name: sorted(json.dumps(r, sort_keys=True) for r in read_jsonl(out / name))
             for name in ("qualified.jsonl", "rejected.jsonl")}
     counts = {name: len(r) for name, r in rows.items()}

@@ -37,7 +37,7 @@ def config(server, tmp_path, **stages):
                         str(tmp_path / "cache.sqlite"), **stages)
 
 
-VOLATILE = ("usage", "wall_time_s", "cache_hits", "construction_tokens", "construction_tokens_per_seed",
+VOLATILE = ("usage", "wall_time_s", "cache_hits", "stages", "construction_tokens", "construction_tokens_per_seed",
             "construction_tokens_per_qualified")
 ZERO = {"seeds_too_easy": 0, "answer_leaks": 0, "reground_unverified": 0, "reground_too_easy": 0,
         "other_descendants": 0, "other_goldilocks": 0, "other_qualified": 0}
@@ -62,6 +62,11 @@ async def test_mbs_run_folder_and_exact_metrics(tmp_path, openai_server):
         "novelty_rejected": 9, "goldilocks_rate": 1.0, "qualified_rate": 1.0, "seed_conversion": 0.5, **ZERO,
     }
     assert metrics.usage["target"].calls == 1 and metrics.usage["target"].samples == 8
+    # per stage: every stage that called a model, and the target's tokens only in final calibration
+    stages = json.loads((out / "metrics.json").read_text())["stages"]
+    assert set(stages) == {"traces", "decompose", "leaf", "compose", "calibrate"}
+    assert stages["calibrate"]["requests"] == 1 and all(s["tokens"] > 0 and s["model_seconds"] > 0 for s in stages.values())
+    assert sum(s["tokens"] for name, s in stages.items() if name != "calibrate") == metrics.construction_tokens
     [qualified] = list(read_jsonl(out / "qualified.jsonl"))
     assert qualified["question"] == "Compute (2 + 3 + 1 + 2) * (4 + 1 + 1 + 2)." and qualified["answer"] == "64"
     assert qualified["provenance"] == {"seed_id": "a", "method": "mbs", "stage": "compose", "tree_path": "0",
@@ -74,7 +79,7 @@ async def test_mbs_run_folder_and_exact_metrics(tmp_path, openai_server):
     assert {r["reason"] for r in rejected if r["stage"] == "novelty"} == {
         "restates its sibling a.s0: same answer '64', text similarity 1.00 >= 0.85"}
     tree = json.loads((out / "trees" / "a.json").read_text())
-    assert set(tree) == {"seed", "decomposition", "synthetic", "dropped", "tokens"} and tree["dropped"] is None
+    assert set(tree) == {"seed", "decomposition", "synthetic", "dropped", "tokens", "stages"} and tree["dropped"] is None
     assert tree["decomposition"]["root"]["student_accuracy"] == {"s2": 0.0, "s1": 0.5}
     assert [t["root"]["problem"]["id"] for t in tree["synthetic"]] == [f"a.s{t}" for t in range(10)]
     assert set(tree["tokens"]) == {"teacher", "student", "target"} and all(n > 0 for n in tree["tokens"].values())

@@ -31,6 +31,8 @@ def outputs(out):
     """Everything a run leaves, minus the usage and timing of the processes that produced it."""
     metrics = {k: v for k, v in json.loads((out / "metrics.json").read_text()).items()
                if k not in ("usage", "wall_time_s", "cache_hits")}
+    for stage in metrics["stages"].values():  # model seconds are timing too
+        stage.pop("model_seconds")
     trees = {p.name: json.loads(p.read_text()) for p in sorted((out / "trees").iterdir())}
     qualified = list(read_jsonl(out / "qualified.jsonl"))
     rejected = list(read_jsonl(out / "rejected.jsonl"))

@@ -16,7 +16,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from finmbs.mbs.candidates import WorkedProblem, derive, verified_node
-from finmbs.mbs.context import TARGET_ROLE, Context, Ledger
+from finmbs.mbs.context import TARGET_ROLE, Context, Ledger, in_stage
 from finmbs.mbs.outcome import SeedOutcome, finish, seed_root, synthetic_trees
 from finmbs.mbs.solve import document_block
 from finmbs.records import Decision, DecompositionTree, Problem, TreeNode
@@ -62,11 +62,12 @@ async def grow_seed_direct(seed: Problem, ctx: Context) -> SeedOutcome:
     if root is None:
         return await finish(ctx, seed, None, [], ledger.rejected[-1].reason, ledger)
     budget = int(seed.meta.get(BUDGET_KEY) or 0)
-    nodes = await direct_call(ctx, root, 0, ledger)
-    calls = 1
-    while ctx.construction_tokens() < budget and calls < MAX_CALLS:
-        nodes += await direct_call(ctx, root, calls, ledger)
-        calls += 1
+    with in_stage(STAGE):
+        nodes = await direct_call(ctx, root, 0, ledger)
+        calls = 1
+        while ctx.construction_tokens() < budget and calls < MAX_CALLS:
+            nodes += await direct_call(ctx, root, calls, ledger)
+            calls += 1
     tree = DecompositionTree(seed_id=seed.id, root=root)
     return await finish(ctx, seed, tree, synthetic_trees(seed.id, nodes), None, ledger,
                         reground=ctx.stages.direct_reground)

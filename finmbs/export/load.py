@@ -28,6 +28,7 @@ class SeedTrees(Record):
     synthetic: list[SyntheticTree] = []
     dropped: str | None = None
     tokens: dict[str, int] = {}  # tokens spent on the seed, per role (construction accounting)
+    stages: dict[str, dict[str, float]] = {}  # requests, tokens and model seconds per stage
 
 
 @dataclass

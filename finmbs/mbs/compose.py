@@ -16,8 +16,8 @@ from itertools import product
 
 
 from finmbs.mbs.candidates import WorkedProblem, derive, verified_node
-from finmbs.mbs.context import Context, Ledger
-from finmbs.mbs.leaves import harder_leaves, screened
+from finmbs.mbs.context import Context, Ledger, in_stage
+from finmbs.mbs.leaves import STAGE as LEAF, harder_leaves, screened
 from finmbs.mbs.solve import document_block, worked_examples
 from finmbs.records import Decision, TreeNode
 from finmbs.resources import render_prompt
@@ -74,7 +74,8 @@ async def compose_trial(
 async def synthesize(ctx: Context, node: TreeNode, ledger: Ledger) -> tuple[list[TreeNode], list[TreeNode]]:
     """(synthetic versions of `node`, synthetic subtrees below it that no version of `node` uses)."""
     if node.is_leaf:
-        return await harder_leaves(ctx, node, ledger), []
+        with in_stage(LEAF):
+            return await harder_leaves(ctx, node, ledger), []
     results = await asyncio.gather(*(synthesize(ctx, child, ledger) for child in node.children))
     pools = [versions for versions, _ in results]
     orphans = [o for _, below in results for o in below]
@@ -83,11 +84,12 @@ async def synthesize(ctx: Context, node: TreeNode, ledger: Ledger) -> tuple[list
         node.decisions.append(Decision(stage=STAGE, outcome="info", reason=f"no synthetic version of {missing}"))
         return [], orphans + [v for pool in pools for v in pool]
     chosen = trials([len(p) for p in pools], ctx.stages.Nc)
-    nodes = await asyncio.gather(
-        *(compose_trial(ctx, node, [pool[i] for pool, i in zip(pools, combo)], t, ledger)
-          for t, combo in enumerate(chosen))
-    )
-    versions = await screened(ctx, list(nodes), ctx.stages.alpha_parent, STAGE, ledger)
+    with in_stage(STAGE):
+        nodes = await asyncio.gather(
+            *(compose_trial(ctx, node, [pool[i] for pool, i in zip(pools, combo)], t, ledger)
+              for t, combo in enumerate(chosen))
+        )
+        versions = await screened(ctx, list(nodes), ctx.stages.alpha_parent, STAGE, ledger)
     distinct = len(set(chosen))
     node.decisions.append(Decision(
         stage=STAGE, outcome="info",

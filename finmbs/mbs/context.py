@@ -3,7 +3,11 @@ and meter of tokens."""
 
 from __future__ import annotations
 
+import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,24 +18,48 @@ from finmbs.records import Problem, Rejection
 
 
 TARGET_ROLE = "target"
+OTHER_STAGE = "other"
+SECONDS = "model_seconds"
+CURRENT_STAGE: ContextVar[str | None] = ContextVar("finmbs_stage", default=None)
+
+
+@contextmanager
+def in_stage(name: str) -> Iterator[None]:
+    """Account the model calls made inside (tasks started inside too) to stage `name`; an enclosing
+    stage keeps them (a decomposition child's trace counts to the decomposition, not to traces)."""
+    if CURRENT_STAGE.get() is not None:
+        yield
+        return
+    token = CURRENT_STAGE.set(name)
+    try:
+        yield
+    finally:
+        CURRENT_STAGE.reset(token)
 
 
 class SeedGateway:
     """The run's gateway as one seed sees it: every call passes through, and its tokens (the prompt
     once, every sample's completion) are counted per role; cached samples count too, so the count is
-    what constructing this seed's problems costs whether or not a cache saved the calls."""
+    what constructing this seed's problems costs whether or not a cache saved the calls. Per stage
+    (`in_stage`) it also counts requests, tokens and seconds spent waiting on the model (concurrent
+    requests overlap, so a stage's seconds can exceed its wall time)."""
 
     def __init__(self, gateway: Gateway):
         self.inner = gateway
         self.tokens: Counter[str] = Counter()
+        self.stages: dict[str, Counter[str]] = {}
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
     async def generate(self, endpoint: Endpoint, *, role: str, **request: Any) -> list:
+        start = time.monotonic()
         samples = await self.inner.generate(endpoint, role=role, **request)
         prompt = max((s.prompt_tokens for s in samples), default=0)  # one request: its prompt counts once
-        self.tokens[role] += prompt + sum(s.completion_tokens for s in samples)
+        tokens = prompt + sum(s.completion_tokens for s in samples)
+        self.tokens[role] += tokens
+        stage = self.stages.setdefault(CURRENT_STAGE.get() or OTHER_STAGE, Counter())
+        stage.update({"requests": 1, "tokens": tokens, SECONDS: time.monotonic() - start})
         return samples
 
     structured = Gateway.structured  # its generate calls come back through this meter
@@ -70,6 +98,12 @@ class Context:
     def tokens(self) -> dict[str, int]:
         """Tokens per role spent through this context's meter (empty without one)."""
         return dict(self.gateway.tokens) if isinstance(self.gateway, SeedGateway) else {}
+
+    def stage_usage(self) -> dict[str, dict[str, float]]:
+        """Requests, tokens and model seconds per stage spent through this context's meter."""
+        if not isinstance(self.gateway, SeedGateway):
+            return {}
+        return {stage: {k: round(v, 3) for k, v in c.items()} for stage, c in self.gateway.stages.items()}
 
     def construction_tokens(self) -> int:
         """Tokens spent constructing problems: every role but the target policy's calibration."""

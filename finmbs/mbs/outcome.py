@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from finmbs.mbs.calibrate import STAGE as CALIBRATE, annotate, calibrate
-from finmbs.mbs.context import Context, Ledger
+from finmbs.mbs.context import SECONDS, Context, Ledger, in_stage
 from finmbs.mbs.novelty import STAGE as NOVELTY, restated
 from finmbs.mbs.traces import teacher_trace
 from finmbs.records import Decision, DecompositionTree, Problem, Rejection, SyntheticTree, TreeNode
@@ -35,6 +35,7 @@ class SeedOutcome:
     rejected: list[Rejection]
     qualified_nodes: list[Problem] = field(default_factory=list)
     tokens: dict[str, int] = field(default_factory=dict)
+    stages: dict[str, dict[str, float]] = field(default_factory=dict)  # requests, tokens, model seconds
 
     def tree_json(self) -> dict[str, Any]:
         return {
@@ -43,12 +44,16 @@ class SeedOutcome:
             "synthetic": [t.model_dump(mode="json") for t in self.synthetic],
             "dropped": self.dropped,
             "tokens": self.tokens,
+            # requests and tokens per stage; model seconds differ from run to run (a resumed seed is answered
+            # from the cache), so they go to metrics.json alone and the tree file stays the same
+            "stages": {stage: {k: v for k, v in c.items() if k != SECONDS} for stage, c in self.stages.items()},
         }
 
 
 async def seed_root(ctx: Context, seed: Problem, ledger: Ledger) -> TreeNode | None:
     """The root (seed, verified teacher trace); None (and a rejection) when no teacher verifies it."""
-    trace, why = await teacher_trace(ctx, seed)
+    with in_stage("traces"):
+        trace, why = await teacher_trace(ctx, seed)
     if trace is None:
         ledger.reject(seed, "traces", why)
         return None
@@ -138,8 +143,11 @@ async def finish(
     if seed.domain == "finance" and synthetic and reground:
         from finmbs.mbs.reground import reground_trees
 
-        grounded = await reground_trees(ctx, seed, synthetic, ledger)
+        with in_stage("reground"):
+            grounded = await reground_trees(ctx, seed, synthetic, ledger)
         calibrated = grounded
     known = problems_by_id(seed, tree, synthetic + grounded)
-    roots, others = await calibrate_trees(ctx, seed, calibrated, known, ledger)
-    return SeedOutcome(seed, tree, synthetic + grounded, dropped, roots, ledger.rejected, others, ctx.tokens())
+    with in_stage(CALIBRATE):
+        roots, others = await calibrate_trees(ctx, seed, calibrated, known, ledger)
+    return SeedOutcome(seed, tree, synthetic + grounded, dropped, roots, ledger.rejected, others, ctx.tokens(),
+                       ctx.stage_usage())

@@ -27,7 +27,7 @@ from finmbs.executors import Executor, Tick, make_executor, no_tick
 from finmbs.llm import Gateway
 from finmbs.llm.gateway import budget_check
 from finmbs.mbs.compose import synthesize
-from finmbs.mbs.context import TARGET_ROLE, Context, Ledger
+from finmbs.mbs.context import SECONDS, TARGET_ROLE, Context, Ledger, in_stage
 from finmbs.mbs.decompose import ANSWER_LEAK, STAGE as DECOMPOSE, decompose
 from finmbs.mbs.novelty import STAGE as NOVELTY
 from finmbs.mbs.outcome import SeedOutcome, finish, is_root, seed_root, synthetic_trees
@@ -48,7 +48,9 @@ async def grow_seed(seed: Problem, ctx: Context) -> SeedOutcome:
     if root is None:
         return await finish(ctx, seed, None, [], ledger.rejected[-1].reason, ledger)
     tree = DecompositionTree(seed_id=seed.id, root=root)
-    if not await decompose(ctx, root, ledger):
+    with in_stage(DECOMPOSE):
+        effective = await decompose(ctx, root, ledger)
+    if not effective:
         ledger.reject(seed, DECOMPOSE, root.decisions[-1].reason)
         return await finish(ctx, seed, tree, [], root.decisions[-1].reason, ledger)
     versions, orphans = await synthesize(ctx, root, ledger)
@@ -74,11 +76,20 @@ def save_seed(run: RunDir, outcome: SeedOutcome, qualified: JsonlLog, rejected: 
     run.mark_done(outcome.seed.id)
 
 
-def load_tree(path: Path) -> tuple[DecompositionTree | None, list[SyntheticTree], dict[str, int]]:
-    """(decomposition, synthetic trees, tokens per role) of one finished seed's tree file."""
+def load_tree(path: Path) -> tuple[DecompositionTree | None, list[SyntheticTree], dict[str, int], dict[str, dict]]:
+    """(decomposition, synthetic trees, tokens per role, usage per stage) of one finished seed's tree file."""
     data = json.loads(path.read_text(encoding="utf-8"))
     tree = DecompositionTree.model_validate(data["decomposition"]) if data["decomposition"] else None
-    return tree, [SyntheticTree.model_validate(t) for t in data["synthetic"]], data.get("tokens", {})
+    synthetic = [SyntheticTree.model_validate(t) for t in data["synthetic"]]
+    return tree, synthetic, data.get("tokens", {}), data.get("stages", {})
+
+
+def add_stage_usage(total: dict[str, dict[str, float]], seed: dict[str, dict[str, float]]) -> None:
+    """Sum one seed's per-stage requests, tokens and model seconds into the run's."""
+    for stage, counts in seed.items():
+        into = total.setdefault(stage, {})
+        for key, value in counts.items():
+            into[key] = round(into.get(key, 0) + value, 3)
 
 
 def decomposition_attempts(nodes: list[TreeNode]) -> tuple[int, int]:
@@ -114,7 +125,8 @@ def collect_metrics(run: RunDir, seeds: list[Problem], method: str, keep: str = 
         path = run.tree_path(seed.id)
         if not run.is_done(seed.id) or not path.exists():
             continue
-        tree, synthetic, tokens = load_tree(path)
+        tree, synthetic, tokens, stages = load_tree(path)
+        add_stage_usage(metrics.stages, stages)
         metrics.seeds_with_trace += tree is not None
         metrics.seeds_too_easy += too_easy(tree)
         metrics.construction_tokens += sum(n for role, n in tokens.items() if role != TARGET_ROLE)
@@ -147,6 +159,13 @@ def previous_totals(run: RunDir, ledger: UsageLedger) -> tuple[dict[str, RoleUsa
     else:
         usage = {role: RoleUsage.model_validate(u) for role, u in data.get("usage", {}).items()}
     return usage, float(data.get("wall_time_s", 0.0))
+
+
+def previous_stage_seconds(run: RunDir) -> Counter[str]:
+    """Model seconds per stage of the seeds earlier runs on this folder finished (from metrics.json)."""
+    path = run.path(METRICS)
+    stages = json.loads(path.read_text(encoding="utf-8")).get("stages", {}) if path.exists() else {}
+    return Counter({stage: float(c.get(SECONDS, 0.0)) for stage, c in stages.items()})
 
 
 def spent(usage: dict[str, RoleUsage]) -> tuple[int, float]:
@@ -213,6 +232,7 @@ async def _grow_locked(
     atomic_write_text(run.path(SEEDS), "".join(s.model_dump_json() + "\n" for s in seeds))
     ledger = UsageLedger(run.path(USAGE))
     usage_before, wall_before = previous_totals(run, ledger)
+    seconds = previous_stage_seconds(run)
     budget_check(config.budget, *spent(usage_before))
     own_executor = executor is None
     executor = executor or make_executor("local", config, gateway=gateway)
@@ -227,12 +247,15 @@ async def _grow_locked(
         metrics = collect_metrics(run, seeds, method, config.stages.keep)
         metrics.usage = merge_usage(usage_before, executor.usage)
         metrics.wall_time_s = wall_before + time.monotonic() - start
+        for stage, spent_s in seconds.items():
+            metrics.stages.setdefault(stage, {})[SECONDS] = round(spent_s, 3)
         atomic_write_json(run.path(METRICS), metrics.summary())
         return metrics
 
     def on_result(seed: Problem, outcome: SeedOutcome) -> None:
         nonlocal last_metrics
         save_seed(run, outcome, qualified, rejected)
+        seconds.update({stage: c.get(SECONDS, 0.0) for stage, c in outcome.stages.items()})
         ledger.write(executor.usage)
         tick("seeds")
         if time.monotonic() - last_metrics > METRICS_EVERY_S:
