@@ -60,7 +60,7 @@ class Endpoint(Settings):
     @model_validator(mode="after")
     def _default_timeout(self) -> Endpoint:
         if self.timeout_s is None:
-            self.timeout_s = default_timeout_s(self.max_tokens, embedded=self.is_embedded)
+            self.timeout_s = default_timeout_s(self.max_tokens)
         return self
 
     @property
@@ -90,12 +90,10 @@ class Endpoint(Settings):
         return key
 
 
-def default_timeout_s(max_tokens: int, embedded: bool = False) -> float:
+def default_timeout_s(max_tokens: int) -> float:
     """A request's time limit matched to its length: 30 s to first token plus 25 tokens/s. Embedded
-    models: 60 s plus 5 tokens/s (a CPU's pace); the gateway does not apply it to them, since their
-    requests queue for one shared model and each generation is bounded by max_tokens and n_ctx."""
-    if embedded:
-        return round(60.0 + max_tokens / 5.0)
+    endpoints have none in the gateway: their requests queue for one shared model, and each
+    generation is bounded by max_tokens and n_ctx."""
     return round(30.0 + max_tokens / 25.0)
 
 

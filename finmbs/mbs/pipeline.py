@@ -145,11 +145,12 @@ def collect_metrics(run: RunDir, seeds: list[Problem], method: str, keep: str = 
     return metrics
 
 
-def previous_totals(run: RunDir, ledger: UsageLedger) -> tuple[dict[str, RoleUsage], float]:
-    """Usage and wall time already spent on this run folder by earlier (killed or finished) runs.
+def previous_totals(run: RunDir, ledger: UsageLedger) -> tuple[dict[str, RoleUsage], float, Counter[str]]:
+    """Usage, wall time and model seconds per stage already spent on this run folder by earlier
+    (killed or finished) runs.
 
     Usage comes from the ledger (every paid call, even of a killed run); a folder written before the
-    ledger existed falls back to its metrics.json.
+    ledger existed falls back to its metrics.json. Stage seconds count the seeds those runs finished.
     """
     path = run.path(METRICS)
     data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
@@ -158,14 +159,8 @@ def previous_totals(run: RunDir, ledger: UsageLedger) -> tuple[dict[str, RoleUsa
         usage = merge_usage(*snapshots)
     else:
         usage = {role: RoleUsage.model_validate(u) for role, u in data.get("usage", {}).items()}
-    return usage, float(data.get("wall_time_s", 0.0))
-
-
-def previous_stage_seconds(run: RunDir) -> Counter[str]:
-    """Model seconds per stage of the seeds earlier runs on this folder finished (from metrics.json)."""
-    path = run.path(METRICS)
-    stages = json.loads(path.read_text(encoding="utf-8")).get("stages", {}) if path.exists() else {}
-    return Counter({stage: float(c.get(SECONDS, 0.0)) for stage, c in stages.items()})
+    seconds = Counter({stage: float(c.get(SECONDS, 0.0)) for stage, c in data.get("stages", {}).items()})
+    return usage, float(data.get("wall_time_s", 0.0)), seconds
 
 
 def spent(usage: dict[str, RoleUsage]) -> tuple[int, float]:
@@ -231,8 +226,7 @@ async def _grow_locked(
     record_config(run, config, allow_config_change)
     atomic_write_text(run.path(SEEDS), "".join(s.model_dump_json() + "\n" for s in seeds))
     ledger = UsageLedger(run.path(USAGE))
-    usage_before, wall_before = previous_totals(run, ledger)
-    seconds = previous_stage_seconds(run)
+    usage_before, wall_before, seconds = previous_totals(run, ledger)
     budget_check(config.budget, *spent(usage_before))
     own_executor = executor is None
     executor = executor or make_executor("local", config, gateway=gateway)
