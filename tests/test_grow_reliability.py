@@ -100,7 +100,13 @@ def test_one_writer_per_folder_and_sigterm_saves_every_paid_call(tmp_path, opena
     _, stderr = first.communicate(timeout=60)
     assert first.returncode == 130, stderr
     assert "interrupted" in stderr
-    assert ledger_calls(out) == openai_server.request_count  # every call paid for is on record
+    # every call paid for is on record; calls still in flight at the SIGTERM are recorded when dispatched and
+    # may be cut off before the server sees them (counted on purpose, as possibly billed), at most one per
+    # concurrency slot
+    roles = yaml.safe_load(config.read_text())["roles"]
+    endpoints = [*roles["teachers"], *roles["students"], roles["target"], roles["judge"]]
+    in_flight = sum(e["max_concurrency"] for e in endpoints)
+    assert 0 <= ledger_calls(out) - openai_server.request_count <= in_flight
 
     file_out = tmp_path / "a-file"
     file_out.write_text("")
