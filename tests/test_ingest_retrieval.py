@@ -1,10 +1,11 @@
 """Retrieval that finds the evidence: chunks that fit MiniLM's window, hybrid (dense + BM25, RRF in
-Qdrant) search, one hit per page, company/year named in a query, DOCX through unstructured, and bad
-files reported while the rest is ingested.
+Qdrant) search, one hit per page, company/year named in a query, DOCX and email through unstructured,
+and bad files reported while the rest is ingested.
 
 One module-scoped ingest of small real documents: three FinanceBench 8-K PDFs (three companies), a
 definitions excerpt of a real credit agreement, a Word file made here from another part of the same
-agreement (python-docx), and five broken files.
+agreement (python-docx), an email carrying a third part of it (HTML body with a pricing table), and
+seven broken files.
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ BROKEN = {
     "locked.docx": "encrypted",
     "letter.docx": "not a DOCX file",
     "notes.pdf": "corrupt or unreadable PDF",
+    "empty.eml": "empty file",
+    "memo.eml": "not an email message",
 }
 runner = CliRunner()
 
@@ -57,7 +60,25 @@ def _write_docx(text: str, path: Path) -> None:
     document.save(path)
 
 
+def _write_email(text: str, path: Path) -> None:
+    """An .eml from agent counsel: plain and HTML bodies with the agreement's paragraphs, and a table in the HTML."""
+    from email.message import EmailMessage
+    from html import escape
+
+    message = EmailMessage()
+    message["From"], message["To"] = "agent.counsel@example.com", "lenders@example.com"
+    message["Subject"], message["Date"] = "Duck Creek - Amendment No. 1 - conformed pages", "Mon, 14 Nov 2022 09:30:00 -0500"
+    paragraphs = [line.strip() for line in text.splitlines() if line.strip()]
+    message.set_content("\n\n".join(paragraphs))
+    grid = "".join(f"<tr><td>{a}</td><td>{b}</td></tr>" for a, b in (("Commitment Fee Rate", "0.25%"), ("Letter of Credit Fee", "1.50%")))
+    body = "".join(f"<p>{escape(p)}</p>" for p in paragraphs)
+    message.add_alternative(f"<html><body>{body}<table>{grid}</table></body></html>", subtype="html")
+    path.write_bytes(bytes(message))
+
+
 def _broken_files(folder: Path, docx_path: Path) -> None:
+    (folder / "empty.eml").write_bytes(b"")
+    (folder / "memo.eml").write_text("Call the agent about the covenant reset.\n")
     (folder / "empty.docx").write_bytes(b"")
     (folder / "corrupt.docx").write_bytes(docx_path.read_bytes()[:3000])  # a ZIP cut short
     (folder / "locked.docx").write_bytes(b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + b"\0" * 4000)  # what Word writes for a password-protected file
@@ -73,6 +94,7 @@ def corpus(tmp_path_factory):
     text = (SHARED / "credit_agreements/docs" / AGREEMENT).read_text(encoding="utf-8")
     (docs / "duck_creek_definitions.txt").write_text(text[203000:226000], encoding="utf-8")
     _write_docx(text[24000:36000], docs / "duck_creek_pricing.docx")
+    _write_email(text[60000:66000], docs / "duck_creek_counsel.eml")
     for name in PDFS:
         (docs / name).write_bytes((SHARED / "financebench/pdfs" / name).read_bytes())
     bad = docs / "bad"
@@ -91,7 +113,7 @@ def index(corpus):
 
 def test_no_chunk_is_truncated_by_the_embedder(corpus, index):
     report = corpus[2]
-    assert report.documents == 5 and report.chunks > 50
+    assert report.documents == 6 and report.chunks > 50
     assert report.over_window == 0
     limit = window(MODEL)
     assert limit == 256
@@ -160,6 +182,20 @@ def test_docx_through_unstructured(corpus, index):
     assert all(text[c.char_start:c.char_end] == c.text for c in chunks)
 
 
+def test_email_through_unstructured(corpus, index):
+    [doc] = [d for d in index.documents() if d.doc_id == "duck_creek_counsel"]
+    assert doc.title == "Duck Creek - Amendment No. 1 - conformed pages"
+    text = index.document_text(doc.doc_id)
+    assert text.startswith("Subject: Duck Creek - Amendment No. 1") and "From: agent.counsel@example.com" in text
+    agreement = (SHARED / "credit_agreements/docs" / AGREEMENT).read_text(encoding="utf-8")[60000:66000]
+    words = lambda s: " ".join(s.split())
+    longest = max((line.strip() for line in agreement.splitlines()), key=len)
+    assert words(longest) in words(text)  # the body's paragraphs, whole
+    chunks = index.chunks(doc.doc_id)
+    assert any(c.kind == "table" and "Commitment Fee Rate" in c.text and "0.25%" in c.text for c in chunks)
+    assert all(text[c.char_start:c.char_end] == c.text for c in chunks)
+
+
 def test_bad_files_are_reported_and_the_rest_is_ingested(corpus):
     docs, settings, report = corpus
     reasons = {Path(s.path).name: s.reason for s in report.skipped}
@@ -169,7 +205,7 @@ def test_bad_files_are_reported_and_the_rest_is_ingested(corpus):
     result = runner.invoke(app, ["ingest", str(docs), "--index-path", settings.path, "--json", "--workers", "1"])
     assert result.exit_code == 1  # something was skipped
     again = json.loads(result.stdout)
-    assert again["unchanged"] == 5 and again["documents"] == 0 and len(again["skipped"]) == len(BROKEN)
+    assert again["unchanged"] == 6 and again["documents"] == 0 and len(again["skipped"]) == len(BROKEN)
 
 
 def crash_on_poison(path: Path, settings: IndexSettings):

@@ -4,10 +4,12 @@ Formats: PDF (pymupdf), HTML/XHTML (EDGAR exhibits, inline-XBRL 10-K/10-Q; lxml)
 Markdown, and EDGAR full submissions (`.nc`, or `.txt` holding `<DOCUMENT>` blocks), split into one
 document per block with its TYPE.
 
-Word (.docx) goes through unstructured's `partition_docx` (tables as Markdown). Its one step that needs
-model data at run time (spaCy's `en_core_web_sm`, to tell narrative text by its verbs) is turned off:
-we only need the text, not the element types. The other formats do not use unstructured: its HTML/text
-partitioners need the same data, and `unstructured[pdf]` swaps the CPU torch build for CUDA.
+Word (.docx) and email (.eml) go through unstructured's `partition_docx` / `partition_email` (tables
+as Markdown). Their one step that wants model data at run time (spaCy's `en_core_web_sm`, downloaded
+at first use, to tell narrative text by its sentences and verbs) gets spaCy's blank English pipeline
+with the rule-based sentencizer instead: it works offline, and only the element types it picks can
+differ, never the text. The other formats do not use unstructured: `unstructured[pdf]` swaps the CPU
+torch build for CUDA, and lxml reads EDGAR HTML faster.
 """
 
 from __future__ import annotations
@@ -25,10 +27,11 @@ import pymupdf.table
 
 PDF_EXTS = {".pdf"}
 DOCX_EXTS = {".docx"}
+EMAIL_EXTS = {".eml"}
 HTML_EXTS = {".html", ".htm", ".xhtml", ".xml"}
 TEXT_EXTS = {".txt", ".md", ".markdown", ".text"}
 SUBMISSION_EXTS = {".nc"}
-SUPPORTED_EXTS = PDF_EXTS | HTML_EXTS | TEXT_EXTS | SUBMISSION_EXTS | DOCX_EXTS
+SUPPORTED_EXTS = PDF_EXTS | HTML_EXTS | TEXT_EXTS | SUBMISSION_EXTS | DOCX_EXTS | EMAIL_EXTS
 
 _BLOCK_TAGS = {
     "p", "div", "br", "h1", "h2", "h3", "h4", "h5", "h6", "li", "ul", "ol", "tr", "table", "center",
@@ -299,40 +302,26 @@ def parse_pdf(path: Path, tables: bool = True) -> ParsedDocument:
 _OLE_MAGIC = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
 
 
-def _offline_docx_partitioner():
-    """unstructured's `partition_docx` with its narrative-text test switched off: that test counts
-    sentences with spaCy's `en_core_web_sm`, which unstructured downloads at first use (fails offline,
-    and no PyPI package ships it). It only picks an element type (NarrativeText vs Text); the text of
-    every paragraph is the same either way, and the chunker finds the structure itself."""
-    for quiet in ("UNSTRUCTURED_DISABLE_NOTICE", "SCARF_NO_ANALYTICS", "DO_NOT_TRACK"):  # no banner, no usage ping
+def _offline_unstructured() -> None:
+    """Make unstructured's partitioners work offline and quietly (once per process): no banner, no usage
+    ping, and spaCy's blank English pipeline with the rule-based sentencizer in place of the
+    `en_core_web_sm` model it would download at first use (no PyPI package ships it)."""
+    for quiet in ("UNSTRUCTURED_DISABLE_NOTICE", "SCARF_NO_ANALYTICS", "DO_NOT_TRACK"):
         os.environ.setdefault(quiet, "1")
-    import unstructured.partition.docx as docx_module
+    import unstructured.nlp.tokenize as tokenize
 
-    docx_module.is_possible_narrative_text = _not_classified
-    return docx_module.partition_docx
+    if getattr(tokenize, "_finmbs_offline", False):
+        return
+    import spacy
+
+    blank = spacy.blank("en")
+    blank.add_pipe("sentencizer")
+    tokenize._get_nlp = lambda: blank
+    tokenize._finmbs_offline = True
 
 
-def _not_classified(text: str, *args: object, **kwargs: object) -> bool:
-    return False
-
-
-def parse_docx(path: Path) -> ParsedDocument:
-    """Word .docx -> text, one paragraph per element, tables as Markdown; bad files raise ParseError."""
-    try:
-        with path.open("rb") as file:
-            head = file.read(8)
-    except OSError as exc:
-        raise ParseError(f"unreadable: {exc.strerror or exc}") from None
-    if not head:
-        raise ParseError("empty file")
-    if head.startswith(_OLE_MAGIC):
-        raise ParseError("encrypted (password-protected) or legacy Word file, not a plain .docx")
-    if not head.startswith(b"PK"):
-        raise ParseError("not a DOCX file (no ZIP container)")
-    try:
-        elements = _offline_docx_partitioner()(filename=str(path), include_page_breaks=False, languages=["eng"])
-    except Exception as exc:  # noqa: BLE001 - python-docx/zipfile raise many kinds on a damaged file
-        raise ParseError(f"corrupt or unreadable DOCX: {type(exc).__name__}: {exc}") from None
+def _elements_text(elements: list) -> tuple[list[str], int]:
+    """unstructured elements -> text parts (tables as Markdown) and the number of tables."""
     parts, n_tables = [], 0
     for element in elements:
         html = getattr(element.metadata, "text_as_html", None) if element.category == "Table" else None
@@ -343,7 +332,67 @@ def parse_docx(path: Path) -> ParsedDocument:
             parts.append(markdown)
         elif element.text.strip():
             parts.append(element.text.strip())
+    return parts, n_tables
+
+
+def _read_head(path: Path, n: int) -> bytes:
+    try:
+        with path.open("rb") as file:
+            head = file.read(n)
+    except OSError as exc:
+        raise ParseError(f"unreadable: {exc.strerror or exc}") from None
+    if not head.strip():
+        raise ParseError("empty file")
+    return head
+
+
+def parse_docx(path: Path) -> ParsedDocument:
+    """Word .docx -> text, one paragraph per element, tables as Markdown; bad files raise ParseError."""
+    head = _read_head(path, 8)
+    if head.startswith(_OLE_MAGIC):
+        raise ParseError("encrypted (password-protected) or legacy Word file, not a plain .docx")
+    if not head.startswith(b"PK"):
+        raise ParseError("not a DOCX file (no ZIP container)")
+    _offline_unstructured()
+    from unstructured.partition.docx import partition_docx
+
+    try:
+        elements = partition_docx(filename=str(path), include_page_breaks=False, languages=["eng"])
+    except Exception as exc:  # noqa: BLE001 - python-docx/zipfile raise many kinds on a damaged file
+        raise ParseError(f"corrupt or unreadable DOCX: {type(exc).__name__}: {exc}") from None
+    parts, n_tables = _elements_text(elements)
     return ParsedDocument(text=_clean("\n\n".join(p for p in parts if p)), n_tables=n_tables)
+
+
+_EMAIL_HEADER = re.compile(rb"^(From|To|Subject|Date|Message-ID|MIME-Version|Received|Return-Path)\s*:", re.I | re.M)
+_EMAIL_SHOWN = ("Subject", "From", "To", "Date")
+
+
+def parse_email(path: Path) -> ParsedDocument:
+    """An .eml message -> its headers (subject, from, to, date) and body text, the HTML part preferred
+    (tables as Markdown), the plain part otherwise. Attachments are not opened: save them beside the
+    message to ingest them. Bad files raise ParseError."""
+    if not _EMAIL_HEADER.search(_read_head(path, 16_384)):
+        raise ParseError("not an email message (no RFC 822 headers)")
+    _offline_unstructured()
+    from unstructured.partition.email import partition_email
+
+    elements: list = []
+    try:
+        for source in ("text/html", "text/plain"):
+            elements = partition_email(filename=str(path), content_source=source, process_attachments=False)
+            if any(e.text.strip() for e in elements):
+                break
+    except Exception as exc:  # noqa: BLE001 - the email parser raises many kinds on a damaged message
+        raise ParseError(f"corrupt or unreadable email: {type(exc).__name__}: {exc}") from None
+    import email
+    import email.policy
+
+    message = email.message_from_bytes(path.read_bytes(), policy=email.policy.default)
+    headers = [f"{name}: {message[name]}" for name in _EMAIL_SHOWN if message[name]]
+    parts, n_tables = _elements_text(elements)
+    return ParsedDocument(text=_clean("\n\n".join(p for p in ["\n".join(headers), *parts] if p)),
+                          title=str(message["Subject"] or ""), n_tables=n_tables)
 
 
 # ---------------------------------------------------------------- EDGAR full submission
@@ -449,13 +498,15 @@ def parse_file(path: Path, pdf_tables: bool = True) -> list[ParsedDocument]:
     if ext not in SUPPORTED_EXTS:
         raise ParseError(f"unsupported file type '{ext or path.name}'")
     try:
-        data = path.read_bytes() if ext not in PDF_EXTS | DOCX_EXTS else b""
+        data = path.read_bytes() if ext not in PDF_EXTS | DOCX_EXTS | EMAIL_EXTS else b""
     except OSError as exc:
         raise ParseError(f"unreadable: {exc.strerror or exc}") from None
     if ext in PDF_EXTS:
         docs = [parse_pdf(path, pdf_tables)]
     elif ext in DOCX_EXTS:
         docs = [parse_docx(path)]
+    elif ext in EMAIL_EXTS:
+        docs = [parse_email(path)]
     elif ext in HTML_EXTS:
         docs = [parse_html(data)]
     else:
