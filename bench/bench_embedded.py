@@ -1,10 +1,14 @@
 """Embedded models on the CPU: tokens/s of the two default models alone and generating together.
 
-Together, the two models' generations either share the cores (`embedded.schedule: share`: each
-loaded model's generation gets cores / models threads, so both run at once) or take turns with all
-cores (`serial`). Each row prints tokens/s per model and in total, and the ratio to the serial
-baseline. Oversubscription (every generation with all cores at once) is what the scheduler prevents;
+Together, the two models' generations either share the cores (`embedded.schedule: share`: the
+cores are divided among the models that have work, so both run at once) or take turns with all cores
+(`serial`). Each row prints tokens/s per model and in total, and the ratio to the serial baseline.
+Oversubscription (every generation with all cores at once) is what the scheduler prevents;
 `--oversubscribe` measures it too, for reference.
+
+The uneven rows give the 1.5B three times the 0.5B's work, as a grow run does (the teacher writes
+and verifies, the student answers): once the 0.5B is done, `share` gives the 1.5B every core, where a
+fixed split (cores / loaded models, the earlier scheduler) kept it on half of them.
 
     nice -n 15 python bench/bench_embedded.py --tokens 96 --rounds 2
 """
@@ -49,6 +53,23 @@ async def together(backend: EmbeddedBackend, tokens: int, rounds: int) -> dict[s
     return rates
 
 
+async def uneven(backend: EmbeddedBackend, tokens: int, rounds: int) -> dict[str, float]:
+    """The 1.5B with 3 x `rounds` generations while the 0.5B has `rounds`; total tokens/s over the wall time."""
+    began = time.perf_counter()
+    results = await asyncio.gather(generate(backend, MODELS[0], tokens, 3 * rounds), generate(backend, MODELS[1], tokens, rounds))
+    wall = time.perf_counter() - began
+    rates = {m.split("/")[1]: count / seconds for m, (count, seconds) in zip(MODELS, results)}
+    rates["total"] = sum(count for count, _ in results) / wall
+    return rates
+
+
+def fixed_split(cores: int | None) -> EmbeddedBackend:
+    """The earlier scheduler: every generation on cores / loaded models threads, busy or not."""
+    backend = EmbeddedBackend(EmbeddedSettings(schedule="share", threads=cores))
+    backend._threads_wanted = lambda: max(1, backend.cores // len(MODELS))  # type: ignore[method-assign]
+    return backend
+
+
 def backend_for(schedule: str, cores: int | None, oversubscribe: bool = False) -> EmbeddedBackend:
     backend = EmbeddedBackend(EmbeddedSettings(schedule=schedule, threads=cores))
     if oversubscribe:  # every generation takes all cores at once: no admission
@@ -80,6 +101,13 @@ async def main() -> None:
     print(f"{'together':<16} " + " ".join(f"{m.split('/')[1]:>30}" for m in MODELS) + f" {'total':>8} {'vs serial':>10}")
     for name, backend in rows:
         rates = await together(backend, args.tokens, args.rounds)
+        baseline = baseline or rates["total"]
+        cells = " ".join(f"{rates[m.split('/')[1]]:30.1f}" for m in MODELS)
+        print(f"{name:<16} {cells} {rates['total']:8.1f} {rates['total'] / baseline:9.2f}x", flush=True)
+    baseline = None
+    print(f"{'uneven (3:1)':<16} " + " ".join(f"{m.split('/')[1]:>30}" for m in MODELS) + f" {'total':>8} {'vs fixed':>10}")
+    for name, backend in (("fixed split", fixed_split(args.threads)), ("share", backend_for("share", args.threads))):
+        rates = await uneven(backend, args.tokens, args.rounds)
         baseline = baseline or rates["total"]
         cells = " ".join(f"{rates[m.split('/')[1]]:30.1f}" for m in MODELS)
         print(f"{name:<16} {cells} {rates['total']:8.1f} {rates['total'] / baseline:9.2f}x", flush=True)

@@ -186,7 +186,7 @@ class EmbeddedSettings(Settings):
     n_ctx: int = Field(4096, ge=256, description="context window of every embedded model")
     threads: int | None = Field(None, ge=1, description="cores for all embedded generations together (default: all)")
     schedule: Literal["share", "serial"] = Field(
-        "share", description="share: concurrent generations split the cores; serial: one at a time with all cores"
+        "share", description="share: the cores divided among the models with work (all of them for a model working alone); serial: one generation at a time with all cores"
     )
     repack: bool = Field(False, description="let llama.cpp repack weights (AMX etc.); crashes on some virtual CPUs")
 

@@ -145,3 +145,38 @@ def test_scheduler_never_exceeds_its_cores():
     for t in threads:
         t.join(10)
     assert peak[0] == 2 and in_use[0] == 0 and scheduler._free == 2
+
+
+def test_a_model_working_alone_gets_every_core_and_busy_models_split_them():
+    import threading
+
+    scheduler = ThreadScheduler(2)
+    with scheduler.wants("big"):
+        alone = scheduler.acquire()
+        assert alone == 2  # nothing else waits: all cores
+        scheduler.release(alone)
+        with scheduler.wants("small"):
+            assert scheduler.share() == 1
+            big = scheduler.acquire()
+            got: list[int] = []
+            small = threading.Thread(target=lambda: got.append(scheduler.acquire()))
+            small.start()
+            small.join(5)
+            assert big == 1 and got == [1] and scheduler._free == 0  # side by side, one core each
+            scheduler.release(big)
+            scheduler.release(got[0])
+        assert scheduler.acquire(None) == 2  # the other model is done: all cores again
+        scheduler.release(2)
+    assert scheduler._free == 2 and scheduler.share() == 2
+    late: list[int] = []
+    with scheduler.wants("big"):
+        taken = scheduler.acquire()  # a generation runs on both cores ...
+        with scheduler.wants("small"):
+            waiter = threading.Thread(target=lambda: late.append(scheduler.acquire()))
+            waiter.start()
+            waiter.join(0.2)
+            assert late == []  # ... so a newcomer waits for cores instead of oversubscribing
+            scheduler.release(taken)
+            waiter.join(5)
+            assert late == [1]
+            scheduler.release(1)

@@ -17,7 +17,8 @@ from finmbs.llm import Gateway
 from finmbs.mbs.compose import synthesize, trials
 from finmbs.mbs.context import Context, Ledger
 from finmbs.mbs.decompose import ANSWER_LEAK, decompose
-from finmbs.mbs.novelty import restated, reveals, similarity
+from finmbs.mbs.candidates import verified_node
+from finmbs.mbs.novelty import gives_own_answer, restated, reveals, similarity
 from finmbs.mbs.pipeline import run_grow
 from finmbs.mbs.traces import teacher_trace
 from finmbs.records import Problem, TreeNode
@@ -81,6 +82,25 @@ def test_reveals_by_answer_or_by_stating_it():
 
 
 # a root nobody fails ----------------------------------------------------------------------------------
+async def test_a_question_giving_its_own_answer_is_rejected_before_any_trace(tmp_path, openai_server):
+    def problem(question: str, answer: str) -> Problem:
+        return Problem(id="c", question=question, answer=answer, domain="math")
+
+    copied = problem("A farm has 15 animals and 44 legs. How many cows are there? (answer 7)", "7")
+    assert gives_own_answer(copied) == "the question gives its own answer ('7')"
+    assert gives_own_answer(problem("How much change is due? (Answer: 18.5)", "18.5"))
+    assert gives_own_answer(problem("Answer this: 7 boxes hold 3 pens each. How many pens?", "21")) is None
+    assert gives_own_answer(problem("Of 70 answers, 7 were wrong. How many were right?", "63")) is None
+    world = World(agents={})
+    openai_server.handler = world
+    world.agents = {"teacher": Agent(), "target": Agent(), "s": Agent()}
+    config = world_config(openai_server.base_url, ["teacher"], ["s"], "target", str(tmp_path / "c.sqlite"))
+    ctx, ledger = Context(config=config, gateway=Gateway(cache_path=str(tmp_path / "c.sqlite"))), Ledger("c")
+    leaked = problem("Compute 2 + 3. (answer: 5)", "5")
+    assert await verified_node(ctx, leaked, ledger, stage="leaf", path="0") is None
+    assert ledger.rejected[0].data["check"] == "own_answer" and openai_server.request_count == 0
+
+
 async def test_seed_too_easy_is_its_own_outcome(tmp_path, openai_server):
     # "Compute 2 + 3." has 1 operation: the weakest student (capacity 1) solves it 4/4
     agents = {"s": Agent(capacity=1, partial=0.875)}

@@ -172,6 +172,20 @@ async def test_leaf_rounds_move_on_to_the_next_teacher(tmp_path, openai_server):
     assert await harder_leaves(ctx, leaf, Ledger("l")) == [] and len(leaf.decisions) == 1
 
 
+async def test_with_one_teacher_each_leaf_round_and_decomposition_retry_is_a_fresh_sample(tmp_path, openai_server):
+    leaf = node(Problem(id="l", question="Compute 2 + 3.", answer="5"))
+    ctx, _ = setup(openai_server, tmp_path, {"lazy": Agent(lazy=True), "s": Agent(capacity=1)},
+                   teachers=("lazy",), N_leaf=2, R=2, N=4)
+    assert await harder_leaves(ctx, leaf, Ledger("l")) == []
+    asks = [r for r in openai_server.requests if TASK_MARKERS["leaf"] in r.text]
+    assert len(asks) == 2 and [r.body.get("seed") for r in asks] == [0, 1]  # round 1 is not round 0 replayed
+    world = World(agents={}, bad_decompositions=5)
+    ctx, _ = setup(openai_server, tmp_path / "b", {"s": Agent(capacity=1, boost=2)}, world=world, Nd=2, N=4)
+    assert await decompose(ctx, node(), Ledger("a")) is False
+    asks = [r for r in openai_server.requests if TASK_MARKERS["decompose"] in r.text]
+    assert [r.body.get("seed") for r in asks] == [0, 1, 2]
+
+
 def test_combinations_lowest_index_sum_first():
     assert combinations([2, 2, 2], 3) == [(0, 0, 0), (0, 0, 1), (0, 1, 0)]
     assert len(combinations([1, 2], 10)) == 2

@@ -99,15 +99,14 @@ class EmbeddedBackend:
         self.cores = min(self.settings.threads or available_cores(), available_cores())
         self.scheduler = shared_scheduler(self.cores)
 
-    def _threads_wanted(self) -> int:
-        """serial: every generation gets all cores (one at a time); share: each loaded model gets its share."""
-        if self.settings.schedule == "serial":
-            return self.cores
-        return max(1, self.cores // max(1, embedded.loaded_models()))
+    def _threads_wanted(self) -> int | None:
+        """serial: every generation gets all cores (one at a time); share: the cores divided among the
+        models that have work (None: the scheduler's current share)."""
+        return self.cores if self.settings.schedule == "serial" else None
 
     def _generate(self, endpoint: Endpoint, messages, prompt, params: dict[str, Any], seed: int) -> Sample:
         name = embedded.lookup(endpoint.model).name
-        with embedded.model_lock(name):
+        with self.scheduler.wants(name), embedded.model_lock(name):
             model = embedded.load(name, self.settings.n_ctx, self.cores, self.settings.repack)
             threads = self.scheduler.acquire(self._threads_wanted())
             try:

@@ -8,7 +8,8 @@ against the registry. A `.verified` marker keyed by the file's size and mtime ma
 skip the hash. Each model is loaded once per process and shared by every role that names it.
 
 Generation threads are scheduled process-wide (`ThreadScheduler`): the threads of all running
-generations never exceed the cores given, so two models never spin against each other.
+generations never exceed the cores given, so two models never spin against each other; a model with
+work while the other waits for none runs on all cores.
 """
 
 from __future__ import annotations
@@ -233,20 +234,46 @@ def model_path(model: str | EmbeddedModel) -> Path:
 
 
 class ThreadScheduler:
-    """Process-wide admission of generations by thread count: running threads never exceed `cores`."""
+    """Process-wide admission of generations by thread count: running threads never exceed `cores`.
+
+    Each generation first registers its model's demand (`wants`); a generation that asks for its
+    share gets the cores divided among the models with a generation waiting or running, so a model
+    alone at work runs on every core and two busy models run side by side on half each."""
 
     def __init__(self, cores: int):
         self.cores = max(1, cores)
         self._free = self.cores
+        self._demand: dict[str, int] = {}
         self._cond = threading.Condition()
 
-    def acquire(self, threads: int) -> int:
-        """Wait until `threads` cores are free and take them (capped at all cores)."""
-        threads = min(max(1, threads), self.cores)
+    @contextmanager
+    def wants(self, model: str) -> Iterator[None]:
+        """`model` has a generation waiting or running while inside."""
         with self._cond:
-            self._cond.wait_for(lambda: self._free >= threads)
-            self._free -= threads
-        return threads
+            self._demand[model] = self._demand.get(model, 0) + 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._demand[model] -= 1
+                if not self._demand[model]:
+                    del self._demand[model]
+                self._cond.notify_all()
+
+    def share(self) -> int:
+        """The cores each model with work gets now."""
+        return max(1, self.cores // max(1, len(self._demand)))
+
+    def acquire(self, threads: int | None = None) -> int:
+        """Wait until `threads` cores (default: the current share) are free and take them."""
+        with self._cond:
+            def wanted() -> int:
+                return min(max(1, threads or self.share()), self.cores)
+
+            self._cond.wait_for(lambda: self._free >= wanted())
+            took = wanted()
+            self._free -= took
+        return took
 
     def release(self, threads: int) -> None:
         with self._cond:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 
 from finmbs.mbs.context import Context, Ledger
+from finmbs.mbs.novelty import gives_own_answer
 from finmbs.mbs.traces import teacher_trace
 from finmbs.records import Decision, Problem, Provenance, TreeNode
 
@@ -37,7 +38,11 @@ def derive(
 async def verified_node(
     ctx: Context, problem: Problem, ledger: Ledger, *, stage: str, path: str, mirrors: str | None = None
 ) -> TreeNode | None:
-    """A node for `problem` when a teacher trace verifies its answer; otherwise a recorded rejection."""
+    """A node for `problem` when a teacher trace verifies its answer; otherwise a recorded rejection
+    (also, without a trace, when the question gives its own answer away)."""
+    if given := gives_own_answer(problem):
+        ledger.reject(problem, stage, given, check="own_answer")
+        return None
     trace, why = await teacher_trace(ctx, problem)
     if trace is None:
         ledger.reject(problem, stage, f"unverified: {why}")

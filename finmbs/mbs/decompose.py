@@ -72,8 +72,8 @@ async def propose(ctx: Context, node: TreeNode, attempt: int, failed: list) -> D
         document=document_block(node.problem), question=node.problem.question,
         solution=node.trace.text if node.trace else "", answer=node.problem.answer, failed=failed_context(failed),
     )
-    [parsed] = await ctx.gateway.structured(
-        teacher, Decomposition, role="teacher", messages=[{"role": "user", "content": text}]
+    [parsed] = await ctx.gateway.structured(  # attempt a is sample a: a retry never replays an earlier sample
+        teacher, Decomposition, role="teacher", messages=[{"role": "user", "content": text}], first_index=attempt
     )
     ctx.tick(STAGE)
     return parsed

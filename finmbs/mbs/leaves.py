@@ -54,8 +54,8 @@ async def harder_leaves(ctx: Context, leaf: TreeNode, ledger: Ledger) -> list[Tr
             document=document_block(leaf.problem), question=leaf.problem.question,
             solution=leaf.trace.text if leaf.trace else "", answer=leaf.problem.answer,
         )
-        [reply] = await ctx.gateway.structured(
-            teacher, LeafVariants, role="teacher", messages=[{"role": "user", "content": text}]
+        [reply] = await ctx.gateway.structured(  # round r is sample r: with one teacher a round is a fresh sample
+            teacher, LeafVariants, role="teacher", messages=[{"role": "user", "content": text}], first_index=r
         )
         ctx.tick(STAGE)
         variants = reply.variants[: params.N_leaf] if reply else []

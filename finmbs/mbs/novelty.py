@@ -65,6 +65,15 @@ def reveals(child: Problem, parent: Problem) -> str | None:
     return None
 
 
+def gives_own_answer(problem: Problem) -> str | None:
+    """Why a teacher-written question gives its own answer away ("... (answer: 7)"), or None: small
+    teachers copy the answer into the question, and its trace then "verifies" by reading it back."""
+    answer = problem.answer.strip()
+    if answer and re.search(rf"\banswers?\b\W{{0,6}}(?:is\W{{0,3}})?{re.escape(answer)}(?!\w)", problem.question, re.I):
+        return f"the question gives its own answer ({answer!r})"
+    return None
+
+
 def restated(problem: Problem, others: list[tuple[str, Problem]], settings: NoveltySettings) -> str | None:
     """Why `problem` restates one of `others` ((relation, problem) pairs), or None."""
     for relation, other in others:
