@@ -41,9 +41,3 @@ def render_prompt(name: str, **fields: object) -> str:
 
     return _SLOT.sub(fill, prompt_template(name))
 
-
-def illustration(task: str, domain: str) -> str:
-    """prompts/illustrations/TASK_DOMAIN.txt: one worked illustration of a teacher task for the problem's
-    domain (small teachers copy the reply shape and level from it); empty when the domain has none."""
-    path = resource_dir("prompts") / "illustrations" / f"{task}_{domain}.txt"
-    return prompt_template(f"illustrations/{task}_{domain}.txt") if path.is_file() else ""

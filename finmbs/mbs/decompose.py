@@ -24,7 +24,7 @@ from finmbs.mbs.context import Context, Ledger
 from finmbs.mbs.novelty import reveals
 from finmbs.mbs.solve import document_block, student_accuracy
 from finmbs.records import Decision, Problem, TreeNode
-from finmbs.resources import illustration, render_prompt
+from finmbs.resources import render_prompt
 
 STAGE = "decompose"
 ANSWER_LEAK = "answer_leak"  # the rejection check of a subproblem revealing its parent's answer
@@ -68,8 +68,7 @@ def failed_context(failed: list[tuple[list[WorkedProblem], str]]) -> str:
 async def propose(ctx: Context, node: TreeNode, attempt: int, failed: list) -> Decomposition | None:
     teacher = ctx.teachers[attempt % len(ctx.teachers)]
     text = render_prompt(
-        "decompose", K=ctx.stages.K, illustration=illustration("decompose", node.problem.domain),
-        document=document_block(node.problem), question=node.problem.question,
+        "decompose", K=ctx.stages.K, document=document_block(node.problem), question=node.problem.question,
         solution=node.trace.text if node.trace else "", answer=node.problem.answer, failed=failed_context(failed),
     )
     [parsed] = await ctx.gateway.structured(  # attempt a is sample a: a retry never replays an earlier sample

@@ -11,7 +11,7 @@ from finmbs.mbs.candidates import WorkedProblem, derive, verified_node
 from finmbs.mbs.context import Context, Ledger
 from finmbs.mbs.solve import document_block, student_accuracy
 from finmbs.records import Decision, TreeNode
-from finmbs.resources import illustration, render_prompt
+from finmbs.resources import render_prompt
 
 STAGE = "leaf"
 
@@ -50,8 +50,7 @@ async def harder_leaves(ctx: Context, leaf: TreeNode, ledger: Ledger) -> list[Tr
     for r in range(params.R):
         teacher = ctx.teachers[r % len(ctx.teachers)]
         text = render_prompt(
-            "leaf_harder", n=params.N_leaf, illustration=illustration("leaf_harder", leaf.problem.domain),
-            document=document_block(leaf.problem), question=leaf.problem.question,
+            "leaf_harder", n=params.N_leaf, document=document_block(leaf.problem), question=leaf.problem.question,
             solution=leaf.trace.text if leaf.trace else "", answer=leaf.problem.answer,
         )
         [reply] = await ctx.gateway.structured(  # round r is sample r: with one teacher a round is a fresh sample
