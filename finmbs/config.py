@@ -140,6 +140,9 @@ class StageParams(Settings):
         "roots", description="roots: calibrate the synthetic roots only (the paper); all: also every other synthetic "
                              "node, counted and written apart from the paper's metrics")
     direct_reground: bool = Field(False, description="finance: re-ground the direct baseline's problems too")
+    relabel: bool = Field(
+        False, description="a teacher-written candidate no trace verifies takes the answer all Nt traces of one teacher "
+                           "agree on (not in the paper; for small teachers whose stated answers contradict their solutions)")
 
 
 class NoveltySettings(Settings):

@@ -186,6 +186,31 @@ async def test_with_one_teacher_each_leaf_round_and_decomposition_retry_is_a_fre
     assert [r.body.get("seed") for r in asks] == [0, 1, 2]
 
 
+async def test_relabel_takes_the_answer_every_trace_agrees_on(tmp_path, openai_server):
+    # the teacher states each child's answer one too high; its traces all compute the true value
+    world = World(agents={}, wrong_child_answers=True)
+    ctx, _ = setup(openai_server, tmp_path, {"s": Agent(capacity=1, boost=2)}, world=world, Nd=0, N=4, relabel=True)
+    root, ledger = node(), Ledger("a")
+    assert await decompose(ctx, root, ledger)  # the relabeled children make the decomposition effective
+    assert ledger.rejected == [] and len(root.children) == 3
+    for child in root.children:
+        stated, fixed = child.problem.meta["relabeled_from"], child.problem.answer
+        assert int(stated) == int(fixed) + 1 and child.trace.answer == fixed
+        assert child.decisions[0].reason == (f"relabeled: stated answer {stated!r}, all 4 traces of teacher answer {fixed!r}")  # Nt 4, the default
+    # traces that disagree, or one cut at the length limit, never relabel
+    from finmbs.mbs.traces import consensus
+    from finmbs.records import Rollout
+
+    def said(answer, finish="stop"):
+        return Rollout(text="", extracted_answer=answer, reward=0.0, finish_reason=finish)
+
+    problem = Problem(id="p", question="Compute 2 + 3.", answer="6")
+    assert consensus(problem, [said("5"), said("5.0")]) == "5"
+    assert consensus(problem, [said("5"), said("4")]) is None
+    assert consensus(problem, [said("5"), said("5", "length")]) is None
+    assert consensus(problem, [said("5")]) is None and consensus(problem, [said(None), said(None)]) is None
+
+
 def test_combinations_lowest_index_sum_first():
     assert combinations([2, 2, 2], 3) == [(0, 0, 0), (0, 0, 1), (0, 1, 0)]
     assert len(combinations([1, 2], 10)) == 2

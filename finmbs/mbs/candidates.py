@@ -43,9 +43,14 @@ async def verified_node(
     if given := gives_own_answer(problem):
         ledger.reject(problem, stage, given, check="own_answer")
         return None
-    trace, why = await teacher_trace(ctx, problem)
+    trace, why = await teacher_trace(ctx, problem, relabel=ctx.stages.relabel)
     if trace is None:
         ledger.reject(problem, stage, f"unverified: {why}")
         return None
-    decision = Decision(stage=stage, outcome="accepted", reason=f"answer verified by {trace.model}")
+    reason = f"answer verified by {trace.model}"
+    if why:  # relabeled by agreeing traces (stages.relabel)
+        problem = problem.model_copy(update={
+            "answer": trace.answer, "meta": {**problem.meta, "relabeled_from": problem.answer, "teacher_solution": trace.text}})
+        reason = why
+    decision = Decision(stage=stage, outcome="accepted", reason=reason)
     return TreeNode(problem=problem, trace=trace, path=path, mirrors=mirrors, decisions=[decision])

@@ -1,27 +1,56 @@
-"""Stage 1 (section 3.2): rejection-sampled teacher traces over the ordered teacher pool."""
+"""Stage 1 (section 3.2): rejection-sampled teacher traces over the ordered teacher pool.
+
+`stages.relabel` (off in the paper's configs) adds one step for teacher-written candidates only, never
+for seeds: when no trace verifies the stated answer but every one of a teacher's Nt traces finished
+and they all agree on another answer, the candidate takes that answer (small teachers state answers
+their own worked solutions contradict; the agreeing traces are the better label).
+"""
 
 from __future__ import annotations
 
 from finmbs.config import Endpoint
 from finmbs.mbs.context import Context
+from finmbs.mbs.novelty import same_answer
 from finmbs.mbs.solve import rollouts
-from finmbs.records import Problem, Trace
+from finmbs.records import Problem, Rollout, Trace
+
+
+def consensus(problem: Problem, samples: list[Rollout]) -> str | None:
+    """The answer at least two samples, all finished, all agree on; None otherwise."""
+    answers = [s.extracted_answer for s in samples]
+    if len(samples) < 2 or any(s.finish_reason != "stop" for s in samples) or not all(answers):
+        return None
+    first = answers[0]
+    agree = all(same_answer(problem.domain, first, a, problem.question) for a in answers[1:])  # type: ignore[arg-type]
+    return first if agree else None
 
 
 async def teacher_trace(
-    ctx: Context, problem: Problem, teachers: list[Endpoint] | None = None
+    ctx: Context, problem: Problem, teachers: list[Endpoint] | None = None, *, relabel: bool = False
 ) -> tuple[Trace | None, str]:
     """The first trace whose answer verifies, trying teachers in order, up to Nt samples each.
 
-    Returns (trace, "") or (None, why) after |T| * Nt unverified attempts.
+    Returns (trace, "") or (None, why) after |T| * Nt unverified attempts. With `relabel`, a teacher
+    whose Nt traces all agree on another answer gives (trace of that answer, "relabeled: ...").
     """
     teachers = teachers or ctx.teachers
     seen: list[str] = []
+    agreed: tuple[Endpoint, Rollout, str] | None = None
     for teacher in teachers:
+        samples: list[Rollout] = []
         for i in range(ctx.stages.Nt):
             [sample] = await rollouts(ctx, teacher, "teacher", problem, 1, first_index=i)
             ctx.tick("traces")
             if sample.reward == 1.0:
                 return Trace(text=sample.text, answer=sample.extracted_answer, model=teacher.name, verified=True), ""
             seen.append(f"{teacher.name}#{i}: {sample.extracted_answer!r} ({sample.finish_reason})")
-    return None, f"no verified trace after {len(teachers)}x{ctx.stages.Nt} tries; answers: " + ", ".join(seen)
+            samples.append(sample)
+        if agreed is None and (answer := consensus(problem, samples)):
+            agreed = (teacher, samples[0], answer)
+    why = f"no verified trace after {len(teachers)}x{ctx.stages.Nt} tries; answers: " + ", ".join(seen)
+    if relabel and agreed:
+        teacher, sample, answer = agreed
+        trace = Trace(text=sample.text, answer=answer, model=teacher.name, verified=True)
+        return trace, (f"relabeled: stated answer {problem.answer!r}, all {ctx.stages.Nt} traces of "
+                       f"{teacher.name} answer {answer!r}")
+    return None, why
