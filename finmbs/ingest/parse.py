@@ -335,20 +335,15 @@ def _elements_text(elements: list) -> tuple[list[str], int]:
     return parts, n_tables
 
 
-def _read_head(path: Path, n: int) -> bytes:
-    try:
-        with path.open("rb") as file:
-            head = file.read(n)
-    except OSError as exc:
-        raise ParseError(f"unreadable: {exc.strerror or exc}") from None
-    if not head.strip():
-        raise ParseError("empty file")
-    return head
-
-
 def parse_docx(path: Path) -> ParsedDocument:
     """Word .docx -> text, one paragraph per element, tables as Markdown; bad files raise ParseError."""
-    head = _read_head(path, 8)
+    try:
+        with path.open("rb") as file:
+            head = file.read(8)
+    except OSError as exc:
+        raise ParseError(f"unreadable: {exc.strerror or exc}") from None
+    if not head:
+        raise ParseError("empty file")
     if head.startswith(_OLE_MAGIC):
         raise ParseError("encrypted (password-protected) or legacy Word file, not a plain .docx")
     if not head.startswith(b"PK"):
@@ -368,27 +363,30 @@ _EMAIL_HEADER = re.compile(rb"^(From|To|Subject|Date|Message-ID|MIME-Version|Rec
 _EMAIL_SHOWN = ("Subject", "From", "To", "Date")
 
 
-def parse_email(path: Path) -> ParsedDocument:
+def parse_email(data: bytes) -> ParsedDocument:
     """An .eml message -> its headers (subject, from, to, date) and body text, the HTML part preferred
     (tables as Markdown), the plain part otherwise. Attachments are not opened: save them beside the
     message to ingest them. Bad files raise ParseError."""
-    if not _EMAIL_HEADER.search(_read_head(path, 16_384)):
+    if not data.strip():
+        raise ParseError("empty file")
+    if not _EMAIL_HEADER.search(data[:16_384]):
         raise ParseError("not an email message (no RFC 822 headers)")
     _offline_unstructured()
+    import email
+    import email.policy
+    import io
+
     from unstructured.partition.email import partition_email
 
     elements: list = []
     try:
         for source in ("text/html", "text/plain"):
-            elements = partition_email(filename=str(path), content_source=source, process_attachments=False)
+            elements = partition_email(file=io.BytesIO(data), content_source=source, process_attachments=False)
             if any(e.text.strip() for e in elements):
                 break
     except Exception as exc:  # noqa: BLE001 - the email parser raises many kinds on a damaged message
         raise ParseError(f"corrupt or unreadable email: {type(exc).__name__}: {exc}") from None
-    import email
-    import email.policy
-
-    message = email.message_from_bytes(path.read_bytes(), policy=email.policy.default)
+    message = email.message_from_bytes(data, policy=email.policy.default)
     headers = [f"{name}: {message[name]}" for name in _EMAIL_SHOWN if message[name]]
     parts, n_tables = _elements_text(elements)
     return ParsedDocument(text=_clean("\n\n".join(p for p in ["\n".join(headers), *parts] if p)),
@@ -498,7 +496,7 @@ def parse_file(path: Path, pdf_tables: bool = True) -> list[ParsedDocument]:
     if ext not in SUPPORTED_EXTS:
         raise ParseError(f"unsupported file type '{ext or path.name}'")
     try:
-        data = path.read_bytes() if ext not in PDF_EXTS | DOCX_EXTS | EMAIL_EXTS else b""
+        data = path.read_bytes() if ext not in PDF_EXTS | DOCX_EXTS else b""
     except OSError as exc:
         raise ParseError(f"unreadable: {exc.strerror or exc}") from None
     if ext in PDF_EXTS:
@@ -506,7 +504,7 @@ def parse_file(path: Path, pdf_tables: bool = True) -> list[ParsedDocument]:
     elif ext in DOCX_EXTS:
         docs = [parse_docx(path)]
     elif ext in EMAIL_EXTS:
-        docs = [parse_email(path)]
+        docs = [parse_email(data)]
     elif ext in HTML_EXTS:
         docs = [parse_html(data)]
     else:

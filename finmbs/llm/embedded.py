@@ -320,11 +320,6 @@ def _close_models() -> None:
         _MODELS.clear()
 
 
-def loaded_models() -> int:
-    """How many distinct embedded models this process has loaded."""
-    return len({key[0] for key in _MODELS})
-
-
 @contextmanager
 def _weight_repacking(enabled: bool) -> Iterator[None]:
     """Let llama.cpp repack weights into its extra CPU buffer types (AMX, interleaved quants), or not.
