@@ -209,6 +209,10 @@ async def test_relabel_takes_the_answer_every_trace_agrees_on(tmp_path, openai_s
     assert consensus(problem, [said("5"), said("4")]) is None
     assert consensus(problem, [said("5"), said("5", "length")]) is None
     assert consensus(problem, [said("5")]) is None and consensus(problem, [said(None), said(None)]) is None
+    # an answer with an unknown in it (traces that never solved for the value) is no label
+    assert consensus(problem, [said("0.0325P"), said("0.0325P")]) is None
+    assert consensus(problem, [said("3x+2"), said("3x+2")]) is None
+    assert consensus(problem, [said("\\frac{16}{7}"), said("16/7")]) == "\\frac{16}{7}"
 
 
 def test_combinations_lowest_index_sum_first():

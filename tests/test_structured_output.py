@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+import re
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 from finmbs.llm import Gateway
 from finmbs.llm.structured import schema_format, strip_think
@@ -72,3 +73,51 @@ def test_answers_are_read_after_the_think_block():
 
     assert extract_final_answer("<think>maybe \\boxed{4}</think>\nFinal answer: \\boxed{5}") == "5"
     assert extract_final_answer("<think>Final answer: 4, or not") is None
+
+
+def _written_order(grammar_text: str, rule: str) -> list[str]:
+    """The property names a grammar rule writes, in order."""
+    [line] = [line for line in grammar_text.splitlines() if line.startswith(f"{rule} ::=")]
+    return re.findall(r"([A-Za-z]+)-kv", line)
+
+
+def test_constrained_replies_write_reasoning_before_the_answer():
+    """The llama.cpp grammar writes properties in the schema's declared order (a sorted schema once
+    made the teacher write its answer before its question and solution)."""
+    from finmbs.evaluate.audit import PanelVerdict
+    from finmbs.llm import embedded
+    from finmbs.mbs.candidates import WorkedProblem
+    from finmbs.mbs.decompose import Decomposition
+    from finmbs.mbs.reground import Answerability
+    from finmbs.verify.judge import JudgeVerdict
+
+    assert _written_order(embedded.grammar(WorkedProblem.model_json_schema())._grammar, "root") == ["question", "solution", "answer"]
+    decomposition = embedded.grammar(Decomposition.model_json_schema())._grammar
+    assert _written_order(decomposition, "root") == ["skills", "subproblems"]
+    assert _written_order(decomposition, "WorkedProblem") == ["question", "solution", "answer"]
+    for verdict, last in ((JudgeVerdict, "equal"), (Answerability, "supported"), (PanelVerdict, "verdict")):
+        order = _written_order(embedded.grammar(verdict.model_json_schema())._grammar, "root")
+        assert order[0] == "reason" and order[-1] == last, (verdict.__name__, order)
+    # parsing stays lenient where a backend cannot constrain: a reply without a reason still parses
+    assert JudgeVerdict.model_validate({"equal": True}).reason == ""
+
+
+async def test_the_property_order_is_part_of_the_cache_key(openai_server, make_endpoint, tmp_path):
+    class Ordered(BaseModel):
+        model_config = ConfigDict(title="Ordered")
+        reason: str = ""
+        answer: int = 0
+
+    class Reversed(BaseModel):
+        model_config = ConfigDict(title="Ordered")
+        answer: int = 0
+        reason: str = ""
+
+    Reversed.__name__ = "Ordered"  # the same name, title and properties; only the order differs
+    assert json.dumps(schema_format(Ordered), sort_keys=True) == json.dumps(schema_format(Reversed), sort_keys=True)
+    openai_server.script('{"reason": "2 + 3 = 5", "answer": 5}', '{"answer": 5, "reason": "2 + 3 = 5"}')
+    gateway = Gateway(cache_path=str(tmp_path / "cache.sqlite"))
+    endpoint = make_endpoint()
+    [a] = await gateway.structured(endpoint, Ordered, role="teacher", messages=MESSAGES)
+    [b] = await gateway.structured(endpoint, Reversed, role="teacher", messages=MESSAGES)
+    assert (a.answer, b.answer) == (5, 5) and openai_server.request_count == 2  # no cache hit across orders

@@ -25,6 +25,7 @@ from finmbs.config import Endpoint
 from finmbs.evaluate import EvalError
 from finmbs.evaluate.results import percent
 from finmbs.llm import Gateway
+from finmbs.llm.structured import written_in_order
 from finmbs.mbs.solve import document_block
 from finmbs.records import DecompositionTree, Problem, Record, RoleUsage, SyntheticTree
 from finmbs.resources import render_prompt
@@ -137,14 +138,18 @@ def sample_per_label(candidates: list[Candidate], limit: int, seed: int = 0) -> 
 
 
 class BlueprintScores(BaseModel):
+    model_config = ConfigDict(json_schema_extra=written_in_order)
+
+    reason: str = ""
     preservation: int = Field(ge=1, le=5)
     novelty: int = Field(ge=1, le=5)
-    reason: str = ""
 
 
 class PanelVerdict(BaseModel):
-    verdict: Literal["correct", "incorrect", "uncertain"]
+    model_config = ConfigDict(json_schema_extra=written_in_order)
+
     reason: str = ""
+    verdict: Literal["correct", "incorrect", "uncertain"]
 
 
 class ScoredPair(Record):

@@ -387,8 +387,11 @@ _GRAMMARS: dict[str, Any] = {}
 
 
 def grammar(schema: dict[str, Any]) -> Any:
-    """A llama.cpp grammar for a JSON schema (built once per schema), for plain-completion requests."""
-    key = json.dumps(schema, sort_keys=True)
+    """A llama.cpp grammar for a JSON schema (built once per schema), for plain-completion requests.
+
+    The grammar writes an object's properties in the schema's declared order, so the order is kept
+    (never sorted): a worked problem's solution comes before its answer, a verdict's reasoning before it."""
+    key = json.dumps(schema)
     with _LOAD_LOCK:
         if key not in _GRAMMARS:
             from llama_cpp import LlamaGrammar

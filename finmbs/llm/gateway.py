@@ -234,16 +234,17 @@ class Gateway:
             params["stop"] = stop
         if response_format:
             params["response_format"] = response_format
-        key = request_key(
-            {
-                "model": endpoint.model,
-                "api_base": endpoint.api_base,
-                "messages": [m.model_dump() for m in msgs] if msgs is not None else None,
-                "prompt": prompt,
-                "params": params,
-                "extra": endpoint.extra,
-            }
-        )
+        payload = {
+            "model": endpoint.model,
+            "api_base": endpoint.api_base,
+            "messages": [m.model_dump() for m in msgs] if msgs is not None else None,
+            "prompt": prompt,
+            "params": params,
+            "extra": endpoint.extra,
+        }
+        if response_format:  # the key is order-blind, but a constrained reply follows the schema's property order
+            payload["format_order"] = json.dumps(response_format, default=str)
+        key = request_key(payload)
         indices = list(range(first_index, first_index + n))
         found = self.cache.get(key, indices)
         waiting = {i: self._inflight[(key, i)] for i in indices if i not in found and (key, i) in self._inflight}

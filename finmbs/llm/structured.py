@@ -53,6 +53,16 @@ def _top_level_values(text: str) -> Iterator[Any]:
         position = end
 
 
+def written_in_order(schema: dict[str, Any]) -> None:
+    """`json_schema_extra` for reply models: every property is required in the JSON schema, in the
+    declared order, while parsing keeps the model's defaults (for unconstrained replies).
+
+    A constrained decoder (a llama.cpp grammar, guided decoding) writes required properties in the
+    schema's order and may skip optional ones, so a verdict model that declares `reason` first gets
+    its reasoning written before its verdict, and a decomposition its skills before its subproblems."""
+    schema["required"] = list(schema.get("properties", {}))
+
+
 def strip_think(text: str) -> str:
     """The reply without reasoning blocks: `<think>...</think>` (an unclosed one runs to the end)."""
     if "</think>" in text and "<think>" not in text:  # templates that open the block in the prompt

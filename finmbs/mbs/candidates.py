@@ -15,7 +15,7 @@ class WorkedProblem(BaseModel):
     """A teacher-written problem with its worked solution and one final answer."""
 
     question: str = Field(min_length=1)
-    solution: str = ""
+    solution: str = Field(min_length=1, description="the worked solution, step by step, before the answer")
     answer: str = Field(min_length=1)
 
 

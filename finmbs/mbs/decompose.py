@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import asyncio
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from finmbs.config import Endpoint
+from finmbs.llm.structured import written_in_order
 from finmbs.mbs.candidates import WorkedProblem, derive, verified_node
 from finmbs.mbs.context import Context, Ledger
 from finmbs.mbs.novelty import reveals
@@ -31,7 +32,9 @@ ANSWER_LEAK = "answer_leak"  # the rejection check of a subproblem revealing its
 
 
 class Decomposition(BaseModel):
-    """The teacher's reply: the parent's key skills and K easier subproblems."""
+    """The teacher's reply: the parent's key skills (identified first) and K easier subproblems."""
+
+    model_config = ConfigDict(json_schema_extra=written_in_order)
 
     skills: list[str] = Field(default_factory=list)
     subproblems: list[WorkedProblem] = Field(min_length=1)

@@ -23,10 +23,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from finmbs.config import IndexSettings
 from finmbs.ingest import Index, find_verbatim, open_index
+from finmbs.llm.structured import written_in_order
 from finmbs.mbs.candidates import WorkedProblem
 from finmbs.mbs.context import Context, Ledger
 from finmbs.mbs.leakage import Grounding, quoted_terms
@@ -60,9 +61,11 @@ class GroundedTree(BaseModel):
 class Answerability(BaseModel):
     """The judge's verdict on one re-grounded problem."""
 
+    model_config = ConfigDict(json_schema_extra=written_in_order)
+
+    reason: str = ""
     answerable: bool
     supported: bool = True
-    reason: str = ""
 
 
 @dataclass

@@ -8,6 +8,8 @@ their own worked solutions contradict; the agreeing traces are the better label)
 
 from __future__ import annotations
 
+import re
+
 from finmbs.config import Endpoint
 from finmbs.mbs.context import Context
 from finmbs.mbs.novelty import same_answer
@@ -15,14 +17,23 @@ from finmbs.mbs.solve import rollouts
 from finmbs.records import Problem, Rollout, Trace
 
 
+_UNKNOWN = re.compile(r"(?<![A-Za-z\\])[A-Za-z](?![A-Za-z])")  # a lone letter: P in "0.0325P", x in "3x+2"
+
+
+def closed_answer(answer: str) -> bool:
+    """Whether `answer` is a closed value (holds a figure and no unknown): a trace that answers
+    "0.0325P" has not solved the problem, however many traces agree on it."""
+    return bool(re.search(r"\d", answer)) and not _UNKNOWN.search(re.sub(r"\\[A-Za-z]+", " ", answer))
+
+
 def consensus(problem: Problem, samples: list[Rollout]) -> str | None:
-    """The answer at least two samples, all finished, all agree on; None otherwise."""
+    """The closed answer at least two samples, all finished, all agree on; None otherwise."""
     answers = [s.extracted_answer for s in samples]
     if len(samples) < 2 or any(s.finish_reason != "stop" for s in samples) or not all(answers):
         return None
     first = answers[0]
     agree = all(same_answer(problem.domain, first, a, problem.question) for a in answers[1:])  # type: ignore[arg-type]
-    return first if agree else None
+    return first if agree and closed_answer(first) else None  # type: ignore[arg-type]
 
 
 async def teacher_trace(

@@ -5,8 +5,9 @@ from __future__ import annotations
 import hashlib
 from typing import TYPE_CHECKING
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
+from finmbs.llm.structured import written_in_order
 from finmbs.resources import render_prompt
 
 if TYPE_CHECKING:
@@ -15,10 +16,12 @@ if TYPE_CHECKING:
 
 
 class JudgeVerdict(BaseModel):
-    """Binary equivalence verdict with a short reason."""
+    """Binary equivalence verdict, its reasoning written first."""
 
-    equal: bool
+    model_config = ConfigDict(json_schema_extra=written_in_order)
+
     reason: str = ""
+    equal: bool
 
 
 def delimited(**texts: str) -> dict[str, str]:
