@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
 from pydantic import BaseModel, ConfigDict
 
 from finmbs.llm import Gateway
@@ -121,3 +122,32 @@ async def test_the_property_order_is_part_of_the_cache_key(openai_server, make_e
     [a] = await gateway.structured(endpoint, Ordered, role="teacher", messages=MESSAGES)
     [b] = await gateway.structured(endpoint, Reversed, role="teacher", messages=MESSAGES)
     assert (a.answer, b.answer) == (5, 5) and openai_server.request_count == 2  # no cache hit across orders
+
+
+def test_a_reply_that_copies_the_prompt_template_is_not_content():
+    """Small teachers copy the reply template ("solution": "...") into their reply; it must fail to
+    parse (and be repaired or dropped), never become a problem whose answer is a placeholder."""
+    from pydantic import ValidationError
+
+    from finmbs.baselines.direct import DirectProblems
+    from finmbs.mbs.candidates import WorkedProblem
+    from finmbs.mbs.compose import ComposedParent
+    from finmbs.mbs.decompose import Decomposition
+    from finmbs.mbs.leaves import LeafVariants
+    from finmbs.mbs.reground import GroundedTree
+    from finmbs.resources import resource_dir
+
+    replies = {"leaf_harder": LeafVariants, "decompose": Decomposition, "compose_parent": ComposedParent,
+               "direct_synthesis": DirectProblems, "reground_tree": GroundedTree}
+    for name, model in replies.items():
+        template = (resource_dir("prompts") / f"{name}.txt").read_text().strip().splitlines()[-1]
+        try:
+            model.model_validate(json.loads(template))
+        except ValidationError as exc:
+            assert "placeholder" in str(exc), name
+        else:
+            raise AssertionError(f"{name}: the prompt's reply template parses as a reply")
+    for value in ("...", "<the final answer alone>", " - "):
+        with pytest.raises(ValidationError):
+            WorkedProblem(question="What is 2 + 3?", solution="2 + 3 = 5", answer=value)
+    assert WorkedProblem(question="What is 2 + 3?", solution="2 + 3 = 5", answer="$5").answer == "$5"

@@ -3,7 +3,9 @@ into a verified tree node (rejection-sampled like a seed, section 3.3)."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+import re
+
+from pydantic import BaseModel, Field, field_validator
 
 from finmbs.mbs.context import Context, Ledger
 from finmbs.mbs.novelty import gives_own_answer
@@ -17,6 +19,15 @@ class WorkedProblem(BaseModel):
     question: str = Field(min_length=1)
     solution: str = Field(min_length=1, description="the worked solution, step by step, before the answer")
     answer: str = Field(min_length=1)
+
+    @field_validator("question", "solution", "answer")
+    @classmethod
+    def _written(cls, value: str) -> str:
+        """A field copied from the prompt's reply template ("...", "<the final answer alone>") is no content."""
+        text = value.strip()
+        if not re.search(r"[^\W_]", text) or (text.startswith("<") and text.endswith(">")):
+            raise ValueError(f"a placeholder, not content: {text[:40]!r}")
+        return value
 
 
 def derive(
