@@ -1,5 +1,6 @@
 """Embedder trial: MiniLM on torch (the index's embedder) vs the same weights on ONNX Runtime, fp32 and int8.
 
+    pip install -e .[bench]   # onnx, for the export and the quantizer
     nice python3 bench/bench_embedder.py [--chunks 600] [--queries 40] [--threads 2] [--out DIR]
 
 The same chunks (finmbs's own chunker over the shipped agreements in corpora/finance/docs) are embedded
@@ -55,13 +56,23 @@ def export(out: Path) -> tuple[Path, Path]:
     out.mkdir(parents=True, exist_ok=True)
     fp32, int8 = out / "model.onnx", out / "model-int8.onnx"
     if not fp32.exists():
-        model = AutoModel.from_pretrained(str(model_dir(MODEL))).eval()
+        bert = AutoModel.from_pretrained(str(model_dir(MODEL))).eval()
+
+        class Hidden(torch.nn.Module):  # keyword call: the positional order of forward() varies across releases
+            def __init__(self):
+                super().__init__()
+                self.bert = bert
+
+            def forward(self, input_ids, attention_mask, token_type_ids):
+                return self.bert(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids).last_hidden_state
+
         ids = torch.ones(2, 16, dtype=torch.long)
         axes = {0: "batch", 1: "tokens"}
-        torch.onnx.export(model, (ids, ids, torch.zeros_like(ids)), str(fp32), dynamo=False,
-                          input_names=["input_ids", "attention_mask", "token_type_ids"], output_names=["hidden"],
-                          dynamic_axes={"input_ids": axes, "attention_mask": axes, "token_type_ids": axes, "hidden": axes},
-                          opset_version=17)
+        with torch.no_grad():
+            torch.onnx.export(Hidden().eval(), (ids, ids, torch.zeros_like(ids)), str(fp32), dynamo=False,
+                              input_names=["input_ids", "attention_mask", "token_type_ids"], output_names=["hidden"],
+                              dynamic_axes={"input_ids": axes, "attention_mask": axes, "token_type_ids": axes, "hidden": axes},
+                              opset_version=17)
     if not int8.exists():
         quantize_dynamic(str(fp32), str(int8), weight_type=QuantType.QInt8)
     return fp32, int8
@@ -82,15 +93,19 @@ class OnnxEmbedder:
         self.tokenizer.enable_padding()
 
     def encode(self, texts: list[str], batch_size: int = 32) -> np.ndarray:
+        """Batches of similar length (as sentence-transformers sorts them), vectors in input order."""
+        order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
         out = []
         for i in range(0, len(texts), batch_size):
-            batch = self.tokenizer.encode_batch(texts[i:i + batch_size])
+            batch = self.tokenizer.encode_batch([texts[j] for j in order[i:i + batch_size]])
             ids = np.array([e.ids for e in batch], dtype=np.int64)
             mask = np.array([e.attention_mask for e in batch], dtype=np.int64)
             [hidden] = self.session.run(None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)})
             summed = (hidden * mask[..., None]).sum(axis=1) / np.clip(mask.sum(axis=1, keepdims=True), 1, None)
             out.append(summed / np.linalg.norm(summed, axis=1, keepdims=True))
-        return np.concatenate(out)
+        vectors = np.empty((len(texts), out[0].shape[1]), dtype=np.float32)
+        vectors[order] = np.concatenate(out)
+        return vectors
 
 
 def timed(encode, texts: list[str]) -> tuple[np.ndarray, float]:
