@@ -140,6 +140,10 @@ class StageParams(Settings):
         "roots", description="roots: calibrate the synthetic roots only (the paper); all: also every other synthetic "
                              "node, counted and written apart from the paper's metrics")
     direct_reground: bool = Field(False, description="finance: re-ground the direct baseline's problems too")
+    extract: Literal["copy", "select"] = Field(
+        "copy", description="finance re-grounding step 1: copy (the paper: the teacher copies d' from the new document, "
+                            "proven verbatim) or select (the teacher chooses d' among numbered excerpts: verbatim by "
+                            "construction, a few output tokens; for small teachers that paraphrase when they copy)")
     relabel: bool = Field(
         False, description="a teacher-written candidate no trace verifies takes the answer all Nt traces of one teacher "
                            "agree on (not in the paper; for small teachers whose stated answers contradict their solutions)")
@@ -152,6 +156,13 @@ class NoveltySettings(Settings):
     enabled: bool = True
     max_similarity: float = Field(
         0.85, gt=0, le=1, description="share of the shorter question's word tokens the other repeats in order")
+
+
+class QualitySettings(Settings):
+    """Quality control: before calibration the judge rejects a math problem that is not well-posed (its
+    verified solution starts from a quantity the question never states; an ambiguous or double question)."""
+
+    enabled: bool = True
 
 
 class Budget(Settings):
@@ -205,6 +216,7 @@ class RunConfig(Settings):
     seed_concurrency: int = Field(8, ge=1)
     index: IndexSettings = Field(default_factory=IndexSettings)
     novelty: NoveltySettings = Field(default_factory=NoveltySettings)
+    quality: QualitySettings = Field(default_factory=QualitySettings)
     embedded: EmbeddedSettings = Field(default_factory=EmbeddedSettings)
 
     @model_validator(mode="after")

@@ -223,6 +223,7 @@ class RunMetrics(Record):
     qualified: int = 0
     seeds_converted: int = 0
     novelty_rejected: int = 0  # synthetic problems restating their seed, source or a sibling
+    not_well_posed: int = 0  # math problems quality control rejected (a quantity the question never states)
     reground_unverified: int = 0  # re-grounded problems with no verified teacher trace
     reground_too_easy: int = 0  # re-grounded problems failing their stage's weakest-student screen
     other_descendants: int = 0  # keep=all: calibrated non-root synthetic nodes, apart from the above

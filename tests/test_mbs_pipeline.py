@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from finmbs.baselines.direct import construction_budgets, with_budgets
 from finmbs.cli import app
-from finmbs.config import Budget
+from finmbs.config import Budget, QualitySettings
 from finmbs.llm import BudgetExceeded, Gateway
 from finmbs.mbs.pipeline import run_grow
 from finmbs.records import Problem, RunMetrics
@@ -39,7 +39,7 @@ def config(server, tmp_path, **stages):
 
 VOLATILE = ("usage", "wall_time_s", "cache_hits", "stages", "construction_tokens", "construction_tokens_per_seed",
             "construction_tokens_per_qualified")
-ZERO = {"seeds_too_easy": 0, "answer_leaks": 0, "reground_unverified": 0, "reground_too_easy": 0,
+ZERO = {"seeds_too_easy": 0, "answer_leaks": 0, "not_well_posed": 0, "reground_unverified": 0, "reground_too_easy": 0,
         "other_descendants": 0, "other_goldilocks": 0, "other_qualified": 0}
 
 
@@ -64,7 +64,7 @@ async def test_mbs_run_folder_and_exact_metrics(tmp_path, openai_server):
     assert metrics.usage["target"].calls == 1 and metrics.usage["target"].samples == 8
     # per stage: every stage that called a model, and the target's tokens only in final calibration
     stages = json.loads((out / "metrics.json").read_text())["stages"]
-    assert set(stages) == {"traces", "decompose", "leaf", "compose", "calibrate"}
+    assert set(stages) == {"traces", "decompose", "leaf", "compose", "quality", "calibrate"}
     assert stages["calibrate"]["requests"] == 1 and all(s["tokens"] > 0 and s["model_seconds"] > 0 for s in stages.values())
     assert sum(s["tokens"] for name, s in stages.items() if name != "calibrate") == metrics.construction_tokens
     [qualified] = list(read_jsonl(out / "qualified.jsonl"))
@@ -82,11 +82,11 @@ async def test_mbs_run_folder_and_exact_metrics(tmp_path, openai_server):
     assert set(tree) == {"seed", "decomposition", "synthetic", "dropped", "tokens", "stages"} and tree["dropped"] is None
     assert tree["decomposition"]["root"]["student_accuracy"] == {"s2": 0.0, "s1": 0.5}
     assert [t["root"]["problem"]["id"] for t in tree["synthetic"]] == [f"a.s{t}" for t in range(10)]
-    assert set(tree["tokens"]) == {"teacher", "student", "target"} and all(n > 0 for n in tree["tokens"].values())
+    assert set(tree["tokens"]) == {"teacher", "student", "judge", "target"} and all(n > 0 for n in tree["tokens"].values())
     dropped = json.loads((out / "trees" / "bad.json").read_text())
     assert dropped["decomposition"] is None and dropped["dropped"].startswith("no verified trace after 2x2 tries")
     assert set(dropped["tokens"]) == {"teacher"}
-    construction = tree["tokens"]["teacher"] + tree["tokens"]["student"] + dropped["tokens"]["teacher"]
+    construction = tree["tokens"]["teacher"] + tree["tokens"]["student"] + tree["tokens"]["judge"] + dropped["tokens"]["teacher"]
     assert metrics.construction_tokens == construction and metrics.construction_tokens_per_seed == construction / 2
     assert yaml.safe_load((out / "config.yaml").read_text())["stages"]["N_leaf"] == 2
     assert sorted(p.name for p in (out / "done").iterdir()) == ["a", "bad"]
@@ -115,6 +115,31 @@ async def test_keep_all_reports_other_nodes_apart(tmp_path, openai_server):
     nodes = list(read_jsonl(tmp_path / "all" / "qualified_nodes.jsonl"))
     assert [n["question"] for n in nodes] == ["Compute 2 + 3 + 1 + 2.", "Compute 4 + 1 + 1 + 2.", "Compute 5 * 6 + 1 + 2."]
     assert {n["meta"]["kind"] for n in nodes} == {"node"}
+
+
+async def test_quality_control_rejects_a_problem_the_judge_finds_ill_posed(tmp_path, openai_server):
+    # the same run as above, but the judge finds the composed root ill-posed: rejected at stage "quality"
+    # with the judge's reason, counted, and never calibrated (no target call)
+    cfg = config(openai_server, tmp_path)
+    openai_server.handler.ill_posed = {"(2 + 3 + 1 + 2) * (4 + 1 + 1 + 2)"}
+    metrics = await run_grow(cfg, SEEDS[:1], tmp_path / "run")
+    assert (metrics.descendants, metrics.qualified, metrics.not_well_posed) == (0, 0, 1)
+    assert "target" not in metrics.usage
+    [rejection] = [r for r in read_jsonl(tmp_path / "run" / "rejected.jsonl") if r["stage"] == "quality"]
+    assert rejection["problem"]["question"] == "Compute (2 + 3 + 1 + 2) * (4 + 1 + 1 + 2)."
+    assert rejection["reason"] == "not well-posed: (2 + 3 + 1 + 2) * (4 + 1 + 1 + 2): not every operand is stated"
+    judged = [r for r in openai_server.requests if TASK_MARKERS["well_posed"] in r.text]
+    assert len(judged) == 1 and judged[0].model.endswith("weak-teacher")  # the judge role, once per candidate
+    # turned off: no judge call, the problem is calibrated and qualifies as in the run above
+    openai_server.requests.clear()
+    off = cfg.model_copy(update={"quality": QualitySettings(enabled=False)})
+    unchecked = await run_grow(off, SEEDS[:1], tmp_path / "off")
+    assert (unchecked.descendants, unchecked.qualified, unchecked.not_well_posed) == (1, 1, 0)
+    assert not any(TASK_MARKERS["well_posed"] in r.text for r in openai_server.requests)
+    # a kept problem records the verdict on its node
+    tree = json.loads((tmp_path / "run" / "trees" / "a.json").read_text())
+    assert tree["synthetic"] and all(
+        d["stage"] != "quality" or d["outcome"] == "accepted" for t in tree["synthetic"] for d in t["root"]["decisions"])
 
 
 async def test_direct_baseline_single_call_per_seed(tmp_path, openai_server):
@@ -222,4 +247,5 @@ def test_grow_command_budget_exit_and_resume(tmp_path, openai_server):
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "seeds with verified trace" in result.output
+    assert "seeds finished: 2 of 2 (" in result.output  # not a terminal: a progress line per finished seed
     assert json.loads((tmp_path / "run" / "metrics.json").read_text())["qualified"] == 1

@@ -39,7 +39,7 @@ def node(problem: Problem = SEED) -> TreeNode:
 def test_world_markers_are_in_the_prompts():
     for task, marker in TASK_MARKERS.items():
         name = {"compose": "compose_parent", "leaf": "leaf_harder", "direct": "direct_synthesis",
-                "conditioned": "solve_conditioned"}.get(task, task)
+                "conditioned": "solve_conditioned", "well_posed": "judge_well_posed"}.get(task, task)
         assert marker in prompt_template(name)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -20,8 +21,8 @@ from finmbs.records import RunMetrics
 from finmbs.seeds import load_seeds
 
 STAGES = {
-    "mbs": ["seeds", "traces", "students", "decompose", "leaf", "compose", "reground", "calibrate"],
-    "direct": ["seeds", "traces", "direct", "reground", "calibrate"],
+    "mbs": ["seeds", "traces", "students", "decompose", "leaf", "compose", "reground", "quality", "calibrate"],
+    "direct": ["seeds", "traces", "direct", "reground", "quality", "calibrate"],
 }
 
 
@@ -38,7 +39,8 @@ def summary_table(metrics: RunMetrics, out: Path) -> Table:
         ("goldilocks", f"{metrics.goldilocks} ({metrics.goldilocks_rate:.1%})"),
         ("qualified", f"{metrics.qualified} ({metrics.qualified_rate:.1%})"),
         ("seed conversion", f"{metrics.seeds_converted} ({metrics.seed_conversion:.1%})"),
-        ("rejected: answer leaks / novelty", f"{metrics.answer_leaks} / {metrics.novelty_rejected}"),
+        ("rejected: answer leaks / novelty / not well-posed",
+         f"{metrics.answer_leaks} / {metrics.novelty_rejected} / {metrics.not_well_posed}"),
         *([("other nodes (keep all): calibrated / qualified", f"{metrics.other_descendants} / {metrics.other_qualified}")]
           if metrics.keep == "all" else []),
         ("construction tokens per seed", f"{metrics.construction_tokens_per_seed:.0f}"),
@@ -101,9 +103,15 @@ def register(app: typer.Typer) -> None:
             tasks = {stage: progress.add_task(stage, total=None) for stage in stages}
             progress.update(tasks["seeds"], description=f"seeds (of {len(problems)})")
 
+            started = time.monotonic()
+
             def tick(stage: str, advance: int = 1) -> None:
                 if stage in tasks:
                     progress.advance(tasks[stage], advance)
+                if stage == "seeds" and not progress.console.is_terminal:  # a log file gets a line per seed
+                    done = next(t.completed for t in progress.tasks if t.id == tasks["seeds"])
+                    progress.console.print(f"seeds finished: {done:.0f} of {len(problems)} "
+                                           f"({time.monotonic() - started:.0f} s)")
 
             try:
                 metrics = asyncio.run(run_grow(resolved, problems, out, method=method, tick=tick, executor=runner,

@@ -4,7 +4,8 @@ shares around synthesis: the seed's verified root, and final calibration of the 
 What is kept (figure 1, section 3.4): the synthetic *roots*, the synthetic versions of the seed's root
 (path "0"), as the paper counts them. With `stages.keep: all` every other synthetic node is calibrated
 too and reported apart. Before calibration the novelty guard rejects a problem that restates its seed,
-its source or a sibling (`novelty.py`)."""
+its source or a sibling (`novelty.py`), and quality control a math problem that is not well-posed
+(`quality.py`)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from typing import Any
 from finmbs.mbs.calibrate import STAGE as CALIBRATE, annotate, calibrate
 from finmbs.mbs.context import SECONDS, Context, Ledger, in_stage
 from finmbs.mbs.novelty import STAGE as NOVELTY, restated
+from finmbs.mbs.quality import STAGE as QUALITY, well_posed
 from finmbs.mbs.traces import teacher_trace
 from finmbs.records import Decision, DecompositionTree, Problem, Rejection, SyntheticTree, TreeNode
 
@@ -107,13 +109,16 @@ def novel(ctx: Context, nodes: list[TreeNode], seed: Problem, known: dict[str, P
     return kept
 
 
-async def calibrate_trees(
+def calibration_candidates(
     ctx: Context, seed: Problem, trees: list[SyntheticTree], known: dict[str, Problem], ledger: Ledger
-) -> tuple[list[Problem], list[Problem]]:
-    """Final calibration of the kept synthetic nodes (the roots; every node with keep: all) that pass
-    the novelty guard; returns the qualified (roots, other nodes) and rejects the rest."""
+) -> list[TreeNode]:
+    """The synthetic nodes to calibrate (the roots; every node with keep: all) that pass the novelty guard."""
     nodes = [n for n in candidates(trees) if ctx.stages.keep == "all" or is_root(n)]
-    nodes = novel(ctx, nodes, seed, known, ledger)
+    return novel(ctx, nodes, seed, known, ledger)
+
+
+async def calibrate_nodes(ctx: Context, nodes: list[TreeNode], ledger: Ledger) -> tuple[list[Problem], list[Problem]]:
+    """Final calibration: returns the qualified (roots, other nodes) and rejects the rest."""
     reports = await asyncio.gather(*(calibrate(ctx, node.problem) for node in nodes))
     roots: list[Problem] = []
     others: list[Problem] = []
@@ -137,7 +142,7 @@ async def finish(
 ) -> SeedOutcome:
     """Calibrate the synthetic trees and gather the seed's outcome. A finance seed's trees are first
     re-grounded on unseen documents (stage 5, unless `reground` is False); only the re-grounded trees
-    are calibrated."""
+    are calibrated. Before calibration: the novelty guard, and quality control for math."""
     grounded: list[SyntheticTree] = []
     calibrated = synthetic
     if seed.domain == "finance" and synthetic and reground:
@@ -147,7 +152,11 @@ async def finish(
             grounded = await reground_trees(ctx, seed, synthetic, ledger)
         calibrated = grounded
     known = problems_by_id(seed, tree, synthetic + grounded)
+    nodes = calibration_candidates(ctx, seed, calibrated, known, ledger)
+    if seed.domain == "math":
+        with in_stage(QUALITY):
+            nodes = await well_posed(ctx, nodes, ledger)
     with in_stage(CALIBRATE):
-        roots, others = await calibrate_trees(ctx, seed, calibrated, known, ledger)
+        roots, others = await calibrate_nodes(ctx, nodes, ledger)
     return SeedOutcome(seed, tree, synthetic + grounded, dropped, roots, ledger.rejected, others, ctx.tokens(),
                        ctx.stage_usage())

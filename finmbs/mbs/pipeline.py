@@ -30,6 +30,7 @@ from finmbs.mbs.compose import synthesize
 from finmbs.mbs.context import SECONDS, TARGET_ROLE, Context, Ledger, in_stage
 from finmbs.mbs.decompose import ANSWER_LEAK, STAGE as DECOMPOSE, decompose
 from finmbs.mbs.novelty import STAGE as NOVELTY
+from finmbs.mbs.quality import STAGE as QUALITY
 from finmbs.mbs.outcome import SeedOutcome, finish, is_root, seed_root, synthetic_trees
 from finmbs.records import DecompositionTree, Problem, RoleUsage, RunMetrics, SyntheticTree, TreeNode, merge_usage
 from finmbs.runs import (
@@ -103,10 +104,11 @@ def too_easy(tree: DecompositionTree | None) -> bool:
 
 
 def count_rejections(metrics: RunMetrics, rows: list[dict[str, Any]]) -> None:
-    """The counted rejections: answer leaks, novelty, re-grounded problems failing verification."""
+    """The counted rejections: answer leaks, novelty, quality control, re-grounded problems failing verification."""
     checks = Counter((row["stage"], row.get("data", {}).get("check")) for row in rows)
     metrics.answer_leaks = checks[(DECOMPOSE, ANSWER_LEAK)]
     metrics.novelty_rejected = sum(n for (stage, _), n in checks.items() if stage == NOVELTY)
+    metrics.not_well_posed = sum(n for (stage, _), n in checks.items() if stage == QUALITY)
     metrics.reground_unverified = checks[(REGROUND, "verify")]
     metrics.reground_too_easy = checks[(REGROUND, "screen")]
 
@@ -257,6 +259,8 @@ async def _grow_locked(
             write_metrics()
 
     todo = [s for s in seeds if not run.is_done(s.id)]
+    if len(todo) < len(seeds):
+        tick("seeds", len(seeds) - len(todo))  # finished by an earlier run: progress counts them done
     try:
         with sigterm_as_interrupt():
             await executor.map(partial(grow_work, config=config, method=method), todo,

@@ -15,6 +15,7 @@ own last step, whose answer is the parent's); an unhelpful "Compute 2 - 1." whil
 harder leaf variants (variant s adds s+1 operations; a `lazy` teacher only renumbers); composition by
 substituting the synthetic children into the original parent; direct synthesis by renumbering the
 seed (a `parrot` teacher restates the seed: "Now, Compute EXPR."). Tasks in `malformed` first get unparseable JSON.
+The judge finds every problem well-posed but those whose expression is in `ill_posed`.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ TASK_MARKERS = {
     "decompose": "easier, independent, self-contained subproblems",
     "direct": "novel and not a simple rewrite",
     "conditioned": "Study the solved child problems",
+    "well_posed": "is the problem well-posed?",
 }
 REPAIR_MARKER = "could not be used"
 _QUESTION = re.compile(r"Compute\s+(.+?)\.\s*$", re.MULTILINE)
@@ -113,6 +115,7 @@ class World:
     wrong_child_answers: bool = False
     reveal_answer: bool = False
     malformed: set[str] = field(default_factory=set)
+    ill_posed: set[str] = field(default_factory=set)  # normalized expressions the judge rejects
 
     def __call__(self, request: Request) -> Reply:
         task_text = request.messages[0]["content"] if request.messages else request.text
@@ -178,6 +181,11 @@ class World:
         if composed == parent:
             composed = " + ".join(f"({s})" for s in synthetic)
         return worked(composed)
+
+    def well_posed(self, agent: Agent, text: str) -> dict:
+        expr = norm(expression(blocks(text, "question")[0]))
+        posed = expr not in {norm(e) for e in self.ill_posed}
+        return {"reason": f"{expr}: {'every' if posed else 'not every'} operand is stated", "well_posed": posed}
 
     def direct(self, agent: Agent, text: str) -> dict:
         expr = norm(expression(blocks(text, "problem")[0]))
