@@ -25,7 +25,7 @@ from finmbs.config import IndexSettings
 from finmbs.ingest import ingest_paths, open_index
 from finmbs.ingest.chunk import Chunker
 from finmbs.ingest.embed import special_tokens, token_counter, token_offsets, window
-from finmbs.ingest.index import query_years
+from finmbs.ingest.index import query_terms, query_years
 from finmbs.ingest.parse import ParsedDocument
 from finmbs.ingest.pipeline import chunk_budget, embedding_text, prepared_files
 
@@ -144,6 +144,18 @@ def test_a_sentence_longer_than_the_window_is_cut_between_word_pieces():
 def test_exact_finance_terms_rank_their_definition_first(index, query, term):
     top = index.search(query, 5)[0]
     assert top.chunk.kind == "definition" and top.chunk.term == term, (top.chunk.term, top.chunk.text[:80])
+
+
+def test_a_defined_term_named_in_a_question_ranks_its_definition_first(index):
+    question = "What is a Specified Transaction?"
+    terms = index.terms()  # from the document records, written at ingest
+    assert {"Specified Transaction", "Restricted Payment", "Total Leverage Ratio"} <= terms
+    assert query_terms(question, terms) == ["Specified Transaction"]
+    assert query_terms("Which payments count as Restricted Payments?", terms) == ["Restricted Payment"]  # plural
+    assert query_terms("what is a specified transaction?", terms) == []  # not written as the defined term
+    assert query_terms("Term SOFR Loans", {"Term SOFR", "Term SOFR Loan"}) == ["Term SOFR Loan"]  # the longer one
+    assert index.search(question, 5)[0].chunk.term == "Specified Transaction"
+    assert index.search(question, 5, metadata=False)[0].chunk.term != "Specified Transaction"  # the boost did it
 
 
 @pytest.mark.parametrize("ticker, company", [("PEP", "PEPSICO"), ("FL", "FOOTLOCKER")])

@@ -21,7 +21,8 @@ from finmbs.config import ConfigError, IndexSettings
 from finmbs.records import Chunk, Document, Record
 
 _NAMESPACE = uuid.UUID("6f1d2c4e-8a7b-4c3d-9e2f-0a1b2c3d4e5f")
-KEY_FIELDS = ("doc_id", "source_path", "company_key", "doc_type_key", "periods")
+KEY_FIELDS = ("doc_id", "source_path", "company_key", "doc_type_key", "periods", "kind", "term")
+TERMS = "terms"  # a document record's defined terms
 
 
 class Hit(Record):
@@ -101,9 +102,10 @@ class Store(ABC):
 
     @abstractmethod
     def query(self, name: str, vector: list[float], k: int, where: Where | None, exclude: tuple[str, ...] = (),
-              sparse: Sparse | None = None) -> list[tuple[float, dict[str, Any]]]:
+              sparse: Sparse | None = None, boost: Where | None = None) -> list[tuple[float, dict[str, Any]]]:
         """Top-k points by the dense vector or, given `sparse`, by dense and BM25 candidates fused with
-        reciprocal-rank fusion in one query (`prefetch` + RRF)."""
+        reciprocal-rank fusion in one query (`prefetch` + RRF); `boost` (hybrid only) adds a third
+        candidate list, the dense search within that filter, to the fusion."""
 
     @abstractmethod
     def scroll(self, name: str, where: Where, exclude: tuple[str, ...] = ()) -> list[dict[str, Any]]: ...
@@ -188,7 +190,7 @@ class EdgeStore(Store):
         return self.qe.PayloadSelector.Exclude(list(exclude)) if exclude else True
 
     def query(self, name: str, vector: list[float], k: int, where: Where | None, exclude: tuple[str, ...] = (),
-              sparse: Sparse | None = None) -> list[tuple[float, dict[str, Any]]]:
+              sparse: Sparse | None = None, boost: Where | None = None) -> list[tuple[float, dict[str, Any]]]:
         if (shard := self._shard(name)) is None:
             return []
         qe, filter_ = self.qe, self._filter(where)
@@ -198,6 +200,8 @@ class EdgeStore(Store):
             depth = prefetch_depth(k)
             prefetches = [qe.Prefetch(limit=depth, query=qe.Query.Nearest(vector), filter=filter_),
                           qe.Prefetch(limit=depth, query=qe.Query.Nearest(qe.SparseVector(sparse.indices, sparse.values), using=SPARSE), filter=filter_)]
+            if boost is not None:
+                prefetches.append(qe.Prefetch(limit=depth, query=qe.Query.Nearest(vector), filter=self._filter(boost)))
             request = qe.QueryRequest(limit=k, prefetches=prefetches, query=qe.Fusion.Rrf(k=RRF_K), filter=filter_, with_payload=self._payload(exclude))
         return [(p.score, p.payload or {}) for p in shard.query(request)]
 
@@ -275,7 +279,7 @@ class ClientStore(Store):
         return self.models.PayloadSelectorExclude(exclude=list(exclude)) if exclude else True
 
     def query(self, name: str, vector: list[float], k: int, where: Where | None, exclude: tuple[str, ...] = (),
-              sparse: Sparse | None = None) -> list[tuple[float, dict[str, Any]]]:
+              sparse: Sparse | None = None, boost: Where | None = None) -> list[tuple[float, dict[str, Any]]]:
         if not self.client.collection_exists(name):
             return []
         m, filter_ = self.models, self._filter(where)
@@ -285,6 +289,8 @@ class ClientStore(Store):
             depth = prefetch_depth(k)
             prefetch = [m.Prefetch(query=vector, limit=depth, filter=filter_),
                         m.Prefetch(query=m.SparseVector(indices=sparse.indices, values=sparse.values), using=SPARSE, limit=depth, filter=filter_)]
+            if boost is not None:
+                prefetch.append(m.Prefetch(query=vector, limit=depth, filter=self._filter(boost)))
             result = self.client.query_points(name, prefetch=prefetch, query=rrf_query(m), limit=k, query_filter=filter_,
                                               with_payload=self._payload(exclude))
         return [(p.score, p.payload or {}) for p in result.points]
@@ -328,6 +334,7 @@ class Recognised:
 
     company: str | None = None
     period: str | None = None
+    terms: list[str] = field(default_factory=list)
 
 
 _YEAR = re.compile(r"\b(?:FY|fiscal(?: year)?\s*)?'?((?:19|20)\d\d)\b|\bFY\s?'?(\d\d)\b", re.I)
@@ -347,6 +354,17 @@ def query_phrases(query: str) -> set[str]:
     return {"".join(words[i : j]) for i in range(len(words)) for j in range(i + 1, min(i + 6, len(words) + 1))}
 
 
+def query_terms(query: str, terms: set[str]) -> list[str]:
+    """The defined terms (of two words or more) a query names with their capitals ("Maturity Date" in
+    "Kimco term loan Maturity Date", not "maturity date"; a plural names its singular), minus those
+    inside a longer one it names."""
+    words = re.findall(r"[\w&'’.-]+", query)
+    named = {" ".join(words[i:j]) for i in range(len(words)) for j in range(i + 2, min(i + 9, len(words) + 1))}
+    named |= {phrase[:-1] for phrase in named if phrase.endswith("s")}  # "Restricted Payments": "Restricted Payment"
+    found = sorted(named & terms, key=len, reverse=True)
+    return [t for i, t in enumerate(found) if not any(re.search(rf"\b{re.escape(t)}\b", longer) for longer in found[:i])]
+
+
 class Index:
     """Chunks and documents of one index; hybrid (dense + BM25) chunk search, similar documents by summary."""
 
@@ -361,6 +379,7 @@ class Index:
         self._bm25 = None
         self._documents: dict[str, Document] = {}
         self._catalogue: dict[str, set[str]] | None = None
+        self._terms: set[str] | None = None
 
     def __enter__(self) -> Index:
         return self
@@ -403,10 +422,11 @@ class Index:
         sparse = [self.sparse(t, query=False) for t in chunk_texts] if self.store.has_sparse(self.chunk_col) else [None] * len(chunks)
         self.store.upsert(self.chunk_col, [(point_id(c.chunk_id), v, sv, _chunk_payload(c, document)) for c, v, sv in zip(chunks, vectors, sparse)])
         payload = {**document.model_dump(), "text": text, "company_key": company_key(document.company),
-                   "doc_type_key": doc_type_key(document.doc_type), "periods": periods(document.period)}
+                   "doc_type_key": doc_type_key(document.doc_type), "periods": periods(document.period),
+                   TERMS: sorted({c.term for c in chunks if c.kind == "definition" and c.term})}
         self.store.upsert(self.doc_col, [(point_id(document.doc_id), summary_vector, None, payload)])
         self._documents.pop(document.doc_id, None)
-        self._catalogue = None
+        self._catalogue = self._terms = None
 
     def remove_source(self, source_path: str) -> None:
         """Delete every chunk and document that came from one source file."""
@@ -414,7 +434,7 @@ class Index:
         self.store.delete(self.doc_col, where)
         self.store.delete(self.chunk_col, where)
         self._documents.clear()
-        self._catalogue = None
+        self._catalogue = self._terms = None
 
     # ------------------------------------------------------------------ reading
 
@@ -451,16 +471,29 @@ class Index:
                     self._catalogue.setdefault(key, set()).update(p for p in periods(doc.period) if re.fullmatch(r"\d{4}", p))
         return self._catalogue
 
+    def terms(self) -> set[str]:
+        """The terms the index's definition chunks define (from the document records; an index written
+        before they listed their terms is read from its definition chunks)."""
+        if self._terms is None:
+            rows = self.store.scroll(self.doc_col, Where(), exclude=("text",))
+            if all(TERMS in row for row in rows):
+                self._terms = {t for row in rows for t in row[TERMS]}
+            else:
+                chunks = self.store.scroll(self.chunk_col, Where(must={"kind": "definition"}), exclude=("text",))
+                self._terms = {row["term"] for row in chunks if row.get("term")}
+        return self._terms
+
     def recognise(self, query: str) -> Recognised:
-        """The company (longest key among the index's companies) and year a query names, if any; the
-        year only where that company has a document of that year (the latest year named wins)."""
+        """The company (longest key among the index's companies), year and defined terms a query names,
+        if any; the year only where that company has a document of that year (the latest year named wins)."""
         catalogue = self.catalogue()
+        terms = query_terms(query, self.terms())
         named = sorted((key for key in query_phrases(query) if key in catalogue), key=len, reverse=True)
         if not named:
-            return Recognised()
+            return Recognised(terms=terms)
         company = named[0]
         years = [y for y in query_years(query) if y in catalogue[company]]
-        return Recognised(company=company, period=max(years) if years else None)
+        return Recognised(company=company, period=max(years) if years else None, terms=terms)
 
     def search(self, query: str, k: int, *, exclude_doc_ids=(), doc_type: str | None = None, company: str | None = None,
                period: str | None = None, doc_id: str | None = None, hybrid: bool = True, metadata: bool = True,
@@ -473,25 +506,30 @@ class Index:
         where = self._where(exclude_doc_ids, doc_type, company, period, doc_id)
         vector = self.embedder.encode([query])[0]
         sparse = self.sparse(query, query=True) if hybrid and self.store.has_sparse(self.chunk_col) else None
-        recognised = self.recognise(query) if metadata and not (company or doc_id) else Recognised()
+        recognised = Recognised()
+        if metadata:
+            recognised = self.recognise(query) if not (company or doc_id) else Recognised(terms=query_terms(query, self.terms()))
         hits: list[Hit] = []
         if recognised.company:
             narrow = self._where(exclude_doc_ids, doc_type, recognised.company, period or recognised.period, None)
-            hits = self._query(vector, sparse, k, narrow, per_page)
+            hits = self._query(vector, sparse, k, narrow, per_page, recognised.terms)
         if len(hits) < k:
             seen = {h.chunk.chunk_id for h in hits}
-            hits += [h for h in self._query(vector, sparse, k, where, per_page) if h.chunk.chunk_id not in seen]
+            hits += [h for h in self._query(vector, sparse, k, where, per_page, recognised.terms) if h.chunk.chunk_id not in seen]
         return _per_page(hits, per_page)[:k]
 
     def _where(self, exclude_doc_ids, doc_type, company, period, doc_id) -> Where:
         must = {"company_key": company_key(company), "doc_type_key": doc_type_key(doc_type), "periods": period, "doc_id": doc_id}
         return Where(must={key: v for key, v in must.items() if v}, must_not={"doc_id": list(exclude_doc_ids)})
 
-    def _query(self, vector: list[float], sparse: Sparse | None, k: int, where: Where, per_page: int) -> list[Hit]:
-        """Top-k hits after the per-page limit (asking the store for more when pages repeat)."""
+    def _query(self, vector: list[float], sparse: Sparse | None, k: int, where: Where, per_page: int,
+               terms: list[str] = ()) -> list[Hit]:
+        """Top-k hits after the per-page limit (asking the store for more when pages repeat); the
+        definitions of `terms`, within `where`, join the fusion."""
         limit = k * 3 if per_page else k
+        boost = Where(must={**where.must, "kind": "definition", "term": list(terms)}, must_not=where.must_not) if terms else None
         hits = []
-        for score, payload in self.store.query(self.chunk_col, vector, limit, where, sparse=sparse):
+        for score, payload in self.store.query(self.chunk_col, vector, limit, where, sparse=sparse, boost=boost):
             chunk = _chunk(payload)
             hits.append(Hit(chunk=chunk, score=score, document=self.document(chunk.doc_id)))
         return _per_page(hits, per_page)[:k]
