@@ -13,7 +13,7 @@ from finmbs.ingest import find_verbatim, open_index
 from finmbs.llm import Gateway
 from finmbs.mbs.context import Context, Ledger
 from finmbs.mbs.leakage import Grounding, Pool, defined_terms
-from finmbs.mbs.reground import locate, reground, unseen_documents
+from finmbs.mbs.reground import locate, reground, selected, unseen_documents
 from finmbs.records import Problem, SyntheticTree, TreeNode
 from finmbs.testing.finance_world import DUPLICATE, INVENTED, FinanceWorld, agreements_index
 from finmbs.testing.world import Agent, world_config, worked
@@ -49,10 +49,11 @@ def synthetic_tree(seed: Problem) -> SyntheticTree:
     return SyntheticTree(seed_id=seed.id, index=0, root=root)
 
 
-async def run_reground(server, tmp_path, index, seed: Problem, *, agents=None, tree=None, **knobs):
+async def run_reground(server, tmp_path, index, seed: Problem, *, agents=None, tree=None, extract="copy", **knobs):
     agents = {"teacher": Agent(), "student": Agent(), "target": Agent(), **(agents or {})}
     server.handler = FinanceWorld(agents=agents, **knobs)
-    config = world_config(server.base_url, ["teacher"], ["student"], "target", str(tmp_path / "cache.sqlite"), Kd=10)
+    config = world_config(server.base_url, ["teacher"], ["student"], "target", str(tmp_path / "cache.sqlite"), Kd=10,
+                          extract=extract)
     gateway = Gateway.from_config(config)
     ledger = Ledger(seed.id)
     try:
@@ -112,6 +113,36 @@ async def test_non_verbatim_passage_rejected(tmp_path, openai_server, index):
     assert rejection.reason == "passage not verbatim in commercial_metals_2022_sixth_ar_credit_agreement"
     assert rejection.stage == "reground" and rejection.problem.id.startswith(f"{AV.id}.g")
     assert all(t.grounding.doc_id != "commercial_metals_2022_sixth_ar_credit_agreement" for t in trees)
+
+
+async def test_a_chosen_excerpt_is_the_documents_own_text(tmp_path, openai_server, index):
+    # stages.extract: select: the teacher names excerpts by number; d' is the stored text at the chunk's
+    # offsets (no copy to prove), and a number no excerpt has is "no analogous passage", never a guess
+    trees, ledger, usage = await run_reground(openai_server, tmp_path, index, AV, extract="select",
+                                              misquote={"commercial_metals"})
+    assert trees and all(t.grounding.doc_id != "commercial_metals_2022_sixth_ar_credit_agreement" for t in trees)
+    for tree in trees:
+        g = tree.grounding
+        assert index.document_text(g.doc_id)[g.char_start:g.char_end] == g.text
+        assert any(c.char_start == g.char_start for c in index.chunks(g.doc_id))  # starts where a chunk starts
+    [none] = [r for r in ledger.rejected if r.data["check"] == "extract"]
+    assert none.reason == "no analogous passage or entity named in commercial_metals_2022_sixth_ar_credit_agreement"
+    assert not any(r.data["check"] == "verbatim" for r in ledger.rejected)
+    asked = [r for r in openai_server.requests if "choose the analogous passage" in r.text]
+    assert asked and all('<excerpt n="1">' in r.text for r in asked)
+    assert not any("find the analogous passage" in r.text for r in openai_server.requests)
+
+
+def test_a_selection_runs_on_over_adjacent_excerpts_only(index):
+    doc = next(d for d in index.documents() if d.doc_id.startswith("brown_forman"))
+    chunks = index.chunks(doc.doc_id)[:6]
+    text = index.document_text(doc.doc_id)
+    both = selected(index, doc, chunks, [2, 1])
+    assert both.char_start == chunks[0].char_start and both.char_end == max(chunks[0].char_end, chunks[1].char_end)
+    assert both.text == text[both.char_start:both.char_end]
+    apart = [n for n in range(3, 7) if text[chunks[0].char_end:chunks[n - 1].char_start].strip()][0]
+    assert selected(index, doc, chunks, [1, apart]).char_end == chunks[0].char_end  # not next to it: left out
+    assert selected(index, doc, chunks, [0, 99]) is None
 
 
 async def test_planted_seed_only_number_caught(tmp_path, openai_server, index):

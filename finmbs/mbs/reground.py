@@ -4,7 +4,8 @@ trees of a finance seed on unseen documents.
 Retrieve the top Kd documents most like the seed's document summary, never the seed's own document
 (by doc id, source path or content hash); from each the teacher copies an analogous passage d' and
 names an analogous entity e'. A passage not found verbatim (whitespace aside) in the stored document
-text is rejected. Each synthetic tree is then re-grounded on d' with every node threaded around e'
+text is rejected; with `stages.extract: select` the teacher chooses d' among numbered excerpts instead,
+so d' is the document's own text by construction (and costs a few tokens, not a copy). Each synthetic tree is then re-grounded on d' with every node threaded around e'
 (one teacher call per tree); every new node passes the mechanical grounding / leakage check
 (`leakage.py`) and then the judge, who confirms it is answerable from d' alone. Then it is verified
 like every other node: a teacher trace by rejection sampling over the teacher pool against its new
@@ -42,10 +43,20 @@ EXCERPT_CHUNKS = 6
 
 
 class Extraction(BaseModel):
-    """The teacher's reply to step 1: e' and d' copied from the new document."""
+    """The teacher's reply to step 1 (`stages.extract: copy`): e' and d' copied from the new document."""
 
     entity: str = ""
     passage: str = ""
+
+
+class Selection(BaseModel):
+    """The teacher's reply to step 1 (`stages.extract: select`): e' and the numbers of the excerpts that hold d'."""
+
+    model_config = ConfigDict(json_schema_extra=written_in_order)
+
+    reason: str = ""
+    entity: str = ""
+    excerpts: list[int] = Field(default_factory=list)
 
 
 class GroundedNode(WorkedProblem):
@@ -155,20 +166,61 @@ def _candidate(seed: Problem, method: str, slot: int, doc: Document | None, pass
     )
 
 
+def numbered(chunks: list[Chunk]) -> str:
+    """The excerpts as the select prompt shows them: numbered from 1, in document order."""
+    return "\n".join(f'<excerpt n="{i}">\n{excerpt([c])}\n</excerpt>' for i, c in enumerate(chunks, 1))
+
+
+def selected(index: Index, doc: Document, chunks: list[Chunk], numbers: list[int]) -> Snippet | None:
+    """d' from the chosen excerpts: the first one chosen, run on over chosen excerpts that follow it in the
+    document with nothing but whitespace between (exact text and offsets of the stored document); None
+    when no valid excerpt was chosen."""
+    chosen = sorted({n for n in numbers if 1 <= n <= len(chunks)})
+    run = [chunks[n - 1] for n in chosen]
+    if not run or any(c.char_start is None or c.char_end is None for c in run):
+        return locate(index, doc, run[0].text) if run else None
+    text = index.document_text(doc.doc_id)
+    start, end = run[0].char_start, run[0].char_end
+    for chunk in run[1:]:
+        if text[end:chunk.char_start].strip():  # not next to the run: ends it
+            break
+        end = max(end, chunk.char_end)
+    return Snippet(text=text[start:end], doc_id=doc.doc_id, source_path=doc.source_path, char_start=start,
+                   char_end=end, section_path=run[0].section_path, page=run[0].page)
+
+
+async def ask_ground(
+    ctx: Context, seed: Problem, slot: int, doc: Document, chunks: list[Chunk]
+) -> Selection | Extraction | None:
+    """The teacher's reply naming e' and d' in `doc` (`stages.extract`: a copy or a choice of excerpts)."""
+    snippet = seed.snippet or Snippet(text="")
+    teacher = ctx.teachers[slot % len(ctx.teachers)]
+    select = ctx.stages.extract == "select"
+    text = render_prompt(
+        "reground_select" if select else "reground_extract", seed_entity=seed.entity or "", seed_passage=snippet.text,
+        doc_id=doc.doc_id, title=doc.title, document=numbered(chunks) if select else excerpt(chunks),
+    )
+    [reply] = await ctx.gateway.structured(teacher, Selection if select else Extraction, role="teacher",
+                                           messages=[{"role": "user", "content": text}])
+    ctx.tick(STAGE)
+    return reply
+
+
 async def new_ground(
     ctx: Context, index: Index, seed: Problem, method: str, slot: int, doc: Document, ledger: Ledger
 ) -> NewGround | None:
-    """Ask the teacher for d' and e' in `doc`; prove d' verbatim or record the rejection."""
+    """Ask the teacher for d' and e' in `doc` (copied, then proven verbatim; or chosen among the
+    excerpts, verbatim by construction), or record the rejection."""
     snippet = seed.snippet or Snippet(text="")
     chunks = document_chunks(index, doc.doc_id, snippet.text or seed.question, EXCERPT_CHUNKS)
-    text = render_prompt(
-        "reground_extract", seed_entity=seed.entity or "", seed_passage=snippet.text, doc_id=doc.doc_id, title=doc.title,
-        document=excerpt(chunks),
-    )
-    teacher = ctx.teachers[slot % len(ctx.teachers)]
-    [reply] = await ctx.gateway.structured(teacher, Extraction, role="teacher", messages=[{"role": "user", "content": text}])
-    ctx.tick(STAGE)
-    passage, entity = (reply.passage.strip(), reply.entity.strip()) if reply else ("", "")
+    reply = await ask_ground(ctx, seed, slot, doc, chunks)
+    entity = reply.entity.strip() if reply else ""
+    if isinstance(reply, Selection):
+        located = selected(index, doc, chunks, reply.excerpts)
+        passage = located.text if located else ""
+    else:
+        passage = reply.passage.strip() if reply else ""
+        located = locate(index, doc, passage) if passage else None
     candidate = _candidate(seed, method, slot, doc, passage, entity)
     if reply is None:
         ledger.reject(candidate, STAGE, f"extraction reply did not parse for {doc.doc_id}", check="extract", document=doc.doc_id)
@@ -176,7 +228,6 @@ async def new_ground(
     if not passage or not entity:
         ledger.reject(candidate, STAGE, f"no analogous passage or entity named in {doc.doc_id}", check="extract", document=doc.doc_id)
         return None
-    located = locate(index, doc, passage)
     if located is None:
         ledger.reject(candidate, STAGE, f"passage not verbatim in {doc.doc_id}", check="verbatim", document=doc.doc_id)
         return None

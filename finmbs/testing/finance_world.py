@@ -7,7 +7,8 @@ seed answers the seed's real gold answer. Re-grounding tasks work on the real pa
 
 - extraction: the teacher copies, verbatim, the excerpt chunk of the new document with the most
   figures and names the document id as the entity (`misquote`: for document ids containing one of
-  these strings it alters a figure, so the passage is not verbatim);
+  these strings it alters a figure, so the passage is not verbatim); with `stages.extract: select` it
+  chooses that excerpt by its number (`misquote`: a number no excerpt has);
 - re-grounding: every node's integers are mapped onto whole-number figures of the new passage (the
   same mapping across the tree), the question names the new entity, and the worked solution shows
   each operation; `plant`: for entities containing one of these strings, a figure of the seed passage
@@ -38,6 +39,7 @@ from finmbs.testing.world import World, blocks, expression, norm, value
 
 FINANCE_MARKERS = {
     "extract": "find the analogous passage",
+    "select": "choose the analogous passage",
     "reground": "re-ground a synthetic problem tree",
     "answerable": "the passage alone must suffice",
     "equivalence": "grading a financial question-answering",
@@ -101,18 +103,31 @@ class FinanceWorld(World):
         return reply
 
     # re-grounding tasks --------------------------------------------------------------------------
+    @staticmethod
+    def best_excerpt(text: str, chunks: list[str]) -> int:
+        """The excerpt a teacher takes: one holding a term the seed passage quotes, then the most figures."""
+        terms = quoted_terms(blocks(text, "seed_passage")[0])
+        return min(range(len(chunks)), key=lambda i: (not any(t in chunks[i] for t in terms),
+                                                      -len(whole_figures(chunks[i], small=True))))
+
     def extract(self, text: str) -> dict:
         doc_id = re.search(r'<new_document id="([^"]*)"', text).group(1)  # type: ignore[union-attr]
         document = re.search(r"<new_document[^>]*>\n(.*)\n</new_document>", text, re.DOTALL).group(1)  # type: ignore[union-attr]
         chunks = document.split("\n...\n")
-        terms = quoted_terms(blocks(text, "seed_passage")[0])
-        best = min(chunks, key=lambda c: (not any(t in c for t in terms), -len(whole_figures(c, small=True))))
+        best = chunks[self.best_excerpt(text, chunks)]
         passage = best.split("\n", 1)[1] if best.startswith("[") and "\n" in best else best
         passage = passage.strip()[:1500].rsplit(" ", 1)[0]
         if any(m in doc_id for m in self.misquote):  # one figure (or, with none, one word) changed
             changed = re.sub(r"\d", lambda m: str((int(m.group()) + 1) % 10), passage, count=1)
             passage = changed if changed != passage else re.sub(r"\bthe\b", "such", passage, count=1)
         return {"entity": doc_id, "passage": passage}
+
+    def select(self, text: str) -> dict:
+        """The same excerpt as `extract`, chosen by number (a `misquote` document: a number out of range)."""
+        doc_id = re.search(r'<new_document id="([^"]*)"', text).group(1)  # type: ignore[union-attr]
+        chunks = re.findall(r'<excerpt n="\d+">\n(.*?)\n</excerpt>', text, re.DOTALL)
+        number = len(chunks) + 5 if any(m in doc_id for m in self.misquote) else self.best_excerpt(text, chunks) + 1
+        return {"reason": "the same provision", "entity": doc_id, "excerpts": [number]}
 
     def reground(self, text: str) -> dict:
         entity = blocks(text, "new_entity")[0].strip()
