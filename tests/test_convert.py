@@ -123,6 +123,20 @@ def test_demo_seeds_are_hard_real_and_grounded():
         assert len(_norm(seed.snippet.text)) >= 250, seed.id  # a passage, not a phrase
 
 
+@pytest.mark.parametrize("name", ["seeds-quickstart.jsonl", "seeds-quickstart-hard.jsonl"])
+def test_quickstart_seeds_are_grounded_and_measured(name):
+    seeds = load_seeds(FINANCE / name)
+    assert seeds and all(s.id.startswith("qs-") for s in seeds)
+    for seed in seeds:
+        document = FINANCE / "docs" / f"{seed.snippet.doc_id}.txt"
+        assert seed.snippet.source_path == f"corpora/finance/docs/{document.name}" and seed.entity
+        assert _norm(seed.snippet.text) in _norm(document.read_text(encoding="utf-8")), seed.id
+        assert seed.meta["note"] and seed.meta["level"] == "quickstart"
+        solved = int(re.match(r"qwen2.5-coder-0.5b-instruct (\d)/4 ", seed.meta["measured"]).group(1))
+        # the quickstart seeds are ones the embedded target solves sometimes: they reach harder leaves
+        assert (solved > 0) == (name == "seeds-quickstart.jsonl"), seed.id
+
+
 def test_demo_seed_answers_verified_by_the_comparer():
     for seed in load_seeds(FINANCE / "seeds.jsonl"):
         equivalent, trap = EQUIVALENT_AND_TRAP[seed.id]
