@@ -153,7 +153,7 @@ class NoveltySettings(Settings):
     """The novelty guard: a synthetic problem with its seed's, its source's or a sibling's answer and
     near-identical text (word-sequence similarity >= max_similarity) is rejected before calibration."""
 
-    enabled: bool = True
+    enabled: bool = Field(True, description="reject a synthetic problem that restates its seed, source or a sibling")
     max_similarity: float = Field(
         0.85, gt=0, le=1, description="share of the shorter question's word tokens the other repeats in order")
 
@@ -162,7 +162,7 @@ class QualitySettings(Settings):
     """Quality control: before calibration the judge rejects a math problem that is not well-posed (its
     verified solution starts from a quantity the question never states; an ambiguous or double question)."""
 
-    enabled: bool = True
+    enabled: bool = Field(True, description="judge every math candidate for well-posedness before calibration")
 
 
 class Budget(Settings):

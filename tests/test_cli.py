@@ -60,6 +60,10 @@ def test_stage_symbols_are_explained_with_their_values():
     for symbol in ("N", "Nt", "K", "Nd", "D", "N_leaf", "R", "alpha_leaf", "alpha_parent", "Nc", "Kd", "L"):
         assert re.search(rf"│ {symbol}\s+│", result.output), symbol
     assert re.search(r"│ N\s+│ 16\s+│", result.output)
+    # finmbs's own switches, with the default config's values
+    for key, value in (("stages.relabel", "True"), ("stages.extract", "select"), ("novelty.enabled", "True"),
+                       ("quality.enabled", "False"), ("stages.keep", "roots")):
+        assert re.search(rf"│ {re.escape(key)}\s+│ {value}\s+│ \w", result.output), key
     assert "finmbs config explain" in help_text("grow")
     shown = runner.invoke(app, ["config", "show", "--set", "stages.L=512"])
     assert shown.exit_code == 0 and "L: 512" in shown.output

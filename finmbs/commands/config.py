@@ -34,6 +34,20 @@ def symbols_table(stages: dict[str, object]) -> Table:
     return table
 
 
+def options_table(config) -> Table:
+    """finmbs's own switches (not the paper's symbols): key, value, and what each does."""
+    table = Table(title="finmbs options beyond the paper's symbols (set with --set KEY=VALUE)")
+    for column in ("key", "value", "meaning"):
+        table.add_column(column, overflow="fold")
+    sections = {"stages": config.stages, "novelty": config.novelty, "quality": config.quality}
+    for section, settings in sections.items():
+        for name, field in type(settings).model_fields.items():
+            if section == "stages" and name in SYMBOLS:
+                continue
+            table.add_row(f"{section}.{name}", str(getattr(settings, name)), field.description or "")
+    return table
+
+
 def register(app: typer.Typer) -> None:
     config_app = typer.Typer(help="Explain or show the run config.", no_args_is_help=True)
     app.add_typer(config_app, name="config")
@@ -41,11 +55,13 @@ def register(app: typer.Typer) -> None:
     @config_app.command("explain")
     @cli_errors
     def explain(config: ConfigOption = None, set_: SetOption = None) -> None:
-        """The stage symbols (N, Nt, K, Nd, D, N_leaf, R, alpha_leaf, alpha_parent, Nc, Kd, L): meaning and value."""
+        """The stage symbols (N, Nt, K, Nd, D, N_leaf, R, alpha_leaf, alpha_parent, Nc, Kd, L) and finmbs's
+        own options (relabel, extract, novelty, quality ...): meaning and value."""
         from finmbs.config import load_config
 
         resolved = load_config(config, set_ or [])
         console.print(symbols_table(resolved.stages.model_dump()))
+        console.print(options_table(resolved))
 
     @config_app.command("show")
     @cli_errors
