@@ -10,7 +10,12 @@ The uneven rows give the 1.5B three times the 0.5B's work, as a grow run does (t
 and verifies, the student answers): once the 0.5B is done, `share` gives the 1.5B every core, where a
 fixed split (cores / loaded models, the earlier scheduler) kept it on half of them.
 
+The decoding rows compare, per model, llama-cpp-python's own `create_chat_completion` drawing n
+samples one after another (the baseline: what finmbs ran before `finmbs/llm/decoding.py`) with
+finmbs's decoder drawing them one at a time and all n together, at temperature 1.0.
+
     nice -n 15 python bench/bench_embedded.py --tokens 96 --rounds 2
+    python bench/bench_embedded.py --decoding-only --samples 4 --tokens 128 [--repack off]
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import time
 
 from finmbs.config import EmbeddedSettings, Endpoint
 from finmbs.llm.backends import EmbeddedBackend
+from finmbs.llm import embedded
 from finmbs.llm.embedded import ThreadScheduler
 
 MODELS = ("embedded/qwen2.5-coder-1.5b-instruct", "embedded/qwen2.5-coder-0.5b-instruct")
@@ -63,6 +69,56 @@ async def uneven(backend: EmbeddedBackend, tokens: int, rounds: int) -> dict[str
     return rates
 
 
+SOLVE = [{"role": "user", "content": "A shop sells pens at $3 each and notebooks at $5 each. Mia buys 4 pens and "
+                                     "some notebooks and pays $37. How many notebooks did she buy? Reason step by step."}]
+
+
+def high_level_rates(model: str, tokens: int, samples: int, cores: int, repack: bool | None) -> float:
+    """Tokens/s of llama-cpp-python's create_chat_completion, `samples` samples one after another."""
+    from llama_cpp import Llama
+
+    name = model.split("/")[1]
+    with embedded._weight_repacking(embedded.repack_default(repack)):
+        llama = Llama(model_path=str(embedded.model_path(name)), n_ctx=4096, n_threads=cores, n_threads_batch=cores,
+                      verbose=False)
+    llama.create_chat_completion(messages=SOLVE, max_tokens=4, seed=0)  # warm
+    began, count = time.perf_counter(), 0
+    for seed in range(samples):
+        out = llama.create_chat_completion(messages=SOLVE, max_tokens=tokens, temperature=1.0, seed=seed)
+        count += out["usage"]["completion_tokens"]
+    rate = count / (time.perf_counter() - began)
+    llama.close()
+    return rate
+
+
+async def decoder_rate(backend: EmbeddedBackend, model: str, tokens: int, samples: int, together: bool) -> float:
+    """Tokens/s of finmbs's decoder: `samples` samples in one request, or one request each."""
+    from finmbs.llm.types import Message
+
+    messages = [Message(**m) for m in SOLVE]
+    params = {"max_tokens": tokens, "temperature": 1.0}
+    await backend.complete(endpoint(model), messages=messages, prompt=None, n=1, params={**params, "max_tokens": 4})
+    began, count = time.perf_counter(), 0
+    for seeds in ([list(range(samples))] if together else [[s] for s in range(samples)]):
+        reply = await backend.complete(endpoint(model), messages=messages, prompt=None, n=len(seeds),
+                                       params={**params, "seeds": seeds})
+        count += reply.completion_tokens
+    return count / (time.perf_counter() - began)
+
+
+async def decoding(args: argparse.Namespace) -> None:
+    backend = EmbeddedBackend(EmbeddedSettings(schedule="serial", threads=args.threads, repack=args.repack))
+    print(f"decoding: {args.samples} samples x {args.tokens} tokens, temperature 1.0, {backend.cores} cores, "
+          f"repack {embedded.repack_default(args.repack)}")
+    print(f"{'model':<30} {'create_chat_completion':>24} {'decoder, 1 at a time':>22} {'decoder, together':>20}")
+    for model in MODELS:
+        base = high_level_rates(model, args.tokens, args.samples, backend.cores, args.repack)
+        single = await decoder_rate(backend, model, args.tokens, args.samples, together=False)
+        batch = await decoder_rate(backend, model, args.tokens, args.samples, together=True)
+        print(f"{model.split('/')[1]:<30} {base:17.1f} tok/s {single:9.1f} ({single / base:4.2f}x) "
+              f"{batch:9.1f} ({batch / base:4.2f}x)", flush=True)
+
+
 def fixed_split(cores: int | None) -> EmbeddedBackend:
     """The earlier scheduler: every generation on cores / loaded models threads, busy or not."""
     backend = EmbeddedBackend(EmbeddedSettings(schedule="share", threads=cores))
@@ -84,7 +140,14 @@ async def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--threads", type=int, default=None, help="cores for embedded models (default: all)")
     parser.add_argument("--oversubscribe", action="store_true", help="also run without the scheduler")
+    parser.add_argument("--samples", type=int, default=4, help="samples per request in the decoding rows")
+    parser.add_argument("--repack", choices=["on", "off"], default=None, help="weight repacking (default: auto)")
+    parser.add_argument("--decoding-only", action="store_true", help="only the decoding rows")
     args = parser.parse_args()
+    args.repack = None if args.repack is None else args.repack == "on"
+    await decoding(args)
+    if args.decoding_only:
+        return
 
     serial = backend_for("serial", args.threads)
     for model in MODELS:  # load both models (and warm them) before timing

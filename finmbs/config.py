@@ -202,7 +202,9 @@ class EmbeddedSettings(Settings):
     schedule: Literal["share", "serial"] = Field(
         "share", description="share: the cores divided among the models with work (all of them for a model working alone); serial: one generation at a time with all cores"
     )
-    repack: bool = Field(False, description="let llama.cpp repack weights (AMX etc.); crashes on some virtual CPUs")
+    repack: bool | None = Field(
+        None, description="let llama.cpp repack weights into interleaved CPU layouts (faster); default: on unless the CPU has AMX (the repacked batch path crashed on a virtualized AMX CPU)"
+    )
 
 
 class RunConfig(Settings):

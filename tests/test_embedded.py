@@ -34,7 +34,7 @@ async def test_chat_uses_the_gguf_chat_template_and_caches(tmp_path):
                                      temperature=0.0)
     assert [s.text.strip() for s in samples] == ["5", "5"]
     assert all(s.finish_reason == "stop" for s in samples)
-    model = embedded.load(SMALL, EmbeddedSettings().n_ctx, EmbeddedBackend().cores)
+    model = embedded.load(SMALL)
     template = model.metadata["tokenizer.chat_template"]
     assert "<|im_start|>" in template
     # the prompt the model saw is the GGUF template's rendering (its default system turn included)
@@ -44,7 +44,8 @@ async def test_chat_uses_the_gguf_chat_template_and_caches(tmp_path):
     assert samples[0].prompt_tokens == len(model.tokenize(rendered.encode(), add_bos=False, special=True))
     again = await gateway.generate(small_endpoint(), role="target", messages=messages, n=2, max_tokens=8,
                                    temperature=0.0)
-    assert [s.text for s in again] == [s.text for s in samples] and gateway.usage["target"].calls == 2
+    assert [s.text for s in again] == [s.text for s in samples]
+    assert gateway.usage["target"].calls == 1  # both samples were drawn in one request, and the rerun was cached
 
 
 class Total(BaseModel):
@@ -114,3 +115,67 @@ async def test_generations_across_models_never_exceed_the_cores(monkeypatch, tmp
     assert all(r.completion_tokens > 0 for r in replies)
     assert state["peak"] <= backend.cores == 2 and state["threads"] == 0
     assert state["both"] == 2  # the two models did generate at the same time, one core each
+
+
+@pytest.mark.slow
+async def test_the_samples_of_a_request_are_drawn_together_in_waves_that_fit_the_window():
+    # a 256-token window holds the ~40-token prompt and two samples of 100 tokens: two waves of two
+    backend = EmbeddedBackend(EmbeddedSettings(n_ctx=256))
+    from finmbs.llm.types import Message
+
+    messages = [Message(role="user", content="Write a long story about a lighthouse keeper and the sea.")]
+    reply = await backend.complete(small_endpoint(), messages=messages, prompt=None, n=4,
+                                   params={"max_tokens": 100, "temperature": 1.0, "seeds": [0, 1, 2, 3]})
+    texts = [s.text for s in reply.samples]
+    assert len(texts) == 4 and len(set(texts)) == 4  # four seeds, four different stories
+    assert all(s.finish_reason == "length" and s.completion_tokens == 100 for s in reply.samples)
+    assert reply.prompt_tokens == reply.samples[0].prompt_tokens  # the prompt is read once for all samples
+    assert reply.completion_tokens == 400
+    decoder = embedded.decoder(SMALL, 256)
+    assert decoder.cached == embedded.chat_prompt(SMALL, [m.model_dump() for m in messages])  # kept for the next request
+
+
+@pytest.mark.slow
+async def test_a_stop_string_ends_a_sample_and_is_cut_from_its_text():
+    backend = EmbeddedBackend()
+    from finmbs.llm.types import Message
+
+    messages = [Message(role="user", content="Count from 1 to 10, one number per line, digits only.")]
+    reply = await backend.complete(small_endpoint(), messages=messages, prompt=None, n=1,
+                                   params={"max_tokens": 60, "temperature": 0.0, "stop": ["5"]})
+    [sample] = reply.samples
+    assert sample.finish_reason == "stop" and "5" not in sample.text and "4" in sample.text
+
+
+@pytest.mark.slow
+async def test_the_grammar_draws_again_over_the_vocabulary_only_when_it_rejects_a_token(monkeypatch):
+    from finmbs.llm.decoding import Decoder
+
+    calls = {"checked": 0, "full": 0}
+    allows, full = Decoder.grammar_allows, Decoder.sample_full
+
+    def counted_allows(self, grammar, token):
+        calls["checked"] += 1
+        return allows(self, grammar, token)
+
+    def counted_full(self, chain, grammar, index):
+        calls["full"] += 1
+        return full(self, chain, grammar, index)
+
+    monkeypatch.setattr(Decoder, "grammar_allows", counted_allows)
+    monkeypatch.setattr(Decoder, "sample_full", counted_full)
+    gateway = Gateway(cache_path=None)
+    # the prompt asks for prose: the first unconstrained token ("Hello") is rejected, the reply is JSON all the same
+    messages = [{"role": "user", "content": "Say hello to Lena in one friendly sentence, then count her 3 apples."}]
+    [parsed] = await gateway.structured(small_endpoint(), Total, role="teacher", messages=messages, max_tokens=48)
+    assert isinstance(parsed, Total)
+    assert calls["full"] >= 1  # the rejected token was drawn again under the grammar
+    assert calls["full"] < calls["checked"]  # most tokens pass the one-token check
+
+
+def test_weight_repacking_is_on_unless_the_cpu_has_amx(monkeypatch):
+    monkeypatch.setattr(embedded, "cpu_has_amx", lambda: True)
+    assert embedded.repack_default(None) is False  # the repacked batch path crashed on a virtualized AMX CPU
+    monkeypatch.setattr(embedded, "cpu_has_amx", lambda: False)
+    assert embedded.repack_default(None) is True
+    assert embedded.repack_default(False) is False and embedded.repack_default(True) is True  # the config wins

@@ -9,7 +9,9 @@ import pytest
 from pydantic import BaseModel, ConfigDict
 
 from finmbs.llm import Gateway
-from finmbs.llm.structured import schema_format, strip_think
+from finmbs.llm.gateway import parse_structured
+from finmbs.llm.structured import extract_json, schema_format, strip_think
+from finmbs.mbs.leaves import LeafVariants
 
 
 class Verdict(BaseModel):
@@ -151,3 +153,19 @@ def test_a_reply_that_copies_the_prompt_template_is_not_content():
         with pytest.raises(ValidationError):
             WorkedProblem(question="What is 2 + 3?", solution="2 + 3 = 5", answer=value)
     assert WorkedProblem(question="What is 2 + 3?", solution="2 + 3 = 5", answer="$5").answer == "$5"
+    # the template's item appended after real ones (as the 1.5B wrote a decomposition) is dropped, the real kept
+    real = {"question": "What is 2 + 3?", "solution": "2 + 3 = 5", "answer": "5"}
+    copied = {"question": "...", "solution": "...", "answer": "..."}
+    for model, field in ((Decomposition, "subproblems"), (LeafVariants, "variants"), (DirectProblems, "problems")):
+        assert [w.answer for w in getattr(model.model_validate({field: [real, copied]}), field)] == ["5"]
+        with pytest.raises(ValidationError):
+            model.model_validate({field: [copied]})
+
+
+def test_a_raw_line_break_inside_a_string_is_part_of_the_string():
+    # llama-cpp-python's JSON-schema grammar lets a string hold a raw line break; the 1.5B wrote its
+    # worked solutions that way, and a strict parser lost every such reply (measured in a quickstart)
+    reply = '{"variants": [{"question": "Q?", "solution": "Step 1:\n   x = 2\\nStep 2", "answer": "2"}]}'
+    parsed, error = parse_structured(reply, LeafVariants)
+    assert error == "" and parsed.variants[0].solution == "Step 1:\n   x = 2\nStep 2"
+    assert extract_json("```json\n" + reply + "\n```")["variants"][0]["answer"] == "2"

@@ -13,9 +13,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
-from finmbs.mbs.candidates import WorkedProblem, derive, verified_node
+from finmbs.mbs.candidates import WorkedProblem, derive, verified_node, written_items
 from finmbs.mbs.context import TARGET_ROLE, Context, Ledger, in_stage
 from finmbs.mbs.outcome import SeedOutcome, finish, seed_root, synthetic_trees
 from finmbs.mbs.solve import document_block
@@ -31,6 +31,8 @@ MAX_CALLS = 1000  # a safety stop for the matched-budget loop
 
 class DirectProblems(BaseModel):
     problems: list[WorkedProblem] = Field(min_length=1)
+
+    _written = field_validator("problems", mode="before")(written_items)
 
 
 async def direct_call(ctx: Context, root: TreeNode, r: int, ledger: Ledger) -> list[TreeNode]:

@@ -90,9 +90,10 @@ class LiteLLMBackend:
 
 
 class EmbeddedBackend:
-    """Embedded GGUF models through llama-cpp-python: chat completion with the GGUF's own chat template
-    (plain completion for `chat: false`), one sample at a time, a JSON-schema grammar for structured
-    calls, and generation threads scheduled process-wide so all models together never exceed the cores."""
+    """Embedded GGUF models on the CPU: chat prompts rendered by the GGUF's own chat template (plain
+    completion for `chat: false`), all samples of a request drawn together by the model's
+    `decoding.Decoder` (sample i seeded by its index), a JSON-schema grammar for structured calls, and
+    generation threads scheduled process-wide so all models together never exceed the cores."""
 
     def __init__(self, settings: EmbeddedSettings | None = None):
         self.settings = settings or EmbeddedSettings()
@@ -104,59 +105,42 @@ class EmbeddedBackend:
         models that have work (None: the scheduler's current share)."""
         return self.cores if self.settings.schedule == "serial" else None
 
-    def _generate(self, endpoint: Endpoint, messages, prompt, params: dict[str, Any], seed: int) -> Sample:
+    def _generate(self, endpoint: Endpoint, messages, prompt, params: dict[str, Any], seeds: list[int]) -> list[Sample]:
+        from finmbs.llm.decoding import ContextOverflow, Sampling
+
         name = embedded.lookup(endpoint.model).name
         with self.scheduler.wants(name), embedded.model_lock(name):
-            model = embedded.load(name, self.settings.n_ctx, self.cores, self.settings.repack)
+            decoder = embedded.decoder(name, self.settings.n_ctx, self.settings.repack)
+            tokens = (embedded.completion_prompt(name, prompt) if prompt is not None
+                      else embedded.chat_prompt(name, [m.model_dump() for m in messages or []]))
+            schema = embedded.response_schema(params.get("response_format"))
+            temperature = float(params.get("temperature", 1.0))
+            samplings = [Sampling(temperature=temperature, seed=seed, top_p=float(params.get("top_p", 0.95)))
+                         for seed in seeds]
             threads = self.scheduler.acquire(self._threads_wanted())
             try:
-                embedded.set_threads(model, threads)
-                out = self._call(model, name, messages, prompt, params, seed)
+                out = decoder.generate(
+                    tokens, samplings, max_tokens=int(params.get("max_tokens", 256)), threads=threads,
+                    stop=params.get("stop") or [], grammar=embedded.grammar(schema) if schema else None,
+                )
+            except ContextOverflow as exc:
+                entry = embedded.lookup(name)
+                raise embedded.EmbeddedModelError(
+                    f"embedded model '{name}' ({entry.packages}): {exc} (raise embedded.n_ctx in the config)"
+                ) from exc
             finally:
                 self.scheduler.release(threads)
-        choice = out["choices"][0]
-        usage = out.get("usage", {})
-        text = choice["text"] if prompt is not None else choice["message"].get("content") or ""
-        return Sample(
-            text=text,
-            finish_reason=normalize_finish_reason(choice.get("finish_reason")),
-            prompt_tokens=usage.get("prompt_tokens", 0),
-            completion_tokens=usage.get("completion_tokens", 0),
-        )
-
-    @staticmethod
-    def _call(model: Any, name: str, messages, prompt, params: dict[str, Any], seed: int) -> dict[str, Any]:
-        sampling = dict(
-            max_tokens=params.get("max_tokens", 256),
-            temperature=params.get("temperature", 1.0),
-            top_p=params.get("top_p", 0.95),
-            stop=params.get("stop") or [],
-            seed=seed,
-        )
-        schema = embedded.response_schema(params.get("response_format"))
-        try:
-            if prompt is not None:
-                grammar = embedded.grammar(schema) if schema else None
-                return model.create_completion(prompt=prompt, grammar=grammar, **sampling)
-            fmt = {"type": "json_object", "schema": schema} if schema else None
-            return model.create_chat_completion(
-                messages=[m.model_dump() for m in messages or []], response_format=fmt, **sampling
-            )
-        except ValueError as exc:  # llama.cpp: the prompt does not fit the context window
-            entry = embedded.lookup(name)
-            raise embedded.EmbeddedModelError(
-                f"embedded model '{name}' ({entry.packages}): {exc} (raise embedded.n_ctx in the config)"
-            ) from exc
+        return [Sample(text=g.text, finish_reason=g.finish_reason, prompt_tokens=len(tokens),
+                       completion_tokens=g.completion_tokens) for g in out]
 
     async def complete(self, endpoint, *, messages, prompt, n, params):
+        params = dict(params)
         base_seed = int(params.pop("seed", 0))
-        samples = [
-            await asyncio.to_thread(self._generate, endpoint, messages, prompt, dict(params), base_seed + i)
-            for i in range(n)
-        ]
+        seeds = list(params.pop("seeds", None) or range(base_seed, base_seed + n))[:n]
+        samples = await asyncio.to_thread(self._generate, endpoint, messages, prompt, params, seeds)
         return BackendReply(
             samples=samples,
-            prompt_tokens=sum(s.prompt_tokens for s in samples),
+            prompt_tokens=samples[0].prompt_tokens if samples else 0,  # the prompt is read once for all samples
             completion_tokens=sum(s.completion_tokens for s in samples),
             cost_usd=0.0,
         )

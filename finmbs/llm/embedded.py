@@ -29,10 +29,13 @@ from typing import Any
 
 from finmbs.llm.types import GatewayError
 
-# llama.cpp's OpenMP threads must sleep, not spin, while they wait: on a busy machine spinning threads
-# are descheduled mid-barrier and a 2-thread generation fell from 6.7 to 1.0 tokens/s (measured here).
-# libgomp reads this when llama_cpp is first imported (lazily, in load()).
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# llama.cpp's OpenMP threads meet at a barrier after every operation of every token. Sleeping there
+# at once (OMP_WAIT_POLICY=PASSIVE) halved the tokens/s on 2 cores (1.5B: 11.8 against 20.1 spinning);
+# spinning forever (ACTIVE) would keep idle threads busy after a generation, against the math
+# verifiers and the other model. libgomp's default policy spins GOMP_SPINCOUNT times before it sleeps:
+# 3 million spins (a few milliseconds) cover the gaps inside a generation and end soon after it.
+# libgomp reads this when llama_cpp is first imported (lazily, in load()); the user's settings win.
+os.environ.setdefault("GOMP_SPINCOUNT", "3000000")
 
 PREFIX = "embedded/"
 _CHUNK = 8 << 20
@@ -299,25 +302,41 @@ def available_cores() -> int:
 
 # loading ------------------------------------------------------------------------------------------
 
-_MODELS: dict[tuple[str, int, int], Any] = {}
-
-
+_MODELS: dict[str, Any] = {}
+_DECODERS: dict[tuple[str, int], Any] = {}
 _MODEL_LOCKS: dict[str, threading.Lock] = {}
 
 
 def model_lock(name: str) -> threading.Lock:
-    """The lock that serializes one model's generations (a llama.cpp context runs one at a time)."""
+    """The lock that serializes one model's generations (its decoder runs one request at a time)."""
     with _LOAD_LOCK:
         return _MODEL_LOCKS.setdefault(name, threading.Lock())
 
 
 @atexit.register
 def _close_models() -> None:
-    """Free the loaded models before the interpreter tears llama_cpp down (no noise at exit)."""
+    """Free the decoders and models before the interpreter tears llama_cpp down (no noise at exit)."""
     with _LOAD_LOCK:
+        for decoder in _DECODERS.values():
+            decoder.close()
+        _DECODERS.clear()
         for model in _MODELS.values():
             model.close()
         _MODELS.clear()
+
+
+def cpu_has_amx() -> bool:
+    """Whether the CPU reports AMX tiles (Linux /proc/cpuinfo; False where it cannot be read)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="ignore") as info:
+            return any(line.startswith("flags") and " amx" in line for line in info)
+    except OSError:
+        return False
+
+
+def repack_default(repack: bool | None) -> bool:
+    """`embedded.repack` as given, else on unless the CPU has AMX."""
+    return (not cpu_has_amx()) if repack is None else repack
 
 
 @contextmanager
@@ -325,8 +344,10 @@ def _weight_repacking(enabled: bool) -> Iterator[None]:
     """Let llama.cpp repack weights into its extra CPU buffer types (AMX, interleaved quants), or not.
 
     llama-cpp-python does not expose `use_extra_bufts`, so the default model parameters are wrapped
-    while the model loads. Repacking is off by default: on some virtualized AMX CPUs the repacked
-    batch path crashes the process (measured here: a segfault on every multi-token prompt).
+    while the model loads. Repacked Q4_K weights decode faster on AVX2/AVX-512 (the 1.5B, 4 samples at
+    once on 2 cores: 31.6 against 23.5 tokens/s); on a virtualized AMX CPU the repacked batch path
+    crashed the process (a segfault on every multi-token prompt), so `repack_default` leaves it off
+    where the CPU has AMX.
     """
     import llama_cpp.llama_cpp as api
 
@@ -344,31 +365,72 @@ def _weight_repacking(enabled: bool) -> Iterator[None]:
         api.llama_model_default_params = default
 
 
-def load(name: str, n_ctx: int, n_threads: int, repack: bool = False) -> Any:
-    """The llama.cpp model for `embedded/NAME`, loaded once per process (per context size and threads)."""
+_TOKENIZER_CTX = 512  # the Llama object's own context is never generated in (the decoder's is)
+
+
+def load(name: str, repack: bool | None = None) -> Any:
+    """The llama.cpp model for `embedded/NAME` (weights, tokenizer, chat template), loaded once per process."""
     entry = lookup(name)
-    key = (entry.name, n_ctx, n_threads)
     with _LOAD_LOCK:
-        if key not in _MODELS:
+        if entry.name not in _MODELS:
             path = model_path(entry)
             from llama_cpp import Llama
 
             try:
-                with _weight_repacking(repack):
-                    _MODELS[key] = Llama(
-                        model_path=str(path), n_ctx=n_ctx, n_threads=n_threads, n_threads_batch=n_threads,
-                        verbose=False,
-                    )
+                with _weight_repacking(repack_default(repack)):
+                    _MODELS[entry.name] = Llama(model_path=str(path), n_ctx=_TOKENIZER_CTX, n_threads=1, verbose=False)
             except (ValueError, RuntimeError, OSError) as exc:
                 raise EmbeddedModelError(
                     f"embedded model '{entry.name}' ({entry.packages}) did not load from {path}: {exc}"
                 ) from exc
-        return _MODELS[key]
+        return _MODELS[entry.name]
 
 
-def set_threads(model: Any, threads: int) -> None:
-    """Run the model's next generation (prompt and tokens) on `threads` threads."""
-    model._ctx.set_n_threads(threads, threads)
+def decoder(name: str, n_ctx: int, repack: bool | None = None) -> Any:
+    """The `decoding.Decoder` (a context of `n_ctx` tokens shared by up to 8 samples) of `embedded/NAME`."""
+    from finmbs.llm.decoding import Decoder
+
+    entry = lookup(name)
+    llama = load(entry.name, repack)
+    with _LOAD_LOCK:
+        key = (entry.name, n_ctx)
+        if key not in _DECODERS:
+            try:
+                _DECODERS[key] = Decoder(llama, n_ctx)
+            except RuntimeError as exc:
+                raise EmbeddedModelError(
+                    f"embedded model '{entry.name}' ({entry.packages}): no context of {n_ctx} tokens: {exc}"
+                ) from exc
+        return _DECODERS[key]
+
+
+_FORMATTERS: dict[str, Any] = {}
+
+
+def chat_prompt(name: str, messages: list[dict[str, str]]) -> list[int]:
+    """The prompt tokens of `messages` rendered by the chat template inside the GGUF (as llama-cpp-python
+    renders it: Jinja with the model's BOS/EOS texts, the generation prompt added)."""
+    from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+    entry = lookup(name)
+    llama = load(entry.name)
+    with _LOAD_LOCK:
+        if entry.name not in _FORMATTERS:
+            template = llama.metadata.get("tokenizer.chat_template")
+            if not template:
+                raise EmbeddedModelError(f"embedded model '{entry.name}' ({entry.packages}) has no chat template")
+            eos, bos = llama.token_eos(), llama.token_bos()
+            _FORMATTERS[entry.name] = Jinja2ChatFormatter(
+                template=template, eos_token=llama._model.token_get_text(eos) if eos != -1 else "",
+                bos_token=llama._model.token_get_text(bos) if bos != -1 else "", stop_token_ids=[eos],
+            )
+    rendered = _FORMATTERS[entry.name](messages=messages)
+    return llama.tokenize(rendered.prompt.encode("utf-8"), add_bos=not rendered.added_special, special=True)
+
+
+def completion_prompt(name: str, prompt: str) -> list[int]:
+    """The tokens of a plain completion prompt (BOS as the model wants it)."""
+    return load(name).tokenize(prompt.encode("utf-8"), add_bos=True, special=True)
 
 
 # structured output --------------------------------------------------------------------------------

@@ -267,7 +267,10 @@ class Gateway:
             future.add_done_callback(lambda f: f.cancelled() or f.exception())  # no "never retrieved" noise
             self._inflight[(key, i)] = future
         try:
-            if endpoint.supports_n and not endpoint.is_embedded:
+            if endpoint.is_embedded:  # one request: the samples are drawn together, sample i seeded by i
+                reply = await self._request(endpoint, role, msgs, prompt, len(missing), {**params, "seeds": missing})
+                fresh = dict(zip(missing, reply))
+            elif endpoint.supports_n:
                 fresh = dict(zip(missing, await self._request(endpoint, role, msgs, prompt, len(missing), params)))
             else:
                 replies = await asyncio.gather(

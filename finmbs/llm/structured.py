@@ -25,7 +25,7 @@ def extract_json(text: str, *, last: bool = False) -> Any:
     if not last:
         for block in _FENCE.findall(text):
             try:
-                return json.loads(block)
+                return json.loads(block, strict=False)
             except json.JSONDecodeError:
                 pass
     found: Any = _NONE
@@ -40,7 +40,9 @@ def extract_json(text: str, *, last: bool = False) -> Any:
 
 def _top_level_values(text: str) -> Iterator[Any]:
     """Complete JSON objects and arrays in `text`, in order, none inside another."""
-    decoder = json.JSONDecoder()
+    # strict=False: a raw line break inside a string is kept as one. llama-cpp-python's JSON-schema grammar
+    # allows it (`char ::= [^"\\]`) and small models write multi-line solutions that way.
+    decoder = json.JSONDecoder(strict=False)
     position = 0
     while (match := _OPEN.search(text, position)) is not None:
         try:

@@ -24,10 +24,25 @@ class WorkedProblem(BaseModel):
     @classmethod
     def _written(cls, value: str) -> str:
         """A field copied from the prompt's reply template ("...", "<the final answer alone>") is no content."""
-        text = value.strip()
-        if not re.search(r"[^\W_]", text) or (text.startswith("<") and text.endswith(">")):
-            raise ValueError(f"a placeholder, not content: {text[:40]!r}")
+        if placeholder(value):
+            raise ValueError(f"a placeholder, not content: {value.strip()[:40]!r}")
         return value
+
+
+def placeholder(value: object) -> bool:
+    """A field copied from a reply template: no word character, or a whole `<...>`."""
+    text = str(value).strip()
+    return not re.search(r"[^\W_]", text) or (text.startswith("<") and text.endswith(">"))
+
+
+def written_items(items: object) -> object:
+    """A list of worked problems without the items copied from the reply template (`{"question": "...",
+    "solution": "...", "answer": "..."}` after real ones): small teachers append the template's item
+    to a list they have filled; the real items are kept, and a list of placeholders alone still fails."""
+    if not isinstance(items, list):
+        return items
+    real = [i for i in items if not (isinstance(i, dict) and i and all(placeholder(v) for v in i.values()))]
+    return real or items
 
 
 def derive(

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import asyncio
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from finmbs.config import Endpoint
 from finmbs.llm.structured import written_in_order
-from finmbs.mbs.candidates import WorkedProblem, derive, verified_node
+from finmbs.mbs.candidates import WorkedProblem, derive, verified_node, written_items
 from finmbs.mbs.context import Context, Ledger
 from finmbs.mbs.novelty import reveals
 from finmbs.mbs.solve import document_block, student_accuracy
@@ -38,6 +38,8 @@ class Decomposition(BaseModel):
 
     skills: list[str] = Field(default_factory=list)
     subproblems: list[WorkedProblem] = Field(min_length=1)
+
+    _written = field_validator("subproblems", mode="before")(written_items)
 
 
 async def evaluated_students(ctx: Context, node: TreeNode) -> list[Endpoint]:

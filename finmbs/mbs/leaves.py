@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import asyncio
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
-from finmbs.mbs.candidates import WorkedProblem, derive, verified_node
+from finmbs.mbs.candidates import WorkedProblem, derive, verified_node, written_items
 from finmbs.mbs.context import Context, Ledger
 from finmbs.mbs.solve import document_block, student_accuracy
 from finmbs.records import Decision, TreeNode
@@ -18,6 +18,8 @@ STAGE = "leaf"
 
 class LeafVariants(BaseModel):
     variants: list[WorkedProblem] = Field(min_length=1)
+
+    _written = field_validator("variants", mode="before")(written_items)
 
 
 async def weakest_screen(
