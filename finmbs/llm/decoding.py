@@ -1,15 +1,16 @@
 """Sampling for the embedded models on llama.cpp's own context API: every sample of a request at once.
 
-llama-cpp-python's high-level `create_chat_completion` generates one sequence at a time and spends
-much of each step in Python around the logits (on 2 cores the 1.5B made 12-15 tokens/s through it
-and 22.7 through a bare `llama_decode` loop, `bench/bench_embedded.py`). `Decoder` owns a context of
-its own over the loaded weights, with several sequences in one unified KV cache:
+llama-cpp-python's high-level `create_chat_completion` generates one sequence at a time, so the N
+rollouts of a difficulty screen or calibration were N generations in a row. `Decoder` owns a context
+of its own over the loaded weights, with several sequences in one unified KV cache
+(`python bench/bench_embedded.py --decoding-only`, 4 samples of 128 tokens on 2 cores: the 0.5B
+58.2 tokens/s against 31.9 through `create_chat_completion`, the 1.5B 33.7 against 28.6; one sample
+at a time the two are about even):
 
 - the prompt is decoded once into sequence 0 and shared by every sample (`llama_memory_seq_cp`); a
   following request keeps the longest common prefix of the previous prompt, as the high-level API
   does, so Nt traces or repeated rollouts of one prompt never re-read it;
-- the n samples of a request advance together, one token each per `llama_decode` (for the small 0.5B
-  a batch of 4 gave 1.5x the tokens/s of one sequence on 2 cores);
+- the n samples of a request advance together, one token each per `llama_decode`;
 - each sample has its own sampler chain (top-k 40, top-p, min-p 0.05, temperature, its own seed:
   llama-cpp-python's defaults), or greedy at temperature 0;
 - a JSON-schema grammar is checked the way llama.cpp's common sampler does it: the token drawn
