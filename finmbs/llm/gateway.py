@@ -267,11 +267,10 @@ class Gateway:
             future.add_done_callback(lambda f: f.cancelled() or f.exception())  # no "never retrieved" noise
             self._inflight[(key, i)] = future
         try:
-            if endpoint.is_embedded:  # one request: the samples are drawn together, sample i seeded by i
-                reply = await self._request(endpoint, role, msgs, prompt, len(missing), {**params, "seeds": missing})
-                fresh = dict(zip(missing, reply))
-            elif endpoint.supports_n:
-                fresh = dict(zip(missing, await self._request(endpoint, role, msgs, prompt, len(missing), params)))
+            if endpoint.supports_n or endpoint.is_embedded:  # one request for every missing sample
+                # the embedded decoder draws them together, sample i seeded by its index i
+                batch = {**params, "seeds": missing} if endpoint.is_embedded else params
+                fresh = dict(zip(missing, await self._request(endpoint, role, msgs, prompt, len(missing), batch)))
             else:
                 replies = await asyncio.gather(
                     *(self._request(endpoint, role, msgs, prompt, 1, {**params, "seed": i}) for i in missing)
