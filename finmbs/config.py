@@ -147,6 +147,10 @@ class StageParams(Settings):
     relabel: bool = Field(
         False, description="a teacher-written candidate no trace verifies takes the answer all Nt traces of one teacher "
                            "agree on (not in the paper; for small teachers whose stated answers contradict their solutions)")
+    relabel_votes: int = Field(
+        3, ge=2, description="relabel: finished traces of one teacher that must all agree on the new answer; when Nt is "
+                             "smaller, that teacher is sampled again up to this many (two traces sharing one slip "
+                             "had relabeled a problem wrongly)")
 
 
 class NoveltySettings(Settings):

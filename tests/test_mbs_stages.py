@@ -186,6 +186,34 @@ async def test_with_one_teacher_each_leaf_round_and_decomposition_retry_is_a_fre
     assert [r.body.get("seed") for r in asks] == [0, 1, 2]
 
 
+async def test_relabel_needs_relabel_votes_agreeing_traces(tmp_path, openai_server):
+    # the world's sample rule at accuracy 0.34: traces 0 and 1 slip alike (26), trace 2 is right (25)
+    slips = {"teacher": Agent(table={3: 0.34})}
+    stated = SEED.model_copy(update={"answer": "27"})
+    ctx, _ = setup(openai_server, tmp_path / "a", slips, Nt=2, relabel=True, relabel_votes=2)
+    trace, why = await teacher_trace(ctx, stated, relabel=True)  # two votes: the shared slip becomes the label
+    assert trace.answer == "26" and why == "relabeled: stated answer '27', all 2 traces of teacher answer '26'"
+    ctx, _ = setup(openai_server, tmp_path / "b", slips, Nt=2, relabel=True, relabel_votes=3)
+    before = openai_server.request_count
+    trace, why = await teacher_trace(ctx, stated, relabel=True)  # the third vote disagrees: no label
+    assert trace is None and openai_server.request_count - before == 3
+    assert why == ("no verified trace after 1x2 (+1 relabel votes) tries; answers: "
+                   "teacher#0: '26' (stop), teacher#1: '26' (stop), teacher#2: '25' (stop)")
+    # a vote that verifies the stated answer verifies it; without that vote, 26 would have been the label
+    trace, why = await teacher_trace(ctx, SEED, relabel=True)
+    assert trace.answer == "25" and trace.verified and why == ""
+    # three agreeing votes relabel
+    ctx, _ = setup(openai_server, tmp_path / "c", {"teacher": Agent(table={3: 0.0})}, Nt=2, relabel=True,
+                   relabel_votes=3)
+    trace, why = await teacher_trace(ctx, stated, relabel=True)
+    assert trace.answer == "26" and why == "relabeled: stated answer '27', all 3 traces of teacher answer '26'"
+    # without relabel, the votes are never drawn
+    ctx, _ = setup(openai_server, tmp_path / "d", slips, Nt=2, relabel_votes=3)
+    before = openai_server.request_count
+    trace, why = await teacher_trace(ctx, stated)
+    assert trace is None and openai_server.request_count - before == 2 and "relabel votes" not in why
+
+
 async def test_relabel_takes_the_answer_every_trace_agrees_on(tmp_path, openai_server):
     # the teacher states each child's answer one too high; its traces all compute the true value
     world = World(agents={}, wrong_child_answers=True)

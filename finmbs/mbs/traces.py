@@ -3,7 +3,10 @@
 `stages.relabel` (off in the paper's configs) adds one step for teacher-written candidates only, never
 for seeds: when no trace verifies the stated answer but every one of a teacher's Nt traces finished
 and they all agree on another answer, the candidate takes that answer (small teachers state answers
-their own worked solutions contradict; the agreeing traces are the better label).
+their own worked solutions contradict; the agreeing traces are the better label). Agreement needs
+`relabel_votes` traces: with fewer than that in Nt, the same teacher is sampled again (a trace that
+then verifies the stated answer verifies it; one that disagrees or is cut off cancels the relabel),
+since two traces of a small teacher can share one slip.
 """
 
 from __future__ import annotations
@@ -46,22 +49,40 @@ async def teacher_trace(
     """
     teachers = teachers or ctx.teachers
     seen: list[str] = []
-    agreed: tuple[Endpoint, Rollout, str] | None = None
+    agreed: tuple[Endpoint, list[Rollout]] | None = None
+
+    async def sample_trace(teacher: Endpoint, i: int) -> Rollout:
+        [sample] = await rollouts(ctx, teacher, "teacher", problem, 1, first_index=i)
+        ctx.tick("traces")
+        seen.append(f"{teacher.name}#{i}: {sample.extracted_answer!r} ({sample.finish_reason})")
+        return sample
+
     for teacher in teachers:
         samples: list[Rollout] = []
         for i in range(ctx.stages.Nt):
-            [sample] = await rollouts(ctx, teacher, "teacher", problem, 1, first_index=i)
-            ctx.tick("traces")
+            sample = await sample_trace(teacher, i)
             if sample.reward == 1.0:
-                return Trace(text=sample.text, answer=sample.extracted_answer, model=teacher.name, verified=True), ""
-            seen.append(f"{teacher.name}#{i}: {sample.extracted_answer!r} ({sample.finish_reason})")
+                return verified_trace(sample, teacher), ""
             samples.append(sample)
-        if agreed is None and (answer := consensus(problem, samples)):
-            agreed = (teacher, samples[0], answer)
-    why = f"no verified trace after {len(teachers)}x{ctx.stages.Nt} tries; answers: " + ", ".join(seen)
+        if agreed is None and consensus(problem, samples):
+            agreed = (teacher, samples)
     if relabel and agreed:
-        teacher, sample, answer = agreed
-        trace = Trace(text=sample.text, answer=answer, model=teacher.name, verified=True)
-        return trace, (f"relabeled: stated answer {problem.answer!r}, all {ctx.stages.Nt} traces of "
-                       f"{teacher.name} answer {answer!r}")
-    return None, why
+        teacher, samples = agreed
+        for i in range(len(samples), ctx.stages.relabel_votes):  # more votes, while they keep agreeing
+            sample = await sample_trace(teacher, i)
+            if sample.reward == 1.0:
+                return verified_trace(sample, teacher), ""
+            samples.append(sample)
+            if consensus(problem, samples) is None:
+                break
+        if answer := consensus(problem, samples):
+            trace = Trace(text=samples[0].text, answer=answer, model=teacher.name, verified=True)
+            return trace, (f"relabeled: stated answer {problem.answer!r}, all {len(samples)} traces of "
+                           f"{teacher.name} answer {answer!r}")
+    tries = f"{len(teachers)}x{ctx.stages.Nt}" + (f" (+{len(seen) - len(teachers) * ctx.stages.Nt} relabel votes)"
+                                                 if len(seen) > len(teachers) * ctx.stages.Nt else "")
+    return None, f"no verified trace after {tries} tries; answers: " + ", ".join(seen)
+
+
+def verified_trace(sample: Rollout, teacher: Endpoint) -> Trace:
+    return Trace(text=sample.text, answer=sample.extracted_answer, model=teacher.name, verified=True)
