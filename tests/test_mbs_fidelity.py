@@ -54,6 +54,20 @@ async def test_child_revealing_the_parents_answer_is_rejected(tmp_path, openai_s
     assert not any("Compute 5 * 5." in r.text and "<problem>" in r.text for r in openai_server.requests)
 
 
+async def test_a_retry_is_told_what_became_of_each_failed_subproblem(tmp_path, openai_server):
+    # section 3.3: re-prompt with the failed attempts as negative context; each subproblem says why it failed
+    world = World(agents={}, reveal_answer=True)
+    ctx, _ = context(openai_server, tmp_path, {"s": Agent(capacity=1, boost=2)}, world=world, Nd=1, N=4)
+    assert await decompose(ctx, TreeNode(problem=SEED), Ledger("a")) is False
+    asks = [r.text for r in openai_server.requests if TASK_MARKERS["decompose"] in r.text]
+    assert len(asks) == 2 and "outcome:" not in asks[0]
+    failed = asks[1].split("<failed>", 1)[1]
+    assert ("- question: Compute 5 * 5.\n  answer: 25\n  outcome: rejected: reveals the parent's answer: "
+            "its answer '25' is the parent's ('25')") in failed
+    assert "- question: Compute 2 + 3.\n  answer: 5\n  outcome: verified" in failed
+    assert "Why it failed: ineffective: s 0.000 -> 0.000 when conditioned" in failed
+
+
 async def test_answer_leaks_counted_in_metrics(tmp_path, openai_server):
     agents = {"s": Agent(capacity=1, boost=2)}
     _, config = context(openai_server, tmp_path, agents, world=World(agents={}, reveal_answer=True), Nd=1, N=4)

@@ -55,19 +55,31 @@ async def evaluated_students(ctx: Context, node: TreeNode) -> list[Endpoint]:
     return evaluated
 
 
-def failed_context(failed: list[tuple[list[WorkedProblem], str]]) -> str:
-    """Earlier ineffective decompositions, as negative context for a re-prompt."""
+Failed = tuple[list[tuple[WorkedProblem, str]], str]  # (subproblems with what became of each, why the attempt failed)
+
+
+def failed_context(failed: list[Failed]) -> str:
+    """Earlier ineffective decompositions, as negative context for a re-prompt: each subproblem with
+    what became of it (revealed the parent's answer, unverified, verified), and why the attempt failed."""
     if not failed:
         return ""
     blocks = [
         render_prompt(
             "failed_decomposition",
-            subproblems="\n".join(f"- question: {w.question}\n  answer: {w.answer}" for w in subs) or "- (no usable reply)",
+            subproblems="\n".join(f"- question: {w.question}\n  answer: {w.answer}\n  outcome: {outcome}"
+                                  for w, outcome in subs) or "- (no usable reply)",
             reason=reason,
         )
         for subs, reason in failed
     ]
     return "\n".join([render_prompt("decompose_failed_intro"), *blocks])
+
+
+def outcomes(proposal: Decomposition | None, ids: list[str], ledger: Ledger) -> list[tuple[WorkedProblem, str]]:
+    """Each proposed subproblem (ids in proposal order) with what became of it, from the seed's ledger."""
+    why = {r.problem.id: r.reason for r in ledger.rejected if r.stage == STAGE}
+    return [(w, f"rejected: {why[i]}" if i in why else "verified")
+            for w, i in zip(proposal.subproblems if proposal else [], ids)]
 
 
 async def propose(ctx: Context, node: TreeNode, attempt: int, failed: list) -> Decomposition | None:
@@ -94,9 +106,13 @@ def without_leaks(node: TreeNode, candidates: list[Problem], ledger: Ledger) -> 
     return kept
 
 
+def child_id(node: TreeNode, attempt: int, k: int) -> str:
+    return f"{node.problem.id}.d{attempt}c{k}"
+
+
 async def verified_children(ctx: Context, node: TreeNode, proposal: Decomposition, attempt: int, ledger: Ledger):
     candidates = [
-        derive(node.problem, worked, id=f"{node.problem.id}.d{attempt}c{k}", stage=STAGE,
+        derive(node.problem, worked, id=child_id(node, attempt, k), stage=STAGE,
                tree_path=f"{node.path}.{k}", parent_ids=[node.problem.id])
         for k, worked in enumerate(proposal.subproblems[: ctx.stages.K])
     ]
@@ -142,7 +158,7 @@ async def decompose(ctx: Context, node: TreeNode, ledger: Ledger, depth: int = 0
         node.decisions.append(solved_leaf(ctx, node, depth))
         return True
     base = {s.name: node.student_accuracy[s.name] for s in students}
-    failed: list[tuple[list[WorkedProblem], str]] = []
+    failed: list[Failed] = []
     for attempt in range(ctx.stages.Nd + 1):
         data = {"attempt": attempt, "student": students[-1].name, "students": list(base),
                 "unconditioned": base[students[-1].name]}
@@ -165,7 +181,8 @@ async def decompose(ctx: Context, node: TreeNode, ledger: Ledger, depth: int = 0
             for child in children:
                 ledger.reject(child.problem, "effectivity", reason)
         node.decisions.append(Decision(stage=STAGE, outcome="rejected", reason=reason, data=data))
-        failed.append((proposal.subproblems if proposal else [], reason))
+        ids = [child_id(node, attempt, k) for k in range(ctx.stages.K)]
+        failed.append((outcomes(proposal, ids, ledger), reason))
     else:
         reason = f"no effective decomposition after {ctx.stages.Nd} retries"
         node.decisions.append(Decision(stage=STAGE, outcome="rejected", reason=reason))
