@@ -17,6 +17,7 @@ from finmbs.llm import Gateway
 from finmbs.mbs.compose import synthesize, trials
 from finmbs.mbs.context import Context, Ledger
 from finmbs.mbs.decompose import ANSWER_LEAK, decompose
+from finmbs.mbs.leaves import harder_leaves
 from finmbs.mbs.candidates import verified_node
 from finmbs.mbs.novelty import gives_own_answer, restated, reveals, similarity
 from finmbs.mbs.pipeline import run_grow
@@ -168,6 +169,20 @@ def test_novelty_similarity_and_restatement():
     assert restated(new, [("seed", seed)], settings) is None  # same answer, new text
     assert restated(other_answer, [("seed", seed)], settings) is None  # same text frame, new answer
     assert restated(reworded, [("seed", seed)], NoveltySettings(enabled=True, max_similarity=1.0)) is not None
+
+
+async def test_a_variant_restating_its_leaf_is_rejected_before_any_trace(tmp_path, openai_server):
+    agents = {"teacher": Agent(parrot=True), "s": Agent(capacity=1)}
+    ctx, _ = context(openai_server, tmp_path, agents, N_leaf=2, R=1, N=4)
+    ledger = Ledger("a")
+    kept = await harder_leaves(ctx, TreeNode(problem=SEED, path="0"), ledger)
+    assert [n.problem.question for n in kept] == ["Compute (2 + 3) * (4 + 1) + 1 + 2."]
+    [rejection] = ledger.rejected
+    assert rejection.stage == "novelty" and rejection.problem.id == "a.h0v0"
+    assert rejection.reason == "restates its source a: same answer '25', text similarity 1.00 >= 0.85"
+    # no trace, no student rollout was paid for the restatement
+    solved = [r.text for r in openai_server.requests if TASK_MARKERS["leaf"] not in r.text]
+    assert solved and not any("Now, Compute" in text for text in solved)
 
 
 async def test_novelty_guard_can_be_turned_off(tmp_path, openai_server):

@@ -107,6 +107,17 @@ async def test_accepted_tree_grounded_on_the_new_passage(tmp_path, openai_server
     assert usage["judge"].calls == judged
 
 
+async def test_a_lone_node_is_taken_whatever_path_the_reply_gives_it(tmp_path, openai_server, index):
+    lone = SyntheticTree(seed_id=AV.id, index=0, root=synthetic_tree(AV).root.model_copy(update={"children": []}))
+    trees, ledger, _ = await run_reground(openai_server, tmp_path, index, AV, tree=lone, mispath=True)
+    assert trees and all(t.root.path == "0" and t.root.children == [] for t in trees)
+    assert not [r for r in ledger.rejected if r.data["check"] == "reply"]
+    # in a tree of three nodes, a path the tree lacks names none of them
+    trees, ledger, _ = await run_reground(openai_server, tmp_path / "three", index, AV, mispath=True)
+    missing = {r.reason for r in ledger.rejected if r.data["check"] == "reply"}
+    assert missing == {f"re-grounding reply has no node {p}" for p in ("0", "0.0", "0.1")} and trees == []
+
+
 async def test_non_verbatim_passage_rejected(tmp_path, openai_server, index):
     trees, ledger, _ = await run_reground(openai_server, tmp_path, index, AV, misquote={"commercial_metals"})
     [rejection] = [r for r in ledger.rejected if r.data["check"] == "verbatim"]

@@ -91,13 +91,15 @@ def test_constrained_replies_write_reasoning_before_the_answer():
     from finmbs.llm import embedded
     from finmbs.mbs.candidates import WorkedProblem
     from finmbs.mbs.decompose import Decomposition
-    from finmbs.mbs.reground import Answerability
+    from finmbs.mbs.reground import Answerability, GroundedTree
     from finmbs.verify.judge import JudgeVerdict
 
     assert _written_order(embedded.grammar(WorkedProblem.model_json_schema())._grammar, "root") == ["question", "solution", "answer"]
     decomposition = embedded.grammar(Decomposition.model_json_schema())._grammar
     assert _written_order(decomposition, "root") == ["skills", "subproblems"]
     assert _written_order(decomposition, "WorkedProblem") == ["question", "solution", "answer"]
+    grounded = embedded.grammar(GroundedTree.model_json_schema())._grammar  # the node named before it is written
+    assert _written_order(grounded, "GroundedNode") == ["path", "question", "solution", "answer"]
     for verdict, last in ((JudgeVerdict, "equal"), (Answerability, "supported"), (PanelVerdict, "verdict")):
         order = _written_order(embedded.grammar(verdict.model_json_schema())._grammar, "root")
         assert order[0] == "reason" and order[-1] == last, (verdict.__name__, order)

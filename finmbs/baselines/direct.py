@@ -15,7 +15,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field, field_validator
 
-from finmbs.mbs.candidates import WorkedProblem, derive, verified_node, written_items
+from finmbs.mbs.candidates import WorkedProblem, derive, novel_problems, verified_node, written_items
 from finmbs.mbs.context import TARGET_ROLE, Context, Ledger, in_stage
 from finmbs.mbs.outcome import SeedOutcome, finish, seed_root, synthetic_trees
 from finmbs.mbs.solve import document_block
@@ -50,7 +50,8 @@ async def direct_call(ctx: Context, root: TreeNode, r: int, ledger: Ledger) -> l
         derive(seed, w, id=f"{seed.id}.x{r}v{s}", stage=STAGE, tree_path="0", parent_ids=[seed.id], method="direct")
         for s, w in enumerate(reply.problems[:PROBLEMS_PER_CALL] if reply else [])
     ]
-    nodes = [await verified_node(ctx, p, ledger, stage=STAGE, path="0", mirrors=seed.id) for p in problems]
+    fresh = novel_problems(ctx, problems, lambda _: [("seed", seed)], ledger)  # before any trace
+    nodes = [await verified_node(ctx, p, ledger, stage=STAGE, path="0", mirrors=seed.id) for p in fresh]
     kept = [n for n in nodes if n is not None]
     reason = f"call {r} ({teacher.name}): {len(kept)} of {len(problems)} verified" + ("" if reply else " (reply did not parse)")
     root.decisions.append(Decision(stage=STAGE, outcome="info", reason=reason, data={"call": r}))

@@ -4,11 +4,12 @@ into a verified tree node (rejection-sampled like a seed, section 3.3)."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 from pydantic import BaseModel, Field, field_validator
 
 from finmbs.mbs.context import Context, Ledger
-from finmbs.mbs.novelty import gives_own_answer
+from finmbs.mbs.novelty import STAGE as NOVELTY, gives_own_answer, restated
 from finmbs.mbs.traces import teacher_trace
 from finmbs.records import Decision, Problem, Provenance, TreeNode
 
@@ -59,6 +60,22 @@ def derive(
         ),
         meta={"data_source": f"finmbs/{origin.domain}", "teacher_solution": worked.solution},
     )
+
+
+def novel_problems(
+    ctx: Context, problems: list[Problem], others: Callable[[Problem], list[tuple[str, Problem]]], ledger: Ledger
+) -> list[Problem]:
+    """The novelty guard: the problems that restate none of `others(problem)` (its seed, its sources) nor
+    an earlier kept one of `problems` (a sibling); each other one is rejected with its reason."""
+    if not ctx.config.novelty.enabled:
+        return problems
+    kept: list[Problem] = []
+    for problem in problems:
+        if why := restated(problem, [*others(problem), *(("sibling", k) for k in kept)], ctx.config.novelty):
+            ledger.reject(problem, NOVELTY, why)
+            continue
+        kept.append(problem)
+    return kept
 
 
 async def verified_node(

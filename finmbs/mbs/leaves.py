@@ -7,7 +7,7 @@ import asyncio
 
 from pydantic import BaseModel, Field, field_validator
 
-from finmbs.mbs.candidates import WorkedProblem, derive, verified_node, written_items
+from finmbs.mbs.candidates import WorkedProblem, derive, novel_problems, verified_node, written_items
 from finmbs.mbs.context import Context, Ledger
 from finmbs.mbs.solve import document_block, student_accuracy
 from finmbs.records import Decision, TreeNode
@@ -65,8 +65,9 @@ async def harder_leaves(ctx: Context, leaf: TreeNode, ledger: Ledger) -> list[Tr
                    parent_ids=[leaf.problem.id])
             for s, v in enumerate(variants)
         ]
+        fresh = novel_problems(ctx, candidates, lambda _: [("source", leaf.problem)], ledger)  # before any trace
         nodes = await asyncio.gather(
-            *(verified_node(ctx, c, ledger, stage=STAGE, path=leaf.path, mirrors=leaf.problem.id) for c in candidates)
+            *(verified_node(ctx, c, ledger, stage=STAGE, path=leaf.path, mirrors=leaf.problem.id) for c in fresh)
         )
         kept = await screened(ctx, list(nodes), params.alpha_leaf, STAGE, ledger)
         reason = f"round {r} ({teacher.name}): kept {len(kept)} of {len(candidates)} variants"

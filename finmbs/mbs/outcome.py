@@ -15,7 +15,7 @@ from typing import Any
 
 from finmbs.mbs.calibrate import STAGE as CALIBRATE, annotate, calibrate
 from finmbs.mbs.context import SECONDS, Context, Ledger, in_stage
-from finmbs.mbs.novelty import STAGE as NOVELTY, restated
+from finmbs.mbs.candidates import novel_problems
 from finmbs.mbs.quality import STAGE as QUALITY, well_posed
 from finmbs.mbs.traces import teacher_trace
 from finmbs.records import Decision, DecompositionTree, Problem, Rejection, SyntheticTree, TreeNode
@@ -97,16 +97,10 @@ def sources(node: TreeNode, known: dict[str, Problem]) -> list[tuple[str, Proble
 
 def novel(ctx: Context, nodes: list[TreeNode], seed: Problem, known: dict[str, Problem], ledger: Ledger) -> list[TreeNode]:
     """The nodes that restate neither their seed, their sources nor an earlier kept sibling."""
-    if not ctx.config.novelty.enabled:
-        return nodes
-    kept: list[TreeNode] = []
-    for node in nodes:
-        others = [("seed", seed), *sources(node, known), *(("sibling", k.problem) for k in kept)]
-        if why := restated(node.problem, others, ctx.config.novelty):
-            ledger.reject(node.problem, NOVELTY, why)
-            continue
-        kept.append(node)
-    return kept
+    by_id = {n.problem.id: n for n in nodes}
+    kept = novel_problems(ctx, [n.problem for n in nodes],
+                          lambda p: [("seed", seed), *sources(by_id[p.id], known)], ledger)
+    return [by_id[p.id] for p in kept]
 
 
 def calibration_candidates(

@@ -59,7 +59,16 @@ class Selection(BaseModel):
     excerpts: list[int] = Field(default_factory=list)
 
 
+def path_first(schema: dict) -> None:
+    """`json_schema_extra` of GroundedNode: a constrained teacher names the node it re-grounds before writing it."""
+    properties = schema.get("properties", {})
+    schema["properties"] = {"path": properties["path"], **{k: v for k, v in properties.items() if k != "path"}}
+    schema["required"] = list(schema["properties"])
+
+
 class GroundedNode(WorkedProblem):
+    model_config = ConfigDict(json_schema_extra=path_first)
+
     path: str
 
 
@@ -333,11 +342,14 @@ class Regrounder:
         [reply] = await self.ctx.gateway.structured(teacher, GroundedTree, role="teacher",
                                                      messages=[{"role": "user", "content": text}])
         self.ctx.tick(STAGE)
+        nodes = list(tree.root.walk())
         by_path = {n.path.strip(): n for n in reply.nodes} if reply else {}
+        if reply and len(nodes) == len(reply.nodes) == 1:  # one node each: the reply's is the tree's, whatever its path
+            by_path = {nodes[0].path: reply.nodes[0]}
         grounding = Grounding(ground.snippet.text, self.material, self.seed.entity,
                               vocabulary=[ground.entity, ground.document.title, ground.document.company or ""])
         pairs = []
-        for node in tree.root.walk():
+        for node in nodes:
             if node.path in by_path:
                 pairs.append((node, grounded_problem(node, by_path[node.path], ground, tree)))
                 continue

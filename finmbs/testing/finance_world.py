@@ -84,6 +84,7 @@ class FinanceWorld(World):
     misquote: set[str] = field(default_factory=set)
     plant: set[str] = field(default_factory=set)
     invent: set[str] = field(default_factory=set)
+    mispath: bool = False  # re-grounded nodes come back under paths the tree does not have ("1" for "0")
 
     def __call__(self, request: Request) -> Reply:
         text = request.messages[0]["content"] if request.messages else request.text
@@ -145,7 +146,8 @@ class FinanceWorld(World):
         replies = []
         for i, (path, expr) in enumerate(nodes):
             new = re.sub(r"\d+", lambda m: str(mapping[int(m.group())]), expr) + (extra if i == 0 else "")
-            replies.append({"path": path, "question": f"For {entity}, using the passage: Compute {new}.",
+            replies.append({"path": f"{int(path.split('.')[-1]) + 1}" if self.mispath else path,
+                            "question": f"For {entity}, using the passage: Compute {new}.",
                             "solution": stepwise(new), "answer": str(value(new))})
         return {"nodes": replies}
 

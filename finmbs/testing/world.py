@@ -12,7 +12,8 @@ Teachers answer the structured tasks: decomposition into the compound operands p
 the top operator on the operand values with the right one plus 1 (with `reveal_answer`, the parent's
 own last step, whose answer is the parent's); an unhelpful "Compute 2 - 1." while fewer than
 `bad_decompositions` failed attempts are in the prompt; wrong answers with `wrong_child_answers`);
-harder leaf variants (variant s adds s+1 operations; a `lazy` teacher only renumbers); composition by
+harder leaf variants (variant s adds s+1 operations; a `lazy` teacher only renumbers, a `parrot` one
+restates the leaf as its first variant); composition by
 substituting the synthetic children into the original parent; direct synthesis by renumbering the
 seed (a `parrot` teacher restates the seed: "Now, Compute EXPR."). Tasks in `malformed` first get unparseable JSON.
 The judge finds every problem well-posed but those whose expression is in `ill_posed`.
@@ -168,7 +169,10 @@ class World:
         n = int(re.search(r"Generate (\d+)", text).group(1))  # type: ignore[union-attr]
         if agent.lazy:
             return {"variants": [worked(renumber(expr, s + 1)) for s in range(n)]}
-        return {"variants": [worked(f"({expr})" + "".join(f" + {k + 1}" for k in range(s + 1))) for s in range(n)]}
+        variants = [worked(f"({expr})" + "".join(f" + {k + 1}" for k in range(s + 1))) for s in range(n)]
+        if agent.parrot:  # the first "variant" restates the leaf
+            variants[0] = {**worked(expr), "question": f"Now, {question(expr)}"}
+        return {"variants": variants}
 
     def compose(self, agent: Agent, text: str) -> dict:
         pattern = blocks(text, "pattern")[0]
