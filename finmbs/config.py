@@ -147,6 +147,10 @@ class StageParams(Settings):
     relabel: bool = Field(
         False, description="a teacher-written candidate no trace verifies takes the answer all Nt traces of one teacher "
                            "agree on (not in the paper; for small teachers whose stated answers contradict their solutions)")
+    reground_retries: int = Field(
+        0, ge=0, description="finance re-grounding (not in the paper): re-ask the teacher for the nodes the mechanical "
+                             "check rejected (a seed-only term, figure or date; the seed entity), telling it why, up "
+                             "to this many times")
     relabel_votes: int = Field(
         3, ge=2, description="relabel: finished traces of one teacher that must all agree on the new answer; when Nt is "
                              "smaller, that teacher is sampled again up to this many (two traces sharing one slip "

@@ -49,11 +49,12 @@ def synthetic_tree(seed: Problem) -> SyntheticTree:
     return SyntheticTree(seed_id=seed.id, index=0, root=root)
 
 
-async def run_reground(server, tmp_path, index, seed: Problem, *, agents=None, tree=None, extract="copy", **knobs):
+async def run_reground(server, tmp_path, index, seed: Problem, *, agents=None, tree=None, extract="copy", retries=0,
+                       **knobs):
     agents = {"teacher": Agent(), "student": Agent(), "target": Agent(), **(agents or {})}
     server.handler = FinanceWorld(agents=agents, **knobs)
     config = world_config(server.base_url, ["teacher"], ["student"], "target", str(tmp_path / "cache.sqlite"), Kd=10,
-                          extract=extract)
+                          extract=extract, reground_retries=retries)
     gateway = Gateway.from_config(config)
     ledger = Ledger(seed.id)
     try:
@@ -165,6 +166,20 @@ async def test_planted_seed_only_number_caught(tmp_path, openai_server, index):
     # the children stay, cut loose as their own trees on the same passage
     loose = [t for t in trees if t.grounding.doc_id.startswith("commercial_metals")]
     assert sorted(t.root.path for t in loose) == ["0.0", "0.1"]
+
+
+async def test_a_leaking_node_is_asked_for_again_with_the_reason(tmp_path, openai_server, index):
+    # stages.reground_retries: the root that carried the seed's $35,000,000 is re-asked, told why, and comes back clean
+    trees, ledger, _ = await run_reground(openai_server, tmp_path, index, AV, plant={"commercial_metals"},
+                                          plant_once=True, retries=1)
+    [leak] = [r for r in ledger.rejected if r.data["check"] == "leakage"]
+    assert leak.reason == "seed-only fact: 35000000" and leak.problem.meta["regrounded_from"] == f"{AV.id}.s0"
+    [retried] = [t for t in trees if t.grounding.doc_id.startswith("commercial_metals")]
+    assert retried.root.path == "0" and retried.root.problem.id == leak.problem.id + "r1"
+    assert sorted(c.path for c in retried.root.children) == ["0.0", "0.1"]
+    asks = [r.text for r in openai_server.requests if "re-ground a synthetic problem tree" in r.text]
+    [again] = [a for a in asks if "<rejected>" in a]
+    assert f'- node 0: "{leak.problem.question}": seed-only fact: 35000000' in again and "commercial_metals" in again
 
 
 async def test_judge_rejects_what_the_passage_cannot_answer(tmp_path, openai_server, index):

@@ -298,12 +298,12 @@ class Regrounder:
         )
         return verdict or Answerability(answerable=False, supported=False, reason="judge reply unparseable after repair")
 
-    async def check(self, problem: Problem, grounding: Grounding) -> bool:
-        """Mechanical check, then the judge; a failure is recorded on the ledger."""
-        solution = problem.meta.get("teacher_solution", "")
-        if why := grounding.check(problem.question, problem.answer, solution):
-            self.ledger.reject(problem, STAGE, why, check="leakage", document=problem.meta["document"])
-            return False
+    def leak(self, problem: Problem, grounding: Grounding) -> str | None:
+        """Why the mechanical grounding / leakage check rejects `problem`, or None."""
+        return grounding.check(problem.question, problem.answer, problem.meta.get("teacher_solution", ""))
+
+    async def check(self, problem: Problem) -> bool:
+        """The judge (after the mechanical check passed); a failure is recorded on the ledger."""
         verdict = await self.judge(problem)
         self.ctx.tick(STAGE)
         if not (verdict.answerable and verdict.supported):
@@ -312,10 +312,11 @@ class Regrounder:
             return False
         return True
 
-    async def verified(self, node: TreeNode, problem: Problem, grounding: Grounding) -> TreeNode | None:
-        """The re-grounded node when it passes the checks, a verified teacher trace of its new answer and
-        its stage's weakest-student screen; otherwise None (the failure is on the ledger)."""
-        if not await self.check(problem, grounding):
+    async def verified(self, node: TreeNode, problem: Problem) -> TreeNode | None:
+        """The re-grounded node (mechanically checked already) when the judge passes it, a teacher trace
+        verifies its new answer and it passes its stage's weakest-student screen; otherwise None (the
+        failure is on the ledger)."""
+        if not await self.check(problem):
             return None
         document = problem.meta["document"]
         trace, why = await teacher_trace(self.ctx, problem)
@@ -332,31 +333,65 @@ class Regrounder:
             return None
         return new
 
-    async def tree(self, tree: SyntheticTree, ground: NewGround) -> list[SyntheticTree]:
-        """`tree` re-grounded on `ground`: its surviving nodes as one or more SyntheticTrees."""
-        teacher = self.ctx.teachers[(ground.slot + tree.index) % len(self.ctx.teachers)]
+    async def ask(self, tree: SyntheticTree, ground: NewGround, attempt: int = 0, feedback: str = "") -> GroundedTree | None:
+        """The teacher's re-grounding of every node of `tree` (attempt > 0: again, told why nodes failed)."""
+        teacher = self.ctx.teachers[(ground.slot + tree.index + attempt) % len(self.ctx.teachers)]
         text = render_prompt(
             "reground_tree", seed_entity=self.seed.entity or "", seed_passage=self.material[0], tree=tree_block(tree),
-            entity=ground.entity, passage=ground.snippet.text,
+            entity=ground.entity, passage=ground.snippet.text, feedback=feedback,
         )
-        [reply] = await self.ctx.gateway.structured(teacher, GroundedTree, role="teacher",
+        [reply] = await self.ctx.gateway.structured(teacher, GroundedTree, role="teacher", first_index=attempt,
                                                      messages=[{"role": "user", "content": text}])
         self.ctx.tick(STAGE)
-        nodes = list(tree.root.walk())
+        return reply
+
+    def grounded(self, tree: SyntheticTree, nodes: list[TreeNode], reply: GroundedTree | None, ground: NewGround,
+                 attempt: int) -> dict[str, Problem]:
+        """Node path -> its re-grounded problem in `reply` (a missing node is recorded on the ledger)."""
         by_path = {n.path.strip(): n for n in reply.nodes} if reply else {}
-        if reply and len(nodes) == len(reply.nodes) == 1:  # one node each: the reply's is the tree's, whatever its path
-            by_path = {nodes[0].path: reply.nodes[0]}
-        grounding = Grounding(ground.snippet.text, self.material, self.seed.entity,
-                              vocabulary=[ground.entity, ground.document.title, ground.document.company or ""])
-        pairs = []
+        if reply and len(list(tree.root.walk())) == len(reply.nodes) == 1:  # one node each: whatever its path
+            by_path = {tree.root.path: reply.nodes[0]}
+        found = {}
         for node in nodes:
+            problem = (grounded_problem(node, by_path[node.path], ground, tree) if node.path in by_path
+                       else node.problem.model_copy(update={"id": grounded_id(node.problem, ground, tree)}))
+            if attempt:
+                problem = problem.model_copy(update={"id": f"{problem.id}r{attempt}"})
             if node.path in by_path:
-                pairs.append((node, grounded_problem(node, by_path[node.path], ground, tree)))
+                found[node.path] = problem
                 continue
             why = "re-grounding reply did not parse" if reply is None else f"re-grounding reply has no node {node.path}"
-            missing = node.problem.model_copy(update={"id": grounded_id(node.problem, ground, tree)})
-            self.ledger.reject(missing, STAGE, why, check="reply", document=ground.document.doc_id)
-        verified = await asyncio.gather(*(self.verified(node, problem, grounding) for node, problem in pairs))
+            self.ledger.reject(problem, STAGE, why, check="reply", document=ground.document.doc_id)
+        return found
+
+    async def tree(self, tree: SyntheticTree, ground: NewGround) -> list[SyntheticTree]:
+        """`tree` re-grounded on `ground`: its surviving nodes as one or more SyntheticTrees.
+
+        The nodes that fail the mechanical check are asked for again, up to `stages.reground_retries`
+        times, with the check's reasons (a small teacher carries the seed's terms over; told which, it
+        can use the new passage's own)."""
+        grounding = Grounding(ground.snippet.text, self.material, self.seed.entity,
+                              vocabulary=[ground.entity, ground.document.title, ground.document.company or ""])
+        nodes = list(tree.root.walk())
+        passed: dict[str, Problem] = {}
+        failed: dict[str, tuple[Problem, str]] = {}
+        todo = nodes
+        for attempt in range(self.ctx.stages.reground_retries + 1):
+            feedback = render_prompt("reground_feedback", failures="\n".join(
+                f'- node {path}: "{problem.question}": {why}' for path, (problem, why) in failed.items())) if failed else ""
+            found = self.grounded(tree, todo, await self.ask(tree, ground, attempt, feedback), ground, attempt)
+            failed = {}
+            for path, problem in found.items():
+                if why := self.leak(problem, grounding):
+                    self.ledger.reject(problem, STAGE, why, check="leakage", document=ground.document.doc_id)
+                    failed[path] = (problem, why)
+                else:
+                    passed[path] = problem
+            todo = [n for n in nodes if n.path in failed]
+            if not todo:
+                break
+        pairs = [(node, passed[node.path]) for node in nodes if node.path in passed]
+        verified = await asyncio.gather(*(self.verified(node, problem) for node, problem in pairs))
         kept = {node.problem.id: new for (node, _), new in zip(pairs, verified) if new is not None}
         root, loose = prune(tree.root, kept)
         roots = ([root] if root else []) + loose

@@ -84,6 +84,7 @@ class FinanceWorld(World):
     misquote: set[str] = field(default_factory=set)
     plant: set[str] = field(default_factory=set)
     invent: set[str] = field(default_factory=set)
+    plant_once: bool = False  # plant only in a first re-grounding, not when told why it was rejected
     mispath: bool = False  # re-grounded nodes come back under paths the tree does not have ("1" for "0")
 
     def __call__(self, request: Request) -> Reply:
@@ -138,7 +139,7 @@ class FinanceWorld(World):
         constants = sorted({int(c) for _, e in nodes for c in re.findall(r"\d+", e)})
         mapping = {c: numbers[i % len(numbers)] for i, c in enumerate(constants)}
         extra = ""
-        if any(m in entity for m in self.plant):
+        if any(m in entity for m in self.plant) and not (self.plant_once and "<rejected>" in text):
             planted = [n for n in whole_figures(blocks(text, "seed_passage")[0]) if n not in numbers]
             extra = f" + {planted[0]}" if planted else ""
         if any(m in entity for m in self.invent):
