@@ -55,6 +55,20 @@ async def test_child_revealing_the_parents_answer_is_rejected(tmp_path, openai_s
     assert not any("Compute 5 * 5." in r.text and "<problem>" in r.text for r in openai_server.requests)
 
 
+async def test_a_child_relabeled_to_its_parents_answer_is_a_leak(tmp_path, openai_server):
+    # the teacher states 26 for the parent's last step 5 * 5 (so it passes the leak check as written); its
+    # traces agree on 25, the parent's answer: relabeled, the child would hand the student the answer
+    world = World(agents={}, reveal_answer=True, wrong_child_answers=True)
+    ctx, _ = context(openai_server, tmp_path, {"s": Agent(capacity=1, boost=2)}, world=world, Nd=0, N=4, relabel=True)
+    root, ledger = TreeNode(problem=SEED), Ledger("a")
+    assert await decompose(ctx, root, ledger) is False
+    [leak] = [r for r in ledger.rejected if r.data.get("check") == ANSWER_LEAK]
+    assert leak.problem.question == "Compute 5 * 5." and leak.problem.meta["relabeled_from"] == "26"
+    assert leak.reason == "reveals the parent's answer: its answer '25' is the parent's ('25')"
+    conditioned = [r.text for r in openai_server.requests if TASK_MARKERS["conditioned"] in r.text]
+    assert conditioned and not any("Compute 5 * 5." in text for text in conditioned)
+
+
 async def test_a_retry_is_told_what_became_of_each_failed_subproblem(tmp_path, openai_server):
     # section 3.3: re-prompt with the failed attempts as negative context; each subproblem says why it failed
     world = World(agents={}, reveal_answer=True)

@@ -120,7 +120,11 @@ async def verified_children(ctx: Context, node: TreeNode, proposal: Decompositio
     nodes = await asyncio.gather(
         *(verified_node(ctx, c, ledger, stage=STAGE, path=c.provenance.tree_path) for c in candidates)
     )
-    return [n for n in nodes if n is not None]
+    verified = [n for n in nodes if n is not None]
+    # a relabeled child has a new answer, which may be the parent's: checked again before any student sees it
+    relabeled = without_leaks(node, [n.problem for n in verified if "relabeled_from" in n.problem.meta], ledger)
+    kept = {p.id for p in relabeled}
+    return [n for n in verified if "relabeled_from" not in n.problem.meta or n.problem.id in kept]
 
 
 def solved_leaf(ctx: Context, node: TreeNode, depth: int) -> Decision:
