@@ -8,7 +8,9 @@ import ast
 import json
 from pathlib import Path
 
+import pytest
 import yaml
+from pydantic import ValidationError
 from typer.testing import CliRunner
 
 from finmbs.cli import app
@@ -18,7 +20,7 @@ from finmbs.mbs.compose import synthesize, trials
 from finmbs.mbs.context import Context, Ledger
 from finmbs.mbs.decompose import ANSWER_LEAK, decompose
 from finmbs.mbs.leaves import harder_leaves
-from finmbs.mbs.candidates import verified_node
+from finmbs.mbs.candidates import ANSWER_CHARS, WorkedProblem, verified_node
 from finmbs.mbs.novelty import gives_own_answer, restated, reveals, similarity
 from finmbs.mbs.pipeline import run_grow
 from finmbs.mbs.traces import teacher_trace
@@ -53,6 +55,28 @@ async def test_child_revealing_the_parents_answer_is_rejected(tmp_path, openai_s
     assert root.decisions[0].reason == "ineffective: s 0.000 -> 0.000 when conditioned"
     # the leaking child was never sent for verification
     assert not any("Compute 5 * 5." in r.text and "<problem>" in r.text for r in openai_server.requests)
+
+
+async def test_k_children_are_taken_after_the_leaks_are_skipped(tmp_path, openai_server):
+    # the teacher restates the parent as its first subproblem, then writes 2 + 3, 4 + 1, 5 * 6: with K = 2
+    # the leak is skipped and the next two are the children (the paper's "up to K" easier subproblems)
+    world = World(agents={}, restate_parent=True)
+    ctx, _ = context(openai_server, tmp_path, {"s": Agent(capacity=1, boost=2)}, world=world, Nd=0, N=4, K=2)
+    root, ledger = TreeNode(problem=SEED), Ledger("a")
+    await decompose(ctx, root, ledger)
+    [leak] = ledger.rejected[:1]
+    assert leak.problem.id == "a.d0c0" and leak.data["check"] == ANSWER_LEAK
+    children = root.children or [r.problem for r in ledger.rejected if r.stage == "effectivity"]
+    ids = [c.problem.id if isinstance(c, TreeNode) else c.id for c in children]
+    assert ids == ["a.d0c1", "a.d0c2"]
+
+
+def test_a_stated_answer_is_short():
+    # the bound is in the JSON schema, so a constrained teacher closes the answer
+    assert WorkedProblem.model_json_schema()["properties"]["answer"]["maxLength"] == ANSWER_CHARS == 200
+    assert WorkedProblem(question="Compute 2 + 3.", solution="2 + 3 = 5.", answer="5" * 200).answer
+    with pytest.raises(ValidationError):
+        WorkedProblem(question="Compute 2 + 3.", solution="2 + 3 = 5.", answer="5 because " * 30)
 
 
 async def test_a_child_relabeled_to_its_parents_answer_is_a_leak(tmp_path, openai_server):

@@ -14,12 +14,17 @@ from finmbs.mbs.traces import teacher_trace
 from finmbs.records import Decision, Problem, Provenance, TreeNode
 
 
+# A final answer is a number or a short exact value. The bound is part of the JSON schema, so a constrained
+# teacher must close the answer: the 1.5B, unbounded, wrote its real subproblems inside the answer string.
+ANSWER_CHARS = 200
+
+
 class WorkedProblem(BaseModel):
     """A teacher-written problem with its worked solution and one final answer."""
 
     question: str = Field(min_length=1)
     solution: str = Field(min_length=1, description="the worked solution, step by step, before the answer")
-    answer: str = Field(min_length=1)
+    answer: str = Field(min_length=1, max_length=ANSWER_CHARS, description="the final answer alone")
 
     @field_validator("question", "solution", "answer")
     @classmethod

@@ -75,11 +75,17 @@ def failed_context(failed: list[Failed]) -> str:
     return "\n".join([render_prompt("decompose_failed_intro"), *blocks])
 
 
-def outcomes(proposal: Decomposition | None, ids: list[str], ledger: Ledger) -> list[tuple[WorkedProblem, str]]:
-    """Each proposed subproblem (ids in proposal order) with what became of it, from the seed's ledger."""
+def outcomes(
+    node: TreeNode, attempt: int, proposal: Decomposition | None, children: list[TreeNode], ledger: Ledger
+) -> list[tuple[WorkedProblem, str]]:
+    """Each subproblem of the proposal that was considered, with what became of it (from the seed's ledger)."""
     why = {r.problem.id: r.reason for r in ledger.rejected if r.stage == STAGE}
-    return [(w, f"rejected: {why[i]}" if i in why else "verified")
-            for w, i in zip(proposal.subproblems if proposal else [], ids)]
+    verified = {c.problem.id for c in children}
+    result = []
+    for k, worked in enumerate(proposal.subproblems if proposal else []):
+        if (i := child_id(node, attempt, k)) in why or i in verified:
+            result.append((worked, f"rejected: {why[i]}" if i in why else "verified"))
+    return result
 
 
 async def propose(ctx: Context, node: TreeNode, attempt: int, failed: list) -> Decomposition | None:
@@ -95,10 +101,13 @@ async def propose(ctx: Context, node: TreeNode, attempt: int, failed: list) -> D
     return parsed
 
 
-def without_leaks(node: TreeNode, candidates: list[Problem], ledger: Ledger) -> list[Problem]:
-    """The subproblems that do not reveal the parent's answer (appendix B.3); the others are rejected."""
-    kept = []
+def without_leaks(node: TreeNode, candidates: list[Problem], ledger: Ledger, limit: int | None = None) -> list[Problem]:
+    """The subproblems that do not reveal the parent's answer (appendix B.3), the first `limit` of them;
+    the others looked at are rejected."""
+    kept: list[Problem] = []
     for child in candidates:
+        if limit is not None and len(kept) >= limit:
+            break
         if why := reveals(child, node.problem):
             ledger.reject(child, STAGE, why, check=ANSWER_LEAK)
             continue
@@ -114,9 +123,9 @@ async def verified_children(ctx: Context, node: TreeNode, proposal: Decompositio
     candidates = [
         derive(node.problem, worked, id=child_id(node, attempt, k), stage=STAGE,
                tree_path=f"{node.path}.{k}", parent_ids=[node.problem.id])
-        for k, worked in enumerate(proposal.subproblems[: ctx.stages.K])
+        for k, worked in enumerate(proposal.subproblems)
     ]
-    candidates = without_leaks(node, candidates, ledger)
+    candidates = without_leaks(node, candidates, ledger, limit=ctx.stages.K)  # K children, leaks skipped
     nodes = await asyncio.gather(
         *(verified_node(ctx, c, ledger, stage=STAGE, path=c.provenance.tree_path) for c in candidates)
     )
@@ -185,8 +194,7 @@ async def decompose(ctx: Context, node: TreeNode, ledger: Ledger, depth: int = 0
             for child in children:
                 ledger.reject(child.problem, "effectivity", reason)
         node.decisions.append(Decision(stage=STAGE, outcome="rejected", reason=reason, data=data))
-        ids = [child_id(node, attempt, k) for k in range(ctx.stages.K)]
-        failed.append((outcomes(proposal, ids, ledger), reason))
+        failed.append((outcomes(node, attempt, proposal, children, ledger), reason))
     else:
         reason = f"no effective decomposition after {ctx.stages.Nd} retries"
         node.decisions.append(Decision(stage=STAGE, outcome="rejected", reason=reason))

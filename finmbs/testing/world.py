@@ -10,7 +10,7 @@ request's max_tokens it is cut and ends with finish_reason "length" (the answer 
 
 Teachers answer the structured tasks: decomposition into the compound operands plus one example of
 the top operator on the operand values with the right one plus 1 (with `reveal_answer`, the parent's
-own last step, whose answer is the parent's); an unhelpful "Compute 2 - 1." while fewer than
+own last step, whose answer is the parent's; with `restate_parent`, the parent itself first); an unhelpful "Compute 2 - 1." while fewer than
 `bad_decompositions` failed attempts are in the prompt; wrong answers with `wrong_child_answers`);
 harder leaf variants (variant s adds s+1 operations; a `lazy` teacher only renumbers, a `parrot` one
 restates the leaf as its first variant); composition by
@@ -115,6 +115,7 @@ class World:
     bad_decompositions: int = 0
     wrong_child_answers: bool = False
     reveal_answer: bool = False
+    restate_parent: bool = False
     malformed: set[str] = field(default_factory=set)
     ill_posed: set[str] = field(default_factory=set)  # normalized expressions the judge rejects
 
@@ -162,6 +163,8 @@ class World:
         skill = f"{left} {_OPS[type(tree.op)]} {right + (0 if self.reveal_answer else 1)}"
         shift = 1 if self.wrong_child_answers else 0
         children = [worked(e, value(e) + shift) for e in [*parts, skill]]
+        if self.restate_parent:  # the parent itself first, as small teachers write it
+            children.insert(0, worked(ast.unparse(tree)))
         return {"skills": sorted(set(operators(ast.unparse(tree)))), "subproblems": children}
 
     def leaf(self, agent: Agent, text: str) -> dict:
