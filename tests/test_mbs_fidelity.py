@@ -93,6 +93,24 @@ async def test_a_child_relabeled_to_its_parents_answer_is_a_leak(tmp_path, opena
     assert conditioned and not any("Compute 5 * 5." in text for text in conditioned)
 
 
+async def test_with_relabel_a_child_is_checked_for_leaks_by_its_verified_answer(tmp_path, openai_server):
+    # the first child, (2 + 3) * (4 + 1), is stated as 26 (one too high), the parent's answer; its traces agree on 25
+    parent = Problem(id="p", question="Compute (2 + 3) * (4 + 1) + 1.", answer="26")
+    world = World(agents={}, wrong_child_answers=True)
+    ctx, _ = context(openai_server, tmp_path, {"s": Agent(capacity=1, boost=2)}, world=world, Nd=0, N=4, relabel=True)
+    ledger = Ledger("p")
+    await decompose(ctx, TreeNode(problem=parent), ledger)
+    assert not [r for r in ledger.rejected if r.data.get("check") == ANSWER_LEAK]
+    [first] = [r.problem for r in ledger.rejected if r.problem.id == "p.d0c0"]  # kept, then ineffective
+    assert (first.answer, first.meta["relabeled_from"]) == ("25", "26")
+    # without relabel the stated answer is the label: a leak, before any trace
+    ctx, _ = context(openai_server, tmp_path / "b", {"s": Agent(capacity=1, boost=2)}, world=world, Nd=0, N=4)
+    ledger = Ledger("p")
+    await decompose(ctx, TreeNode(problem=parent), ledger)
+    [leak] = [r for r in ledger.rejected if r.data.get("check") == ANSWER_LEAK]
+    assert leak.problem.id == "p.d0c0" and leak.reason.endswith("its answer '26' is the parent's ('26')")
+
+
 async def test_a_retry_is_told_what_became_of_each_failed_subproblem(tmp_path, openai_server):
     # section 3.3: re-prompt with the failed attempts as negative context; each subproblem says why it failed
     world = World(agents={}, reveal_answer=True)

@@ -101,14 +101,16 @@ async def propose(ctx: Context, node: TreeNode, attempt: int, failed: list) -> D
     return parsed
 
 
-def without_leaks(node: TreeNode, candidates: list[Problem], ledger: Ledger, limit: int | None = None) -> list[Problem]:
+def without_leaks(
+    node: TreeNode, candidates: list[Problem], ledger: Ledger, limit: int | None = None, by_answer: bool = True
+) -> list[Problem]:
     """The subproblems that do not reveal the parent's answer (appendix B.3), the first `limit` of them;
     the others looked at are rejected."""
     kept: list[Problem] = []
     for child in candidates:
         if limit is not None and len(kept) >= limit:
             break
-        if why := reveals(child, node.problem):
+        if why := reveals(child, node.problem, by_answer):
             ledger.reject(child, STAGE, why, check=ANSWER_LEAK)
             continue
         kept.append(child)
@@ -125,15 +127,15 @@ async def verified_children(ctx: Context, node: TreeNode, proposal: Decompositio
                tree_path=f"{node.path}.{k}", parent_ids=[node.problem.id])
         for k, worked in enumerate(proposal.subproblems)
     ]
-    candidates = without_leaks(node, candidates, ledger, limit=ctx.stages.K)  # K children, leaks skipped
+    # K children, leaks skipped. With relabel a stated answer is no label yet (small teachers state wrong
+    # ones): before any trace only the question is checked, and every child's answer once it is verified
+    candidates = without_leaks(node, candidates, ledger, limit=ctx.stages.K, by_answer=not ctx.stages.relabel)
     nodes = await asyncio.gather(
         *(verified_node(ctx, c, ledger, stage=STAGE, path=c.provenance.tree_path) for c in candidates)
     )
     verified = [n for n in nodes if n is not None]
-    # a relabeled child has a new answer, which may be the parent's: checked again before any student sees it
-    relabeled = without_leaks(node, [n.problem for n in verified if "relabeled_from" in n.problem.meta], ledger)
-    kept = {p.id for p in relabeled}
-    return [n for n in verified if "relabeled_from" not in n.problem.meta or n.problem.id in kept]
+    kept = {p.id for p in without_leaks(node, [n.problem for n in verified], ledger)}  # before any student sees them
+    return [n for n in verified if n.problem.id in kept]
 
 
 def solved_leaf(ctx: Context, node: TreeNode, depth: int) -> Decision:

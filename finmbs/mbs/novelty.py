@@ -56,9 +56,10 @@ def _states(domain: str, text: str, answer: str, question: str) -> bool:
     return any(compare_figures(f, gold[0], question).verdict == "equal" for f in figures(text))
 
 
-def reveals(child: Problem, parent: Problem) -> str | None:
-    """Why `child` gives away `parent`'s answer, or None."""
-    if same_answer(parent.domain, child.answer, parent.answer, parent.question):
+def reveals(child: Problem, parent: Problem, by_answer: bool = True) -> str | None:
+    """Why `child` gives away `parent`'s answer (by its answer, unless `by_answer` is False; by its
+    question), or None."""
+    if by_answer and same_answer(parent.domain, child.answer, parent.answer, parent.question):
         return f"reveals the parent's answer: its answer {child.answer!r} is the parent's ({parent.answer!r})"
     if _states(parent.domain, child.question, parent.answer, parent.question):
         return f"reveals the parent's answer: its question states {parent.answer!r}"
