@@ -349,7 +349,7 @@ class Regrounder:
                  attempt: int) -> dict[str, Problem]:
         """Node path -> its re-grounded problem in `reply` (a missing node is recorded on the ledger)."""
         by_path = {n.path.strip(): n for n in reply.nodes} if reply else {}
-        if reply and len(list(tree.root.walk())) == len(reply.nodes) == 1:  # one node each: whatever its path
+        if reply and not tree.root.children and len(reply.nodes) == 1:  # one node each: whatever its path
             by_path = {tree.root.path: reply.nodes[0]}
         found = {}
         for node in nodes:

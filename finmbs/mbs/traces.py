@@ -79,8 +79,8 @@ async def teacher_trace(
             trace = Trace(text=samples[0].text, answer=answer, model=teacher.name, verified=True)
             return trace, (f"relabeled: stated answer {problem.answer!r}, all {len(samples)} traces of "
                            f"{teacher.name} answer {answer!r}")
-    tries = f"{len(teachers)}x{ctx.stages.Nt}" + (f" (+{len(seen) - len(teachers) * ctx.stages.Nt} relabel votes)"
-                                                 if len(seen) > len(teachers) * ctx.stages.Nt else "")
+    votes = len(seen) - len(teachers) * ctx.stages.Nt
+    tries = f"{len(teachers)}x{ctx.stages.Nt}" + (f" (+{votes} relabel votes)" if votes else "")
     return None, f"no verified trace after {tries} tries; answers: " + ", ".join(seen)
 
 
