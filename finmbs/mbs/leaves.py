@@ -7,7 +7,7 @@ import asyncio
 
 from pydantic import BaseModel, Field, field_validator
 
-from finmbs.mbs.candidates import WorkedProblem, derive, novel_problems, verified_node, written_items
+from finmbs.mbs.candidates import WorkedProblem, asking_for, derive, novel_problems, verified_node, written_items
 from finmbs.mbs.context import Context, Ledger
 from finmbs.mbs.solve import document_block, student_accuracy
 from finmbs.records import Decision, TreeNode
@@ -56,7 +56,8 @@ async def harder_leaves(ctx: Context, leaf: TreeNode, ledger: Ledger) -> list[Tr
             solution=leaf.trace.text if leaf.trace else "", answer=leaf.problem.answer,
         )
         [reply] = await ctx.gateway.structured(  # round r is sample r: with one teacher a round is a fresh sample
-            teacher, LeafVariants, role="teacher", messages=[{"role": "user", "content": text}], first_index=r
+            teacher, asking_for(LeafVariants, "variants", params.N_leaf, params.N_leaf), role="teacher",
+            messages=[{"role": "user", "content": text}], first_index=r,
         )
         ctx.tick(STAGE)
         variants = reply.variants[: params.N_leaf] if reply else []
