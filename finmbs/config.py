@@ -159,11 +159,16 @@ class StageParams(Settings):
 
 class NoveltySettings(Settings):
     """The novelty guard: a synthetic problem with its seed's, its source's or a sibling's answer and
-    near-identical text (word-sequence similarity >= max_similarity) is rejected before calibration."""
+    near-identical text (word-sequence similarity >= max_similarity), or one that copies its seed's
+    wording (the n-gram overlap export's decontamination drops), is rejected before calibration."""
 
     enabled: bool = Field(True, description="reject a synthetic problem that restates its seed, source or a sibling")
     max_similarity: float = Field(
         0.85, gt=0, le=1, description="share of the shorter question's word tokens the other repeats in order")
+    seed_ngram: int = Field(
+        13, ge=1, description="a problem that reproduces seed_coverage of its seed's word n-grams of this size (whatever "
+                              "its answer) is a copy of the seed, as `finmbs export` would drop it (its --ngram)")
+    seed_coverage: float = Field(0.5, gt=0, le=1, description="see seed_ngram (export's --min-coverage)")
 
 
 class QualitySettings(Settings):

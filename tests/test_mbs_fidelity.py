@@ -227,6 +227,37 @@ def test_novelty_similarity_and_restatement():
     assert restated(reworded, [("seed", seed)], NoveltySettings(enabled=True, max_similarity=1.0)) is not None
 
 
+def test_a_variant_that_copies_its_seeds_wording_is_no_new_problem_and_export_agrees():
+    # measured: the 1.5B's "harder" variant of the orchard seed changed only its last number (another
+    # answer, so no restatement); it was counted qualified, and export dropped it as a copy of the seed
+    from finmbs.export.decontaminate import Decontaminator
+    from finmbs.records import Provenance
+
+    def variant(seed: Problem, question: str, answer: str) -> Problem:
+        return Problem(id=f"{seed.id}.h0v0", question=question, answer=answer,
+                       provenance=Provenance(seed_id=seed.id, stage="leaf"))
+
+    orchard = Problem(id="orchard", answer="60", question="A farmer has 5 rows of apple trees with 8 trees in each "
+                      "row. Each tree gives 30 apples, and he sells the apples in bags of 20. How many bags can he fill?")
+    ages = Problem(id="ages", answer="17", question="Ben is 4 years older than Cara, and the sum of their ages is 30. "
+                                                   "How old is Ben?")
+    copied = variant(orchard, orchard.question.replace("bags of 20", "bags of 30"), "40")
+    reset = variant(orchard, "A farmer plants 7 rows of pear trees with 9 trees in each row, and each tree gives 24 "
+                             "pears. He keeps 100 pears and sells the rest in crates of 40. How many full crates "
+                             "can he sell?", "35")
+    short = variant(ages, "Ben is 5 years older than Cara, and the sum of their ages is 35. How old is Ben?", "20")
+    settings = NoveltySettings()
+    assert restated(copied, [("source", orchard)], settings) == (
+        "copies its seed orchard: reproduces 68% of its 13-word sequences (>= 50%, what export drops as contamination)")
+    assert restated(reset, [("source", orchard)], settings) is None
+    assert restated(short, [("source", ages)], settings) is None  # no 13 words of the seed in a row
+    assert restated(copied, [("source", ages)], settings) is None  # only the problem's own seed is compared
+    export = Decontaminator({}, [orchard, ages])
+    assert [export.check(p) is not None for p in (copied, reset, short)] == [True, False, False]
+    loose = NoveltySettings(seed_coverage=0.7)
+    assert restated(copied, [("source", orchard)], loose) is None
+
+
 async def test_a_variant_restating_its_leaf_is_rejected_before_any_trace(tmp_path, openai_server):
     agents = {"teacher": Agent(parrot=True), "s": Agent(capacity=1)}
     ctx, _ = context(openai_server, tmp_path, agents, N_leaf=2, R=1, N=4)

@@ -8,7 +8,10 @@ that a subproblem not reveal its parent's answer. Both come down to comparing tw
 - `reveals`: a subproblem gives away its parent's answer: its own answer is the parent's, or its
   question states the parent's answer (a figure of the question equal to it, short counts aside);
 - `restated`: a synthetic problem restates another problem when it has the same answer and
-  near-identical text (`similarity` >= `novelty.max_similarity`).
+  near-identical text (`similarity` >= `novelty.max_similarity`); whatever its answer, it copies its
+  seed when it reproduces most of the seed's long word n-grams (`copies_seed`: the overlap that
+  `finmbs export` drops as contamination by the seeds, so a problem counted here as qualified is one
+  export keeps).
 """
 
 from __future__ import annotations
@@ -75,8 +78,29 @@ def gives_own_answer(problem: Problem) -> str | None:
     return None
 
 
+def copies_seed(problem: Problem, seed: Problem, settings: NoveltySettings) -> str | None:
+    """Why `problem` copies its seed's wording, or None: it reproduces `seed_coverage` of the seed's word
+    `seed_ngram`-grams, the overlap `finmbs export` drops as contamination by the seeds. A variant that
+    changes only a number near the end of a long seed has another answer and is no restatement, but it
+    is no new problem either, and would be counted qualified here only to be dropped at export."""
+    from finmbs.export.decontaminate import NgramIndex, Reference  # here: the export package loads pyarrow
+
+    index = NgramIndex([Reference("seeds", seed.id, seed.question)], settings.seed_ngram,
+                       min_coverage=settings.seed_coverage)
+    found = index.overlaps(problem.question, whole=True)
+    if found is None:
+        return None
+    _, coverage, _ = found
+    return (f"copies its seed {seed.id}: reproduces {coverage:.0%} of its {settings.seed_ngram}-word sequences "
+            f"(>= {settings.seed_coverage:.0%}, what export drops as contamination)")
+
+
 def restated(problem: Problem, others: list[tuple[str, Problem]], settings: NoveltySettings) -> str | None:
-    """Why `problem` restates one of `others` ((relation, problem) pairs), or None."""
+    """Why `problem` restates one of `others` ((relation, problem) pairs) or copies its seed, or None."""
+    seed_id = problem.provenance.seed_id
+    for other in {o.id: o for _, o in others if o.id == seed_id}.values():
+        if why := copies_seed(problem, other, settings):
+            return why
     for relation, other in others:
         if other.id == problem.id or not same_answer(problem.domain, problem.answer, other.answer, other.question):
             continue
