@@ -13,7 +13,7 @@ from finmbs.ingest import find_verbatim, open_index
 from finmbs.llm import Gateway
 from finmbs.mbs.context import Context, Ledger
 from finmbs.mbs.leakage import Grounding, Pool, defined_terms
-from finmbs.mbs.reground import locate, reground, selected, unseen_documents
+from finmbs.mbs.reground import locate, new_ground, reground, selected, unseen_documents, vocabulary
 from finmbs.records import Problem, SyntheticTree, TreeNode
 from finmbs.testing.finance_world import DUPLICATE, INVENTED, FinanceWorld, agreements_index
 from finmbs.testing.world import Agent, world_config, worked
@@ -182,6 +182,27 @@ async def test_a_leaking_node_is_asked_for_again_with_the_reason(tmp_path, opena
     assert f'- node 0: "{leak.problem.question}": seed-only fact: 35000000' in again and "commercial_metals" in again
 
 
+async def test_the_seeds_entity_named_for_a_new_document_is_not_its_entity(tmp_path, openai_server, index):
+    # the 1.5B chose an excerpt of another agreement and named "Alphatec Holdings, Inc.", the seed's
+    # borrower, as its entity: e' is then the document's own company, or without one the choice is rejected
+    trees, ledger, _ = await run_reground(openai_server, tmp_path, index, AV, seed_entity={"commercial_metals"},
+                                          extract="select")
+    [named] = [r for r in ledger.rejected if r.data["check"] == "extract"]
+    assert named.reason == (f"the seed's entity {AV.entity!r} named as the entity of "
+                            "commercial_metals_2022_sixth_ar_credit_agreement")
+    assert trees and not any(t.grounding.doc_id.startswith("commercial_metals") for t in trees)
+    config = world_config(openai_server.base_url, ["teacher"], ["student"], "target", str(tmp_path / "c2.sqlite"),
+                          Kd=10, extract="select")
+    doc = index.document("commercial_metals_2022_sixth_ar_credit_agreement").model_copy(
+        update={"company": "Commercial Metals Company"})
+    gateway = Gateway.from_config(config)
+    try:
+        ground = await new_ground(Context(config=config, gateway=gateway), index, AV, "mbs", 0, doc, Ledger(AV.id))
+    finally:
+        gateway.close()
+    assert ground is not None and ground.entity == "Commercial Metals Company"
+
+
 async def test_judge_rejects_what_the_passage_cannot_answer(tmp_path, openai_server, index):
     trees, ledger, _ = await run_reground(openai_server, tmp_path, index, AV, invent={"commercial_metals"})
     judged = [r for r in ledger.rejected if r.data["check"] == "judge" and "commercial" in r.data["document"]]
@@ -217,6 +238,32 @@ async def test_regrounded_problems_pass_their_stages_screen(tmp_path, openai_ser
                                           agents={"student": Agent(capacity=0)})  # 0/8 on every node: all kept
     assert trees and not [r for r in ledger.rejected if r.data["check"] == "screen"]
     assert all(n.student_accuracy == {"student": 0.0} for t in trees for n in t.root.walk() if n.path == "0")
+
+
+def test_the_teacher_is_told_the_seed_only_facts_and_the_new_terms_before_it_writes():
+    # the 1.5B re-grounded a tree over Alphatec's Undrawn Fee onto AvidXchange's commitment fee by writing
+    # "Undrawn Fee" again; the prompt now names what the tree carries that the new passage lacks, and the
+    # new passage's own terms, before the first reply
+    seeds = {p.id: p for p in (Problem.model_validate_json(line) for line in
+                               (ROOT / "corpora" / "finance" / "seeds-quickstart.jsonl").read_text().splitlines())}
+    seed = seeds["qs-al-undrawn-fee-rate"]
+    passage = ("(a) Commitment Fee. The Borrowers shall pay to the Administrative Agent a commitment fee equal to the "
+               "Applicable Commitment Fee Rate on the average daily unused Revolving Credit Commitment. "
+               "\u201cApplicable Commitment Fee Rate\u201d means thirty (30.0) basis points.")
+    grounding = Grounding(passage, [seed.snippet.text], seed.entity, vocabulary=["AvidXchange, Inc."])
+    node = TreeNode(problem=seed, path="0")
+    text = vocabulary(SyntheticTree(seed_id=seed.id, index=0, root=node), grounding)
+    told = dict(line[1:].split(">", 1) for line in text.splitlines() if line.startswith("<"))
+    seed_only = told["seed_only"].removesuffix("</seed_only>").split("; ")
+    terms = told["new_passage_terms"].removesuffix("</new_passage_terms>").split("; ")
+    assert "Undrawn Fee" in seed_only and "1.00%" in seed_only and "Alphatec" in seed_only
+    assert {"Applicable Commitment Fee Rate", "Revolving Credit Commitment", "Commitment Fee"} <= set(terms)
+    assert not set(seed_only) & set(terms)
+    assert all(grounding.check(f"What is the {t}?", "0.30%") != f"seed-only fact: {t}" for t in terms)
+    # a tree that carries nothing of the seed, over a passage without defined terms, adds nothing to the prompt
+    plain = Grounding("The fee is 0.30% per annum.", [seed.snippet.text])
+    clean = TreeNode(problem=seed.model_copy(update={"question": "What is the annual fee rate?", "answer": "0.30%"}), path="0")
+    assert vocabulary(SyntheticTree(seed_id=seed.id, index=0, root=clean), plain) == ""
 
 
 # the mechanical check on real passages ---------------------------------------------------------

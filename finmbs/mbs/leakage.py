@@ -23,7 +23,7 @@ Small counts (integers up to 12) are never evidence either way.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -81,6 +81,12 @@ def defined_terms(text: str, *, givens: bool = True) -> set[str]:
     if not givens:
         terms -= {t for t in terms for m in re.finditer(re.escape(t), text) if _GIVEN.match(text, m.end())}
     return terms
+
+
+def entity_name(entity: str | None) -> str | None:
+    """An entity's name without its legal form ("Alphatec Holdings, Inc." -> "Alphatec")."""
+    words = [w for w in re.split(r"[\s,]+", entity or "") if w and w.lower().strip(".") not in _LEGAL]
+    return " ".join(words) or None
 
 
 def sections(text: str) -> set[str]:
@@ -189,26 +195,33 @@ class Grounding:
         return key in self._allowed_text or (key.endswith("s") and key[:-1] in self._allowed_text)
 
     def _seed_name(self) -> str | None:
-        words = [w for w in re.split(r"[\s,]+", self.seed_entity or "") if w and w.lower().strip(".") not in _LEGAL]
-        return " ".join(words) or None
+        return entity_name(self.seed_entity)
 
     # ---- the rules
-    def seed_only(self, text: str) -> str | None:
-        """The first seed-only fact in `text`, as written there; None if there is none."""
+    def seed_facts(self, text: str) -> Iterator[str]:
+        """The seed-only facts in `text`, as written there, in the rules' order (figures, dates, terms,
+        section references, the seed entity's name)."""
         for fig in text_figures(text):
             if not trivial(fig) and values(fig) & self._seed_values and not self._in_passage(fig):
-                return fig.text.lstrip("+ ")
-        for key in sorted(date_keys(text) & (self._seed_dates - self._passage_dates)):
-            return key
+                yield fig.text.lstrip("+ ")
+        yield from sorted(date_keys(text) & (self._seed_dates - self._passage_dates))
         for term in sorted(defined_terms(text), key=text.find):
             if _term_key(term) in self._seed_terms and not self._term_allowed(term):
-                return term
+                yield term
         for ref in sorted(sections(text) & (self._seed_sections - self._passage_sections)):
-            return ref.title()
+            yield ref.title()
         name = self._seed_name()
         if name and _norm(name) in _norm(text) and _norm(name) not in self._allowed_text:
-            return name
-        return None
+            yield name
+
+    def seed_only(self, text: str) -> str | None:
+        """The first seed-only fact in `text`, as written there; None if there is none."""
+        return next(self.seed_facts(text), None)
+
+    def passage_terms(self) -> list[str]:
+        """The defined terms of d' (and its vocabulary), in order of first use: what a re-grounded question may name."""
+        text = "\n".join([self.passage, *self.vocabulary])
+        return sorted({t for t in defined_terms(text) if self._term_allowed(t)}, key=text.find)
 
     def derivation_pool(self, question: str, solution: str) -> Pool:
         """Figures of d' and q, plus each solution result reachable from what came before it (small

@@ -31,7 +31,7 @@ from finmbs.ingest import Index, find_verbatim, open_index
 from finmbs.llm.structured import written_in_order
 from finmbs.mbs.candidates import WorkedProblem
 from finmbs.mbs.context import Context, Ledger
-from finmbs.mbs.leakage import Grounding, quoted_terms
+from finmbs.mbs.leakage import Grounding, entity_name, quoted_terms
 from finmbs.mbs.leaves import weakest_screen
 from finmbs.mbs.traces import teacher_trace
 from finmbs.records import Chunk, Decision, Document, Problem, Provenance, Snippet, SyntheticTree, TreeNode
@@ -215,6 +215,10 @@ async def ask_ground(
     return reply
 
 
+def _norm_name(entity: str | None) -> str:
+    return (entity_name(entity) or "").lower()
+
+
 async def new_ground(
     ctx: Context, index: Index, seed: Problem, method: str, slot: int, doc: Document, ledger: Ledger
 ) -> NewGround | None:
@@ -230,9 +234,15 @@ async def new_ground(
     else:
         passage = reply.passage.strip() if reply else ""
         located = locate(index, doc, passage) if passage else None
+    if entity and _norm_name(entity) == _norm_name(seed.entity):  # the 1.5B named the seed's borrower for a new document
+        entity = doc.company or ""
     candidate = _candidate(seed, method, slot, doc, passage, entity)
     if reply is None:
         ledger.reject(candidate, STAGE, f"extraction reply did not parse for {doc.doc_id}", check="extract", document=doc.doc_id)
+        return None
+    if not entity and reply.entity.strip():
+        ledger.reject(candidate, STAGE, f"the seed's entity {reply.entity.strip()!r} named as the entity of {doc.doc_id}",
+                      check="extract", document=doc.doc_id)
         return None
     if not passage or not entity:
         ledger.reject(candidate, STAGE, f"no analogous passage or entity named in {doc.doc_id}", check="extract", document=doc.doc_id)
@@ -254,6 +264,22 @@ def tree_block(tree: SyntheticTree) -> str:
                       answer=n.problem.answer)
         for n in tree.root.walk()
     )
+
+
+VOCABULARY_TERMS = 20  # at most this many of the new passage's defined terms, and of the tree's seed-only facts, in the prompt
+
+
+def vocabulary(tree: SyntheticTree, grounding: Grounding) -> str:
+    """The `{{vocabulary}}` slot: the new passage's own defined terms, and the seed-only facts the tree's questions and
+    answers use (what the leakage check would reject), named before the teacher writes: a small teacher
+    told only afterwards wrote the seed's "Undrawn Fee" again."""
+    carried = dict.fromkeys(f for n in tree.root.walk() for text in (n.problem.question, n.problem.answer)
+                            for f in grounding.seed_facts(text))
+    terms = grounding.passage_terms()
+    if not carried and not terms:
+        return ""
+    return render_prompt("reground_vocabulary", terms="; ".join(terms[:VOCABULARY_TERMS]) or "(none)",
+                         seed_only="; ".join(list(carried)[:VOCABULARY_TERMS]) or "(none)")
 
 
 def grounded_id(problem: Problem, ground: NewGround, tree: SyntheticTree) -> str:
@@ -333,12 +359,13 @@ class Regrounder:
             return None
         return new
 
-    async def ask(self, tree: SyntheticTree, ground: NewGround, attempt: int = 0, feedback: str = "") -> GroundedTree | None:
+    async def ask(self, tree: SyntheticTree, ground: NewGround, grounding: Grounding, attempt: int = 0,
+                  feedback: str = "") -> GroundedTree | None:
         """The teacher's re-grounding of every node of `tree` (attempt > 0: again, told why nodes failed)."""
         teacher = self.ctx.teachers[(ground.slot + tree.index + attempt) % len(self.ctx.teachers)]
         text = render_prompt(
             "reground_tree", seed_entity=self.seed.entity or "", seed_passage=self.material[0], tree=tree_block(tree),
-            entity=ground.entity, passage=ground.snippet.text, feedback=feedback,
+            entity=ground.entity, passage=ground.snippet.text, vocabulary=vocabulary(tree, grounding), feedback=feedback,
         )
         [reply] = await self.ctx.gateway.structured(teacher, GroundedTree, role="teacher", first_index=attempt,
                                                      messages=[{"role": "user", "content": text}])
@@ -379,7 +406,7 @@ class Regrounder:
         for attempt in range(self.ctx.stages.reground_retries + 1):
             feedback = render_prompt("reground_feedback", failures="\n".join(
                 f'- node {path}: "{problem.question}": {why}' for path, (problem, why) in failed.items())) if failed else ""
-            found = self.grounded(tree, todo, await self.ask(tree, ground, attempt, feedback), ground, attempt)
+            found = self.grounded(tree, todo, await self.ask(tree, ground, grounding, attempt, feedback), ground, attempt)
             failed = {}
             for path, problem in found.items():
                 if why := self.leak(problem, grounding):

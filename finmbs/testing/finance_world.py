@@ -86,6 +86,7 @@ class FinanceWorld(World):
     invent: set[str] = field(default_factory=set)
     plant_once: bool = False  # plant only in a first re-grounding, not when told why it was rejected
     mispath: bool = False  # re-grounded nodes come back under paths the tree does not have ("1" for "0")
+    seed_entity: set[str] = field(default_factory=set)  # documents for which step 1 names the seed's entity as e'
 
     def __call__(self, request: Request) -> Reply:
         text = request.messages[0]["content"] if request.messages else request.text
@@ -122,14 +123,18 @@ class FinanceWorld(World):
         if any(m in doc_id for m in self.misquote):  # one figure (or, with none, one word) changed
             changed = re.sub(r"\d", lambda m: str((int(m.group()) + 1) % 10), passage, count=1)
             passage = changed if changed != passage else re.sub(r"\bthe\b", "such", passage, count=1)
-        return {"entity": doc_id, "passage": passage}
+        return {"entity": self.entity(text, doc_id), "passage": passage}
 
     def select(self, text: str) -> dict:
         """The same excerpt as `extract`, chosen by number (a `misquote` document: a number out of range)."""
         doc_id = re.search(r'<new_document id="([^"]*)"', text).group(1)  # type: ignore[union-attr]
         chunks = re.findall(r'<excerpt n="\d+">\n(.*?)\n</excerpt>', text, re.DOTALL)
         number = len(chunks) + 5 if any(m in doc_id for m in self.misquote) else self.best_excerpt(text, chunks) + 1
-        return {"reason": "the same provision", "entity": doc_id, "excerpts": [number]}
+        return {"reason": "the same provision", "entity": self.entity(text, doc_id), "excerpts": [number]}
+
+    def entity(self, text: str, doc_id: str) -> str:
+        """e' as the world names it: the document id, or for a `seed_entity` document the seed's entity."""
+        return blocks(text, "seed_entity")[0].strip() if any(m in doc_id for m in self.seed_entity) else doc_id
 
     def reground(self, text: str) -> dict:
         entity = blocks(text, "new_entity")[0].strip()
