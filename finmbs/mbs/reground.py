@@ -266,7 +266,7 @@ def tree_block(tree: SyntheticTree) -> str:
     )
 
 
-VOCABULARY_TERMS = 20  # at most this many of the new passage's defined terms, and of the tree's seed-only facts, in the prompt
+VOCABULARY_TERMS = 20  # at most this many new-passage terms, and seed-only facts, in the prompt
 
 
 def vocabulary(tree: SyntheticTree, grounding: Grounding) -> str:
