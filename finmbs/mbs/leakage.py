@@ -194,9 +194,6 @@ class Grounding:
         key = _term_key(term)
         return key in self._allowed_text or (key.endswith("s") and key[:-1] in self._allowed_text)
 
-    def _seed_name(self) -> str | None:
-        return entity_name(self.seed_entity)
-
     # ---- the rules
     def seed_facts(self, text: str) -> Iterator[str]:
         """The seed-only facts in `text`, as written there, in the rules' order (figures, dates, terms,
@@ -210,7 +207,7 @@ class Grounding:
                 yield term
         for ref in sorted(sections(text) & (self._seed_sections - self._passage_sections)):
             yield ref.title()
-        name = self._seed_name()
+        name = entity_name(self.seed_entity)
         if name and _norm(name) in _norm(text) and _norm(name) not in self._allowed_text:
             yield name
 

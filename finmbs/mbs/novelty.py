@@ -97,10 +97,9 @@ def copies_seed(problem: Problem, seed: Problem, settings: NoveltySettings) -> s
 
 def restated(problem: Problem, others: list[tuple[str, Problem]], settings: NoveltySettings) -> str | None:
     """Why `problem` restates one of `others` ((relation, problem) pairs) or copies its seed, or None."""
-    seed_id = problem.provenance.seed_id
-    for other in {o.id: o for _, o in others if o.id == seed_id}.values():
-        if why := copies_seed(problem, other, settings):
-            return why
+    seed = next((o for _, o in others if o.id == problem.provenance.seed_id), None)
+    if seed is not None and (why := copies_seed(problem, seed, settings)):
+        return why
     for relation, other in others:
         if other.id == problem.id or not same_answer(problem.domain, problem.answer, other.answer, other.question):
             continue

@@ -215,10 +215,6 @@ async def ask_ground(
     return reply
 
 
-def _norm_name(entity: str | None) -> str:
-    return (entity_name(entity) or "").lower()
-
-
 async def new_ground(
     ctx: Context, index: Index, seed: Problem, method: str, slot: int, doc: Document, ledger: Ledger
 ) -> NewGround | None:
@@ -227,21 +223,23 @@ async def new_ground(
     snippet = seed.snippet or Snippet(text="")
     chunks = document_chunks(index, doc.doc_id, snippet.text or seed.question, EXCERPT_CHUNKS)
     reply = await ask_ground(ctx, seed, slot, doc, chunks)
-    entity = reply.entity.strip() if reply else ""
+    named = reply.entity.strip() if reply else ""
+    # the 1.5B named the seed's own borrower for a new document: e' is then the document's company
+    seed_name = (entity_name(seed.entity) or "").lower()
+    seed_named = bool(seed_name) and (entity_name(named) or "").lower() == seed_name
+    entity = (doc.company or "") if seed_named else named
     if isinstance(reply, Selection):
         located = selected(index, doc, chunks, reply.excerpts)
         passage = located.text if located else ""
     else:
         passage = reply.passage.strip() if reply else ""
         located = locate(index, doc, passage) if passage else None
-    if entity and _norm_name(entity) == _norm_name(seed.entity):  # the 1.5B named the seed's borrower for a new document
-        entity = doc.company or ""
     candidate = _candidate(seed, method, slot, doc, passage, entity)
     if reply is None:
         ledger.reject(candidate, STAGE, f"extraction reply did not parse for {doc.doc_id}", check="extract", document=doc.doc_id)
         return None
-    if not entity and reply.entity.strip():
-        ledger.reject(candidate, STAGE, f"the seed's entity {reply.entity.strip()!r} named as the entity of {doc.doc_id}",
+    if seed_named and not entity:
+        ledger.reject(candidate, STAGE, f"the seed's entity {named!r} named as the entity of {doc.doc_id}",
                       check="extract", document=doc.doc_id)
         return None
     if not passage or not entity:
@@ -359,13 +357,14 @@ class Regrounder:
             return None
         return new
 
-    async def ask(self, tree: SyntheticTree, ground: NewGround, grounding: Grounding, attempt: int = 0,
+    async def ask(self, tree: SyntheticTree, ground: NewGround, told: str, attempt: int = 0,
                   feedback: str = "") -> GroundedTree | None:
-        """The teacher's re-grounding of every node of `tree` (attempt > 0: again, told why nodes failed)."""
+        """The teacher's re-grounding of every node of `tree`, told `vocabulary(tree, ...)` (attempt > 0:
+        again, told why nodes failed)."""
         teacher = self.ctx.teachers[(ground.slot + tree.index + attempt) % len(self.ctx.teachers)]
         text = render_prompt(
             "reground_tree", seed_entity=self.seed.entity or "", seed_passage=self.material[0], tree=tree_block(tree),
-            entity=ground.entity, passage=ground.snippet.text, vocabulary=vocabulary(tree, grounding), feedback=feedback,
+            entity=ground.entity, passage=ground.snippet.text, vocabulary=told, feedback=feedback,
         )
         [reply] = await self.ctx.gateway.structured(teacher, GroundedTree, role="teacher", first_index=attempt,
                                                      messages=[{"role": "user", "content": text}])
@@ -399,6 +398,7 @@ class Regrounder:
         can use the new passage's own)."""
         grounding = Grounding(ground.snippet.text, self.material, self.seed.entity,
                               vocabulary=[ground.entity, ground.document.title, ground.document.company or ""])
+        told = vocabulary(tree, grounding)
         nodes = list(tree.root.walk())
         passed: dict[str, Problem] = {}
         failed: dict[str, tuple[Problem, str]] = {}
@@ -406,7 +406,7 @@ class Regrounder:
         for attempt in range(self.ctx.stages.reground_retries + 1):
             feedback = render_prompt("reground_feedback", failures="\n".join(
                 f'- node {path}: "{problem.question}": {why}' for path, (problem, why) in failed.items())) if failed else ""
-            found = self.grounded(tree, todo, await self.ask(tree, ground, grounding, attempt, feedback), ground, attempt)
+            found = self.grounded(tree, todo, await self.ask(tree, ground, told, attempt, feedback), ground, attempt)
             failed = {}
             for path, problem in found.items():
                 if why := self.leak(problem, grounding):
