@@ -85,6 +85,21 @@ def test_passage_proven_verbatim_up_to_whitespace(index):
     assert locate(index, doc, copied.replace("0.200%", "0.250%", 1)) is None  # one figure changed
 
 
+def test_a_new_passage_names_its_file_relative_to_the_working_directory(index, monkeypatch):
+    # the index keys files by absolute path; a problem record (a run folder, a dataset) carries the path
+    # relative to where the run started, as the shipped seeds do, when the file lies under it
+    doc = index.document("commercial_metals_2022_sixth_ar_credit_agreement")
+    chunk = index.chunks(doc.doc_id)[3]
+    stored = Path(doc.source_path)
+    assert stored.is_absolute()
+    monkeypatch.chdir(stored.parents[1])
+    snippet = locate(index, doc, chunk.text)
+    assert snippet.source_path == f"{stored.parent.name}/{stored.name}"
+    assert (Path.cwd() / snippet.source_path).resolve() == stored.resolve()
+    monkeypatch.chdir(Path(__file__).parent)
+    assert locate(index, doc, chunk.text).source_path == doc.source_path
+
+
 async def test_accepted_tree_grounded_on_the_new_passage(tmp_path, openai_server, index):
     trees, ledger, usage = await run_reground(openai_server, tmp_path, index, AV)
     assert trees, [r.reason for r in ledger.rejected]
@@ -245,7 +260,7 @@ def test_the_teacher_is_told_the_seed_only_facts_and_the_new_terms_before_it_wri
     # "Undrawn Fee" again; the prompt now names what the tree carries that the new passage lacks, and the
     # new passage's own terms, before the first reply
     seeds = {p.id: p for p in (Problem.model_validate_json(line) for line in
-                               (ROOT / "corpora" / "finance" / "seeds-quickstart.jsonl").read_text().splitlines())}
+                               (ROOT / "corpora" / "finance" / "seeds-quickstart-more.jsonl").read_text().splitlines())}
     seed = seeds["qs-al-undrawn-fee-rate"]
     passage = ("(a) Commitment Fee. The Borrowers shall pay to the Administrative Agent a commitment fee equal to the "
                "Applicable Commitment Fee Rate on the average daily unused Revolving Credit Commitment. "

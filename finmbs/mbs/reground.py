@@ -151,6 +151,16 @@ def excerpt(chunks: list[Chunk]) -> str:
     return "\n...\n".join(f"[{c.section_path}]\n{c.text}" if c.section_path else c.text for c in chunks)
 
 
+def shown_path(source_path: str) -> str:
+    """A document's path as a problem record shows it: relative to the working directory when the file lies
+    under it (the index keys files by absolute path; a run folder or dataset should not carry a machine's)."""
+    path = Path(source_path)
+    try:
+        return path.relative_to(Path.cwd()).as_posix() if path.is_absolute() else source_path
+    except ValueError:
+        return source_path
+
+
 def locate(index: Index, doc: Document, passage: str) -> Snippet | None:
     """d' as a Snippet of the stored document (exact text, offsets, section and page), or None."""
     text = index.document_text(doc.doc_id)
@@ -161,14 +171,14 @@ def locate(index: Index, doc: Document, passage: str) -> Snippet | None:
     home = next((c for c in index.chunks(doc.doc_id)
                  if c.char_start is not None and c.char_end is not None and c.char_start <= start < c.char_end), None)
     return Snippet(
-        text=text[start:end], doc_id=doc.doc_id, source_path=doc.source_path, char_start=start, char_end=end,
+        text=text[start:end], doc_id=doc.doc_id, source_path=shown_path(doc.source_path), char_start=start, char_end=end,
         section_path=home.section_path if home else "", page=home.page if home else None,
     )
 
 
 def _candidate(seed: Problem, method: str, slot: int, doc: Document | None, passage: str = "", entity: str = "") -> Problem:
     """The re-grounding attempt itself (seed, document rank), as a record for rejected.jsonl."""
-    snippet = Snippet(text=passage, doc_id=doc.doc_id, source_path=doc.source_path) if doc else None
+    snippet = Snippet(text=passage, doc_id=doc.doc_id, source_path=shown_path(doc.source_path)) if doc else None
     return Problem(
         id=f"{seed.id}.g{slot}", question=seed.question, answer=seed.answer, domain=seed.domain, snippet=snippet,
         entity=entity or None, provenance=Provenance(seed_id=seed.id, method=method, stage=STAGE),
@@ -194,7 +204,7 @@ def selected(index: Index, doc: Document, chunks: list[Chunk], numbers: list[int
         if text[end:chunk.char_start].strip():  # not next to the run: ends it
             break
         end = max(end, chunk.char_end)
-    return Snippet(text=text[start:end], doc_id=doc.doc_id, source_path=doc.source_path, char_start=start,
+    return Snippet(text=text[start:end], doc_id=doc.doc_id, source_path=shown_path(doc.source_path), char_start=start,
                    char_end=end, section_path=run[0].section_path, page=run[0].page)
 
 
