@@ -13,7 +13,8 @@ import json
 import time
 from pathlib import Path
 
-from finmbs.export.decontaminate import Decontaminator, load_eval_sets, words
+from finmbs.export.decontaminate import Decontaminator, load_eval_sets
+from finmbs.ngrams import words
 from finmbs.records import Problem
 
 

@@ -10,7 +10,8 @@ import pytest
 
 from export_fixtures import NEW_SNIPPET, finance_run, math_run, problem
 from finmbs.export import export_run
-from finmbs.export.decontaminate import Decontaminator, NgramIndex, Reference, load_eval_sets, words
+from finmbs.export.decontaminate import Decontaminator, load_eval_sets
+from finmbs.ngrams import NgramIndex, Reference, words
 
 
 def rows_of(path: Path) -> list[dict]:

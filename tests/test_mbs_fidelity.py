@@ -150,6 +150,17 @@ def test_reveals_by_answer_or_by_stating_it():
     assert reveals(Problem(id="y", question="Compute 5 * 6.", answer="30"), math_parent) is None
     assert reveals(Problem(id="z", question="Compute 2 + 3.", answer="5"), Problem(id="q", question="Compute 1 + 4.",
                                                                                      answer="5")) is not None
+    # the parent's answer is also one of its givens: a child that restates the given reveals nothing
+    tank = Problem(id="t", question="A tank holds 25 liters. It loses 5 liters and then gains 5 liters. How many liters "
+                                    "does it hold now?", answer="25")
+    assert reveals(Problem(id="t1", question="A tank holds 25 liters and loses 5 liters. How many are left?",
+                           answer="20"), tank) is None
+    assert reveals(Problem(id="t2", question="A tank holds 20 liters and gains 5. How many liters?", answer="25"),
+                   tank) is not None  # by its answer, still
+    floor = Problem(id="f", domain="finance", answer="5.00%",
+                    question="Term SOFR is 5.00% and the Floor is 3.00%; the rate is the greater of the two. What is it?")
+    assert reveals(Problem(id="f1", domain="finance", answer="2.00%",
+                           question="By how much does a Term SOFR of 5.00% exceed a Floor of 3.00%?"), floor) is None
 
 
 # a root nobody fails ----------------------------------------------------------------------------------

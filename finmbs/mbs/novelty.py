@@ -6,7 +6,8 @@ that a subproblem not reveal its parent's answer. Both come down to comparing tw
 - `same_answer`: the two answers are equal by the domain's checker (math-verify in math, the
   finance comparer in finance; an undecided comparison is not a match);
 - `reveals`: a subproblem gives away its parent's answer: its own answer is the parent's, or its
-  question states the parent's answer (a figure of the question equal to it, short counts aside);
+  question states the parent's answer (a figure of the question equal to it, short counts aside)
+  where the parent's own question does not state it as a given;
 - `restated`: a synthetic problem restates another problem when it has the same answer and
   near-identical text (`similarity` >= `novelty.max_similarity`); whatever its answer, it copies its
   seed when it reproduces most of the seed's long word n-grams (`copies_seed`: the overlap that
@@ -20,6 +21,7 @@ import re
 from difflib import SequenceMatcher
 
 from finmbs.config import NoveltySettings
+from finmbs.ngrams import NgramIndex, Reference
 from finmbs.records import Problem
 from finmbs.verify.finance import compare, compare_figures, figures
 from finmbs.verify.math import math_equal
@@ -64,9 +66,10 @@ def reveals(child: Problem, parent: Problem, by_answer: bool = True) -> str | No
     question), or None."""
     if by_answer and same_answer(parent.domain, child.answer, parent.answer, parent.question):
         return f"reveals the parent's answer: its answer {child.answer!r} is the parent's ({parent.answer!r})"
-    if _states(parent.domain, child.question, parent.answer, parent.question):
+    stated = _states(parent.domain, child.question, parent.answer, parent.question)
+    if stated and not _states(parent.domain, parent.question, parent.answer, parent.question):
         return f"reveals the parent's answer: its question states {parent.answer!r}"
-    return None
+    return None  # a figure the parent's own question gives is a given of the child too, not a reveal
 
 
 def gives_own_answer(problem: Problem) -> str | None:
@@ -83,8 +86,6 @@ def copies_seed(problem: Problem, seed: Problem, settings: NoveltySettings) -> s
     `seed_ngram`-grams, the overlap `finmbs export` drops as contamination by the seeds. A variant that
     changes only a number near the end of a long seed has another answer and is no restatement, but it
     is no new problem either, and would be counted qualified here only to be dropped at export."""
-    from finmbs.export.decontaminate import NgramIndex, Reference  # here: the export package loads pyarrow
-
     index = NgramIndex([Reference("seeds", seed.id, seed.question)], settings.seed_ngram,
                        min_coverage=settings.seed_coverage)
     found = index.overlaps(problem.question, whole=True)
