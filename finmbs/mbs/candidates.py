@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-
 from functools import cache
 
 from pydantic import BaseModel, Field, create_model, field_validator

@@ -170,10 +170,13 @@ def locate(index: Index, doc: Document, passage: str) -> Snippet | None:
     start, end = span
     home = next((c for c in index.chunks(doc.doc_id)
                  if c.char_start is not None and c.char_end is not None and c.char_start <= start < c.char_end), None)
-    return Snippet(
-        text=text[start:end], doc_id=doc.doc_id, source_path=shown_path(doc.source_path), char_start=start, char_end=end,
-        section_path=home.section_path if home else "", page=home.page if home else None,
-    )
+    return stored_snippet(doc, text, start, end, home)
+
+
+def stored_snippet(doc: Document, text: str, start: int, end: int, home: Chunk | None) -> Snippet:
+    """d' = text[start:end] of the stored document, with the section and page of the chunk it starts in."""
+    return Snippet(text=text[start:end], doc_id=doc.doc_id, source_path=shown_path(doc.source_path), char_start=start,
+                   char_end=end, section_path=home.section_path if home else "", page=home.page if home else None)
 
 
 def _candidate(seed: Problem, method: str, slot: int, doc: Document | None, passage: str = "", entity: str = "") -> Problem:
@@ -204,8 +207,7 @@ def selected(index: Index, doc: Document, chunks: list[Chunk], numbers: list[int
         if text[end:chunk.char_start].strip():  # not next to the run: ends it
             break
         end = max(end, chunk.char_end)
-    return Snippet(text=text[start:end], doc_id=doc.doc_id, source_path=shown_path(doc.source_path), char_start=start,
-                   char_end=end, section_path=run[0].section_path, page=run[0].page)
+    return stored_snippet(doc, text, start, end, run[0])
 
 
 async def ask_ground(
