@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -15,6 +16,16 @@ def first_error(exc: ValidationError) -> tuple[str, str]:
     """(dotted location, message) of a validation error's first problem, for one-line reports."""
     err = exc.errors()[0]
     return ".".join(str(part) for part in err["loc"]), err["msg"]
+
+
+def shown_path(source_path: str) -> str:
+    """A document's path as a record or a search hit shows it: relative to the working directory when the file lies
+    under it (the index keys files by absolute path; a run folder, dataset or search result should not carry a machine's)."""
+    path = Path(source_path)
+    try:
+        return path.relative_to(Path.cwd()).as_posix() if path.is_absolute() else source_path
+    except ValueError:
+        return source_path
 
 
 class Record(BaseModel):

@@ -139,6 +139,17 @@ def test_search_cli_table_and_json(corpus):
     assert table.exit_code == 0 and "score" in table.stdout and "section" in table.stdout
 
 
+def test_search_hits_name_their_file_relative_to_the_working_directory(corpus, monkeypatch):
+    docs, settings, _ = corpus
+    query = ["search", "subsidiaries jurisdiction of formation", "-k", "1", "--index-path", str(Path(settings.path).resolve()), "--json"]
+    monkeypatch.chdir(docs)
+    [hit] = json.loads(CliRunner().invoke(app, query).stdout)
+    assert hit["source_path"] == "filings/tetra_tech_2004_10k.nc"
+    monkeypatch.chdir(Path(settings.path).parent)  # the file is not under the cwd: its stored path, as it is
+    [hit] = json.loads(CliRunner().invoke(app, query).stdout)
+    assert hit["source_path"] == str((docs / "filings/tetra_tech_2004_10k.nc").resolve())
+
+
 def _any_hit(path: str):
     with open_index(IndexSettings(path=path)) as index:
         return index.search("anything", 1)[0]

@@ -8,6 +8,7 @@ from rich.table import Table
 
 from finmbs.ingest.index import Hit
 from finmbs.ingest.verbatim import normalize_ws
+from finmbs.records import shown_path
 
 
 def hit_json(rank: int, hit: Hit) -> dict[str, Any]:
@@ -17,7 +18,7 @@ def hit_json(rank: int, hit: Hit) -> dict[str, Any]:
         "rank": rank, "score": round(hit.score, 4), "doc_id": chunk.doc_id, "title": hit.document.title,
         "company": hit.document.company, "doc_type": hit.document.doc_type, "section": chunk.section_path,
         "page": chunk.page, "char_start": chunk.char_start, "char_end": chunk.char_end, "kind": chunk.kind,
-        "term": chunk.term, "chunk_id": chunk.chunk_id, "source_path": chunk.source_path, "text": chunk.text,
+        "term": chunk.term, "chunk_id": chunk.chunk_id, "source_path": shown_path(chunk.source_path) if chunk.source_path else None, "text": chunk.text,
     }
 
 

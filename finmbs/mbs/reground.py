@@ -34,7 +34,7 @@ from finmbs.mbs.context import Context, Ledger
 from finmbs.mbs.leakage import Grounding, entity_name, quoted_terms
 from finmbs.mbs.leaves import weakest_screen
 from finmbs.mbs.traces import teacher_trace
-from finmbs.records import Chunk, Decision, Document, Problem, Provenance, Snippet, SyntheticTree, TreeNode
+from finmbs.records import Chunk, Decision, Document, Problem, Provenance, Snippet, SyntheticTree, TreeNode, shown_path
 from finmbs.resources import render_prompt, resource_dir
 from finmbs.verify.judge import delimited
 
@@ -149,16 +149,6 @@ def document_chunks(index: Index, doc_id: str, seed_text: str, k: int) -> list[C
 
 def excerpt(chunks: list[Chunk]) -> str:
     return "\n...\n".join(f"[{c.section_path}]\n{c.text}" if c.section_path else c.text for c in chunks)
-
-
-def shown_path(source_path: str) -> str:
-    """A document's path as a problem record shows it: relative to the working directory when the file lies
-    under it (the index keys files by absolute path; a run folder or dataset should not carry a machine's)."""
-    path = Path(source_path)
-    try:
-        return path.relative_to(Path.cwd()).as_posix() if path.is_absolute() else source_path
-    except ValueError:
-        return source_path
 
 
 def locate(index: Index, doc: Document, passage: str) -> Snippet | None:
