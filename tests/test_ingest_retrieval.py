@@ -175,6 +175,7 @@ def test_top_k_spends_one_slot_per_page_unless_asked(index):
 def test_company_and_year_named_in_a_query_filter_the_search(index):
     assert index.recognise("What did Foot Locker report in FY2022?").company == "footlocker"
     assert index.recognise("What did Foot Locker report in FY2022?").period == "2022"
+    assert index.recognise("Which notes trade under Foot Locker' name?").company == "footlocker"  # a bare possessive apostrophe
     assert index.recognise("PepsiCo's 2019 results").period is None  # no PepsiCo document of 2019
     assert index.recognise("credit agreement leverage covenant").company is None
     assert query_years("FY22 and fiscal 2021") == ["2022", "2021"]

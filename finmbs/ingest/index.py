@@ -350,7 +350,7 @@ def query_years(query: str) -> list[str]:
 
 def query_phrases(query: str) -> set[str]:
     """Runs of up to five consecutive words, joined as company keys are ('american express' -> 'americanexpress')."""
-    words = [re.sub(r"'s$", "", w) for w in re.findall(r"[a-z0-9&']+", query.lower().replace("’", "'"))]
+    words = [re.sub(r"'s?$", "", w) for w in re.findall(r"[a-z0-9&']+", query.lower().replace("’", "'"))]  # Amcor's, Express'
     return {"".join(words[i : j]) for i in range(len(words)) for j in range(i + 1, min(i + 6, len(words) + 1))}
 
 
