@@ -164,6 +164,19 @@ def test_a_ticker_ranks_the_chunk_naming_it_first(index, ticker, company):
     assert top.chunk.doc_id.startswith(company) and re.search(rf"\b{ticker}\b", top.chunk.text), top.chunk.text[:200]
 
 
+def test_a_ticker_names_its_company(index):
+    # the symbols come from each filing's cover page ("Trading Symbol(s)"), kept as the document's entities
+    assert {d.doc_id.split("_")[0]: d.entities.get("tickers") for d in index.documents() if d.doc_id[0].isupper()} == {
+        "FOOTLOCKER": ["FL"], "PEPSICO": ["PEP"], "AMCOR": ["AMCR"]}
+    assert index.recognise("What did PEP announce in May 2023?").company == "pepsico"
+    assert index.recognise("Did FL's shareholders elect every nominee?").company == "footlocker"
+    assert index.recognise("the AMCR dividend").company == "amcor"
+    assert index.recognise("what did fl and pep report? A Pep talk").company is None  # lowercase or title-case: words
+    question = "Which nominees did FL's shareholders elect to the board?"
+    companies = [h.chunk.doc_id.split("_")[0] for h in index.search(question, 5)]
+    assert companies[0] == "FOOTLOCKER" and companies == sorted(companies, key=lambda c: c != "FOOTLOCKER")  # its pages first
+
+
 def test_top_k_spends_one_slot_per_page_unless_asked(index):
     hits = index.search("net sales earnings per share outlook", 10)
     pages = [(h.chunk.doc_id, h.chunk.page) for h in hits if h.chunk.page is not None]

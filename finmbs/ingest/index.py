@@ -354,6 +354,13 @@ def query_phrases(query: str) -> set[str]:
     return {"".join(words[i : j]) for i in range(len(words)) for j in range(i + 1, min(i + 6, len(words) + 1))}
 
 
+def query_tickers(query: str) -> list[str]:
+    """Words a query may write as a trading symbol: two to five capitals ("JPM"; "FL" only so; not the word
+    "A"), or three letters or more with a capital inside ("JnJ" for JNJ; never "key", "Key" or "all")."""
+    return [word.upper() for word in re.findall(r"\b[A-Za-z]{2,5}(?:\.[A-Z])?\b", query)
+            if word.isupper() or (len(word) >= 3 and not word.islower() and not word.istitle())]
+
+
 def query_terms(query: str, terms: set[str]) -> list[str]:
     """The defined terms (of two words or more) a query names with their capitals ("Maturity Date" in
     "Kimco term loan Maturity Date", not "maturity date"; a plural names its singular), minus those
@@ -379,6 +386,7 @@ class Index:
         self._bm25 = None
         self._documents: dict[str, Document] = {}
         self._catalogue: dict[str, set[str]] | None = None
+        self._tickers: dict[str, str] = {}
         self._terms: set[str] | None = None
 
     def __enter__(self) -> Index:
@@ -465,10 +473,13 @@ class Index:
     def catalogue(self) -> dict[str, set[str]]:
         """Company key -> the years of its documents, from the index's own document records."""
         if self._catalogue is None:
-            self._catalogue = {}
+            self._catalogue, symbols = {}, {}
             for doc in self.documents():
                 if key := company_key(doc.company):
                     self._catalogue.setdefault(key, set()).update(p for p in periods(doc.period) if re.fullmatch(r"\d{4}", p))
+                    for symbol in doc.entities.get("tickers", []):
+                        symbols.setdefault(symbol, set()).add(key)
+            self._tickers = {symbol: keys.pop() for symbol, keys in symbols.items() if len(keys) == 1}
         return self._catalogue
 
     def terms(self) -> set[str]:
@@ -484,11 +495,13 @@ class Index:
         return self._terms
 
     def recognise(self, query: str) -> Recognised:
-        """The company (longest key among the index's companies), year and defined terms a query names,
-        if any; the year only where that company has a document of that year (the latest year named wins)."""
+        """The company (longest key among the index's companies, else a trading symbol its filings list), year
+        and defined terms a query names, if any; the year only where that company has a document of that
+        year (the latest year named wins)."""
         catalogue = self.catalogue()
         terms = query_terms(query, self.terms())
         named = sorted((key for key in query_phrases(query) if key in catalogue), key=len, reverse=True)
+        named += [self._tickers[symbol] for symbol in query_tickers(query) if symbol in self._tickers]
         if not named:
             return Recognised(terms=terms)
         company = named[0]

@@ -15,6 +15,8 @@ _BORROWER = re.compile(_NAME + r",?\s+(?:an?\s+[^()“\"]{3,80}?)?\(\s*(?:togeth
 _AGENT = re.compile(_NAME + r",?\s+as\s+(?:the\s+)?((?:Administrative|Collateral|Syndication|Documentation|Paying|Co-Syndication|Co-Documentation)\s+Agents?|Agent)\b")
 _FACILITY = re.compile(r"\b((?:Revolving(?: Credit)?|Term(?: Loan)?(?: [A-Z](?:-\d)?)?|Delayed Draw(?: Term)?|Swing ?line|Letter of Credit|Incremental|Tranche [A-Z0-9]+)\s+(?:Loan\s+)?Facilit(?:y|ies))\b", re.I)
 _AMOUNT = re.compile(r"(?:US)?\$\s?\d{1,3}(?:,\d{3})+(?:\.\d+)?|\$\s?\d+(?:\.\d+)?\s?(?:million|billion)\b")
+_SYMBOLS = re.compile(r"trading\s+symbol", re.I)  # the cover page's "Title of each class | Trading Symbol(s) | ..." table
+_TICKER = re.compile(r"(?<![\w.$%-])([A-Z]{1,5}(?:\.[A-Z])?)(?:\s+PR\s+[A-Z]{1,2})?[\s|]+(?:The\s+)?(?:New York Stock Exchange|NYSE|Nasdaq|NASDAQ|Chicago Stock Exchange)")
 _PREAMBLE = re.compile(r"(dated as of|entered into|is made|this [“\"]Agreement[”\"]|annual report|quarterly report)", re.I)
 
 
@@ -27,10 +29,17 @@ def _top(values: list[str], n: int) -> list[str]:
     return [v for v, _ in Counter(v for v in values if v).most_common(n)]
 
 
+def tickers(text: str) -> list[str]:
+    """The trading symbols a filing's cover page lists for its securities ("JNJ", "MGM"; not a note's "JNJ24C")."""
+    cover = _SYMBOLS.search(text[:20000])  # the symbols follow the column label, or precede it (a label row under the table)
+    return list(dict.fromkeys(m[1] for m in _TICKER.finditer(text[max(cover.start() - 1000, 0) : cover.end() + 3000]))) if cover else []
+
+
 def extract_entities(text: str) -> dict[str, list[str]]:
-    """Borrower, agents, facilities and the most frequent currency amounts (regexes over the text)."""
+    """Borrower, agents, facilities, the most frequent currency amounts and the trading symbols (regexes over the text)."""
     head = text[:30000]
     entities = {
+        "tickers": tickers(text),
         "borrower": _top([_clean_name(m[1]) for m in _BORROWER.finditer(head)], 2),
         "agents": _top([f"{_clean_name(m[1])} ({m[2]})" for m in _AGENT.finditer(head)], 5),
         "facilities": _top([re.sub(r"\s+", " ", m[1]).title() for m in _FACILITY.finditer(text)], 5),
