@@ -75,6 +75,20 @@ def test_edgar_full_submission_split_into_typed_documents(shared_data, chunker):
     assert "PART II > Item 7A Quantitative and Qualitative Disclosures About Market Risk" in {c.section_path for c in chunks}
 
 
+def test_a_text_file_that_describes_the_submission_format_is_text_not_a_submission(shared_data, tmp_path):
+    """A README quoting EDGAR's `<DOCUMENT>` / `<TYPE>` tags is prose; the same tags opening a .txt file
+    (a submission saved as text, after EDGAR's PEM header) make it a submission."""
+    notes = tmp_path / "edgar-notes.md"
+    notes.write_text("# How EDGAR files look\n\nEach exhibit sits in a block:\n\n<DOCUMENT>\n<TYPE>EX-10.1\n"
+                     "<TEXT>... the exhibit ...</TEXT>\n</DOCUMENT>\n\nThe `<TYPE>` line names the exhibit.\n")
+    [doc] = parse_file(notes)
+    assert doc.text.startswith("# How EDGAR files look") and "<TYPE>EX-10.1" in doc.text
+    nc = (shared_data / "sec_10k/tetra_tech_2004_10k_0001047469-05-000037.nc").read_text(encoding="latin-1")
+    saved = tmp_path / "tetra_tech_submission.txt"
+    saved.write_text("-----BEGIN PRIVACY-ENHANCED MESSAGE-----\nProc-Type: 2001,MIC-CLEAR\n\n" + nc, encoding="latin-1")
+    assert [d.doc_type for d in parse_file(saved)][:2] == ["10-K", "EX-10.2"]
+
+
 def test_pdf_pages_and_tables(shared_data, chunker):
     path = shared_data / "financebench/pdfs/FOOTLOCKER_2022_8K_dated-2022-05-20.pdf"
     doc, chunks = chunk_file(chunker, path)

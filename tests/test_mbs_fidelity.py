@@ -19,12 +19,12 @@ from finmbs.llm import Gateway
 from finmbs.mbs.compose import synthesize, trials
 from finmbs.mbs.context import Context, Ledger
 from finmbs.mbs.decompose import ANSWER_LEAK, decompose
-from finmbs.mbs.leaves import harder_leaves
+from finmbs.mbs.leaves import harder_leaves, leaf_prompt
 from finmbs.mbs.candidates import ANSWER_CHARS, WorkedProblem, verified_node
 from finmbs.mbs.novelty import gives_own_answer, restated, reveals, similarity
 from finmbs.mbs.pipeline import run_grow
 from finmbs.mbs.traces import teacher_trace
-from finmbs.records import Problem, TreeNode
+from finmbs.records import Problem, Snippet, TreeNode
 from finmbs.runs import read_jsonl
 from finmbs.testing.world import TASK_MARKERS, Agent, World, world_config
 
@@ -281,6 +281,30 @@ async def test_a_variant_restating_its_leaf_is_rejected_before_any_trace(tmp_pat
     # no trace, no student rollout was paid for the restatement
     solved = [r.text for r in openai_server.requests if TASK_MARKERS["leaf"] not in r.text]
     assert solved and not any("Now, Compute" in text for text in solved)
+
+
+async def test_a_leaf_retry_round_is_told_which_variants_were_rejected_and_why(tmp_path, openai_server):
+    # round 0 keeps nothing (a restatement; a variant the weakest student solves), so round 1 is asked
+    # with both as negative context; the first round's prompt carries none
+    agents = {"teacher": Agent(parrot=True), "s": Agent(capacity=99)}
+    ctx, _ = context(openai_server, tmp_path, agents, N_leaf=2, R=2, N=4)
+    assert await harder_leaves(ctx, TreeNode(problem=SEED, path="0"), Ledger("a")) == []
+    asks = [r.text for r in openai_server.requests if TASK_MARKERS["leaf"] in r.text]
+    assert len(asks) == 2 and "rejected_variants" not in asks[0]
+    told = asks[1].split("<rejected_variants>", 1)[1]
+    assert ("- question: Now, Compute (2 + 3) * (4 + 1).\n  answer: 25\n  rejected: restates its source a: "
+            "same answer '25', text similarity 1.00 >= 0.85") in told
+    assert ("- question: Compute (2 + 3) * (4 + 1) + 1 + 2.\n  answer: 28\n  rejected: too easy: weakest student s "
+            "accuracy 1.000 > alpha 0.8") in told
+
+
+def test_a_grounded_leaf_is_told_how_a_lookup_becomes_harder(tmp_path, openai_server):
+    ctx, _ = context(openai_server, tmp_path, {"s": Agent()})
+    floor = Problem(id="f", question="Under Acme's credit agreement, what is the Floor?", answer="0.50%", domain="finance",
+                    snippet=Snippet(text="\u201cFloor\u201d means a rate of interest equal to 0.50%.", doc_id="acme"))
+    grounded, plain = (leaf_prompt(ctx, TreeNode(problem=p, path="0"), Ledger(p.id)) for p in (floor, SEED))
+    assert "hypothetical input" in grounded and "means a rate of interest equal to 0.50%" in grounded
+    assert "hypothetical input" not in plain and "<document>" not in plain
 
 
 async def test_novelty_guard_can_be_turned_off(tmp_path, openai_server):

@@ -408,8 +408,14 @@ def _header(text: str, sgml: str, plain: str) -> str | None:
     return (match.group(1) or match.group(2)).strip() if match else None
 
 
+_SUBMISSION_START = re.compile(r"\s*(?:-----BEGIN PRIVACY-ENHANCED MESSAGE-----|<[A-Z][A-Z-]*>)")
+
+
 def is_submission(text: str) -> bool:
-    return "<DOCUMENT>" in text[:20000] and ("<SUBMISSION>" in text[:2000] or "<SEC-" in text[:2000] or "<TYPE>" in text[:5000])
+    """An EDGAR full submission: the file opens with SGML markup (`<SUBMISSION>`, `<SEC-DOCUMENT>`, a bare
+    `<DOCUMENT>`, or EDGAR's PEM header) and holds a `<DOCUMENT>` line. Prose that only describes the
+    format (a README quoting `<DOCUMENT>` and `<TYPE>`) is text."""
+    return bool(_SUBMISSION_START.match(text)) and re.search(r"^<DOCUMENT>", text[:20000], re.M) is not None
 
 
 def parse_submission(text: str) -> list[ParsedDocument]:

@@ -1,5 +1,10 @@
 """Stage 3 (section 3.4, leaf synthesis): N_leaf HARDER variants per leaf, verified, screened on the
-weakest student (discard when its accuracy exceeds alpha_leaf), up to R rounds over the teachers."""
+weakest student (discard when its accuracy exceeds alpha_leaf), up to R rounds over the teachers.
+
+A round after one that kept nothing shows the teacher the variants rejected so far, each with why
+(restated the leaf, unverified, too easy), as negative context, the way a decomposition retry is told
+its failed attempts (section 3.3). A grounded leaf (finance) is told how a lookup becomes harder while
+staying answerable from its passage: a hypothetical input the passage's term is applied to."""
 
 from __future__ import annotations
 
@@ -46,15 +51,30 @@ async def screened(
     return [n for n, k in zip(verified, keep) if k]
 
 
+def rejected_variants(leaf: TreeNode, ledger: Ledger) -> str:
+    """The negative context of a retry round: every variant of `leaf` rejected so far, with why."""
+    prefix = f"{leaf.problem.id}.h"
+    lines = [
+        f"- question: {r.problem.question}\n  answer: {r.problem.answer}\n  rejected: {r.reason.split('; answers:')[0]}"
+        for r in ledger.rejected if r.problem.id.startswith(prefix)
+    ]
+    return render_prompt("leaf_failed", variants="\n".join(lines)) if lines else ""
+
+
+def leaf_prompt(ctx: Context, leaf: TreeNode, ledger: Ledger) -> str:
+    return render_prompt(
+        "leaf_harder", n=ctx.stages.N_leaf, document=document_block(leaf.problem), question=leaf.problem.question,
+        solution=leaf.trace.text if leaf.trace else "", answer=leaf.problem.answer,
+        grounded=render_prompt("leaf_grounded") if leaf.problem.snippet else "", failed=rejected_variants(leaf, ledger),
+    )
+
+
 async def harder_leaves(ctx: Context, leaf: TreeNode, ledger: Ledger) -> list[TreeNode]:
     """Synthetic versions of one leaf; round r asks teacher r, until a round keeps a variant."""
     params = ctx.stages
     for r in range(params.R):
         teacher = ctx.teachers[r % len(ctx.teachers)]
-        text = render_prompt(
-            "leaf_harder", n=params.N_leaf, document=document_block(leaf.problem), question=leaf.problem.question,
-            solution=leaf.trace.text if leaf.trace else "", answer=leaf.problem.answer,
-        )
+        text = leaf_prompt(ctx, leaf, ledger)
         [reply] = await ctx.gateway.structured(  # round r is sample r: with one teacher a round is a fresh sample
             teacher, asking_for(LeafVariants, "variants", params.N_leaf, params.N_leaf), role="teacher",
             messages=[{"role": "user", "content": text}], first_index=r,
