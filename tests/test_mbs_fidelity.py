@@ -238,6 +238,19 @@ def test_novelty_similarity_and_restatement():
     assert restated(reworded, [("seed", seed)], NoveltySettings(enabled=True, max_similarity=1.0)) is not None
 
 
+def test_the_same_question_about_another_document_is_no_restatement():
+    # a lookup re-grounded on another agreement whose figure happens to equal its source's is a new
+    # problem; on the same document (a sibling re-grounded there too) it restates
+    def floor(id: str, company: str, doc: str) -> Problem:
+        return Problem(id=id, domain="finance", answer="0.00%", question=f"Under {company}'s credit agreement, what is the Floor?",
+                       snippet=Snippet(text="\u201cFloor\u201d means a rate of interest equal to 0.00%.", doc_id=doc))
+    source, moved, twin = floor("s", "Acme", "acme"), floor("m", "Apex", "apex"), floor("t", "Apex", "apex")
+    settings = NoveltySettings(seed_coverage=1.0)  # the seed's n-gram copy check aside
+    assert restated(moved, [("source", source)], settings) is None
+    assert restated(twin, [("sibling", moved)], settings) == (
+        "restates its sibling m: same answer '0.00%', text similarity 1.00 >= 0.85")
+
+
 def test_a_variant_that_copies_its_seeds_wording_is_no_new_problem_and_export_agrees():
     # measured: the 1.5B's "harder" variant of the orchard seed changed only its last number (another
     # answer, so no restatement); it was counted qualified, and export dropped it as a copy of the seed

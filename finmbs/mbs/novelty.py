@@ -9,7 +9,8 @@ that a subproblem not reveal its parent's answer. Both come down to comparing tw
   question states the parent's answer (a figure of the question equal to it, short counts aside)
   where the parent's own question does not state it as a given;
 - `restated`: a synthetic problem restates another problem when it has the same answer and
-  near-identical text (`similarity` >= `novelty.max_similarity`); whatever its answer, it copies its
+  near-identical text (`similarity` >= `novelty.max_similarity`) and is grounded on the same document
+  (or neither is grounded); whatever its answer and document, it copies its
   seed when it reproduces most of the seed's long word n-grams (`copies_seed`: the overlap that
   `finmbs export` drops as contamination by the seeds, so a problem counted here as qualified is one
   export keeps).
@@ -96,13 +97,22 @@ def copies_seed(problem: Problem, seed: Problem, settings: NoveltySettings) -> s
             f"(>= {settings.seed_coverage:.0%}, what export drops as contamination)")
 
 
+def grounded_apart(a: Problem, b: Problem) -> bool:
+    """Whether two problems are grounded on different documents: the same question about another
+    agreement (a re-grounded lookup whose figure happens to match) asks about other facts."""
+    docs = [p.snippet.doc_id or p.snippet.source_path if p.snippet else None for p in (a, b)]
+    return None not in docs and docs[0] != docs[1]
+
+
 def restated(problem: Problem, others: list[tuple[str, Problem]], settings: NoveltySettings) -> str | None:
     """Why `problem` restates one of `others` ((relation, problem) pairs) or copies its seed, or None."""
     seed = next((o for _, o in others if o.id == problem.provenance.seed_id), None)
     if seed is not None and (why := copies_seed(problem, seed, settings)):
         return why
     for relation, other in others:
-        if other.id == problem.id or not same_answer(problem.domain, problem.answer, other.answer, other.question):
+        if other.id == problem.id or grounded_apart(problem, other):
+            continue
+        if not same_answer(problem.domain, problem.answer, other.answer, other.question):
             continue
         score = similarity(problem.question, other.question)
         if score >= settings.max_similarity:
