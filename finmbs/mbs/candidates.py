@@ -62,6 +62,11 @@ def asking_for(reply: type[BaseModel], items: str, at_least: int, at_most: int |
     return create_model(reply.__name__, __base__=reply, __module__=reply.__module__, **{items: field})
 
 
+def attempt_item(question: str, answer: str, label: str, text: str) -> str:
+    """One earlier attempt in a retry prompt's negative context (a subproblem or a variant, what became of it)."""
+    return f"- question: {question}\n  answer: {answer}\n  {label}: {text}"
+
+
 def derive(
     origin: Problem, worked: WorkedProblem, *, id: str, stage: str, tree_path: str,
     parent_ids: list[str], method: str = "mbs",

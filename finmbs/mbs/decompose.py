@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from finmbs.config import Endpoint
 from finmbs.llm.structured import written_in_order
-from finmbs.mbs.candidates import WorkedProblem, asking_for, derive, verified_node, written_items
+from finmbs.mbs.candidates import WorkedProblem, asking_for, attempt_item, derive, verified_node, written_items
 from finmbs.mbs.context import Context, Ledger
 from finmbs.mbs.novelty import reveals
 from finmbs.mbs.solve import document_block, student_accuracy
@@ -66,8 +66,8 @@ def failed_context(failed: list[Failed]) -> str:
     blocks = [
         render_prompt(
             "failed_decomposition",
-            subproblems="\n".join(f"- question: {w.question}\n  answer: {w.answer}\n  outcome: {outcome}"
-                                  for w, outcome in subs) or "- (no usable reply)",
+            subproblems="\n".join(attempt_item(w.question, w.answer, "outcome", outcome) for w, outcome in subs)
+            or "- (no usable reply)",
             reason=reason,
         )
         for subs, reason in failed

@@ -81,7 +81,15 @@ async def teacher_trace(
                            f"{teacher.name} answer {answer!r}")
     votes = len(seen) - len(teachers) * ctx.stages.Nt
     tries = f"{len(teachers)}x{ctx.stages.Nt}" + (f" (+{votes} relabel votes)" if votes else "")
-    return None, f"no verified trace after {tries} tries; answers: " + ", ".join(seen)
+    return None, f"no verified trace after {tries} tries{ANSWERS}" + ", ".join(seen)
+
+
+ANSWERS = "; answers: "  # what an unverified candidate's reason lists last: the answers its traces reached
+
+
+def without_answers(reason: str) -> str:
+    """A rejection reason without the traces' answers it may end with (negative context for a retry)."""
+    return reason.split(ANSWERS)[0]
 
 
 def verified_trace(sample: Rollout, teacher: Endpoint) -> Trace:
