@@ -9,7 +9,8 @@ side by side, into a plain LlamaIndex index (SimpleDirectoryReader + SentenceSpl
 MiniLM + qdrant-client local; bench_ingest.py), each in its own process, timed (pages/s). Then for each
 question whose evidence PDF is indexed: is an evidence page among the top 5 / 20 hits for the question
 text? Search modes: dense (dense vectors only, pages may repeat), hybrid (dense + BM25, RRF in Qdrant,
-one hit per page), hybrid+metadata (the default: company/year the question names filter first), and
+one hit per page), hybrid+metadata (company/year the question names filter first), default (hybrid +
+metadata + the statement and line items of a finance concept the question names, `concepts.yaml`), and
 LlamaIndex (dense top-k on its own index); overall and per question type. Two diagnostic columns tell the
 default search the gold evidence's company (`company=`) or document (`doc_id=`): how far recognising the
 company and year is from the best it could do, and how well the pages of the right document rank. It also
@@ -39,8 +40,8 @@ from finmbs.ingest import open_index
 from finmbs.ingest.index import ClientStore, EdgeStore, Where, company_key, point_id
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "financebench"
-MODES = {"dense": {"hybrid": False, "metadata": False, "per_page": 0}, "hybrid": {"metadata": False},
-         "hybrid+metadata": {}}
+MODES = {"dense": {"hybrid": False, "metadata": False, "per_page": 0}, "hybrid": {"metadata": False, "concepts": False},
+         "hybrid+metadata": {"concepts": False}, "default": {}}
 
 
 def questions() -> list[dict]:

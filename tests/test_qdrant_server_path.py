@@ -28,6 +28,7 @@ from finmbs.ingest.index import ClientStore, EdgeStore, open_store
 
 SHARDING = {"shard_number": 3, "replication_factor": 2, "write_consistency_factor": 2}
 QUERY = "conditions precedent to the effectiveness of the commitments"
+CONCEPT_QUERY = "maximum leverage ratio and interest coverage covenants"  # a finance concept: one more prefetch (tables)
 runner = CliRunner()
 
 
@@ -138,19 +139,22 @@ def test_ingest_and_search_through_the_server_code_path(documents, tmp_path, mon
     again = runner.invoke(app, ["ingest", str(documents), "--qdrant-url", url, "--json"])
     assert json.loads(again.stdout)["unchanged"] == 2  # idempotent on the server path too
 
-    result = runner.invoke(app, ["search", QUERY, "-k", "5", "--qdrant-url", url, "--json"])
-    assert result.exit_code == 0, result.output
-    served = json.loads(result.stdout)
+    served = {}
+    for query in (QUERY, CONCEPT_QUERY):
+        result = runner.invoke(app, ["search", query, "-k", "5", "--qdrant-url", url, "--json"])
+        assert result.exit_code == 0, result.output
+        served[query] = json.loads(result.stdout)
 
     # the same documents in the default embedded engine (Qdrant Edge) give the same hits
     edge = IndexSettings(path=str(tmp_path / "edge"))
     ingest_paths([documents], edge, show_progress=False)
     with open_index(edge) as index:
         assert isinstance(index.store, EdgeStore)
-        expected = [(h.chunk.chunk_id, h.score) for h in index.search(QUERY, 5)]
-    assert [h["chunk_id"] for h in served] == [chunk_id for chunk_id, _ in expected]
-    # hybrid scores are reciprocal-rank-fusion sums; the two engines count ranks a hair differently
-    assert all(abs(h["score"] - score) < 2e-3 for h, (_, score) in zip(served, expected))
+        for query, hits in served.items():
+            expected = [(h.chunk.chunk_id, h.score) for h in index.search(query, 5)]
+            assert [h["chunk_id"] for h in hits] == [chunk_id for chunk_id, _ in expected], query
+            # hybrid scores are reciprocal-rank-fusion sums; the two engines count ranks a hair differently
+            assert all(abs(h["score"] - score) < 2e-3 for h, (_, score) in zip(hits, expected)), query
 
     settings = load_config(None, [f"index.url={url}"]).index
     with open_index(settings) as index:

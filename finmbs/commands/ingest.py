@@ -73,6 +73,7 @@ def register(app: typer.Typer) -> None:
         period: Annotated[str | None, typer.Option("--period", help="Only this period or year.")] = None,
         dense: Annotated[bool, typer.Option("--dense", help="Dense vectors only (default: dense + BM25 fused by RRF).")] = False,
         no_metadata: Annotated[bool, typer.Option("--no-metadata", help="Do not filter by a company/year the query names.")] = False,
+        no_concepts: Annotated[bool, typer.Option("--no-concepts", help="Do not add the statement and line items of a finance concept the query names (quick ratio, capex...).")] = False,
         per_page: Annotated[int, typer.Option("--per-page", min=0, help="Hits allowed from one PDF page (0: no limit).")] = 1,
         config: ConfigOption = None,
         set_: SetOption = None,
@@ -87,7 +88,8 @@ def register(app: typer.Typer) -> None:
         settings = index_settings(load_config(config, set_ or []), qdrant_url, index_path)
         with open_index(settings) as index:
             hits = index.search(query, k, exclude_doc_ids=exclude_doc or (), doc_type=doc_type, company=company, period=period,
-                                hybrid=not dense, metadata=not no_metadata, per_page=per_page)
+                                hybrid=not dense, metadata=not no_metadata, concepts=not no_concepts,
+                                per_page=per_page)
         if as_json:
             typer.echo(json.dumps([hit_json(rank, hit) for rank, hit in enumerate(hits, 1)], indent=2, ensure_ascii=False))
         elif not hits:

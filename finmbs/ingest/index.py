@@ -13,11 +13,13 @@ import os
 import re
 import uuid
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from finmbs.config import ConfigError, IndexSettings
+from finmbs.ingest.concepts import expansion
 from finmbs.records import Chunk, Document, Record
 
 _NAMESPACE = uuid.UUID("6f1d2c4e-8a7b-4c3d-9e2f-0a1b2c3d4e5f")
@@ -81,6 +83,7 @@ class Sparse:
 
 
 Point = tuple[str, list[float], Sparse | None, dict[str, Any]]
+Also = tuple[list[float], Where]  # one more dense candidate list for the fusion: its vector, its filter
 
 
 class Store(ABC):
@@ -102,10 +105,10 @@ class Store(ABC):
 
     @abstractmethod
     def query(self, name: str, vector: list[float], k: int, where: Where | None, exclude: tuple[str, ...] = (),
-              sparse: Sparse | None = None, boost: Where | None = None) -> list[tuple[float, dict[str, Any]]]:
+              sparse: Sparse | None = None, also: Sequence[Also] = ()) -> list[tuple[float, dict[str, Any]]]:
         """Top-k points by the dense vector or, given `sparse`, by dense and BM25 candidates fused with
-        reciprocal-rank fusion in one query (`prefetch` + RRF); `boost` (hybrid only) adds a third
-        candidate list, the dense search within that filter, to the fusion."""
+        reciprocal-rank fusion in one query (`prefetch` + RRF); each of `also` (hybrid only) adds one more
+        candidate list to the fusion: the dense search for its vector within its filter."""
 
     @abstractmethod
     def scroll(self, name: str, where: Where, exclude: tuple[str, ...] = ()) -> list[dict[str, Any]]: ...
@@ -190,7 +193,7 @@ class EdgeStore(Store):
         return self.qe.PayloadSelector.Exclude(list(exclude)) if exclude else True
 
     def query(self, name: str, vector: list[float], k: int, where: Where | None, exclude: tuple[str, ...] = (),
-              sparse: Sparse | None = None, boost: Where | None = None) -> list[tuple[float, dict[str, Any]]]:
+              sparse: Sparse | None = None, also: Sequence[Also] = ()) -> list[tuple[float, dict[str, Any]]]:
         if (shard := self._shard(name)) is None:
             return []
         qe, filter_ = self.qe, self._filter(where)
@@ -200,8 +203,7 @@ class EdgeStore(Store):
             depth = prefetch_depth(k)
             prefetches = [qe.Prefetch(limit=depth, query=qe.Query.Nearest(vector), filter=filter_),
                           qe.Prefetch(limit=depth, query=qe.Query.Nearest(qe.SparseVector(sparse.indices, sparse.values), using=SPARSE), filter=filter_)]
-            if boost is not None:
-                prefetches.append(qe.Prefetch(limit=depth, query=qe.Query.Nearest(vector), filter=self._filter(boost)))
+            prefetches += [qe.Prefetch(limit=depth, query=qe.Query.Nearest(v), filter=self._filter(w)) for v, w in also]
             request = qe.QueryRequest(limit=k, prefetches=prefetches, query=qe.Fusion.Rrf(k=RRF_K), filter=filter_, with_payload=self._payload(exclude))
         return [(p.score, p.payload or {}) for p in shard.query(request)]
 
@@ -279,7 +281,7 @@ class ClientStore(Store):
         return self.models.PayloadSelectorExclude(exclude=list(exclude)) if exclude else True
 
     def query(self, name: str, vector: list[float], k: int, where: Where | None, exclude: tuple[str, ...] = (),
-              sparse: Sparse | None = None, boost: Where | None = None) -> list[tuple[float, dict[str, Any]]]:
+              sparse: Sparse | None = None, also: Sequence[Also] = ()) -> list[tuple[float, dict[str, Any]]]:
         if not self.client.collection_exists(name):
             return []
         m, filter_ = self.models, self._filter(where)
@@ -289,8 +291,7 @@ class ClientStore(Store):
             depth = prefetch_depth(k)
             prefetch = [m.Prefetch(query=vector, limit=depth, filter=filter_),
                         m.Prefetch(query=m.SparseVector(indices=sparse.indices, values=sparse.values), using=SPARSE, limit=depth, filter=filter_)]
-            if boost is not None:
-                prefetch.append(m.Prefetch(query=vector, limit=depth, filter=self._filter(boost)))
+            prefetch += [m.Prefetch(query=v, limit=depth, filter=self._filter(w)) for v, w in also]
             result = self.client.query_points(name, prefetch=prefetch, query=rrf_query(m), limit=k, query_filter=filter_,
                                               with_payload=self._payload(exclude))
         return [(p.score, p.payload or {}) for p in result.points]
@@ -370,6 +371,16 @@ def query_terms(query: str, terms: set[str]) -> list[str]:
     named |= {phrase[:-1] for phrase in named if phrase.endswith("s")}  # "Restricted Payments": "Restricted Payment"
     found = sorted(named & terms, key=len, reverse=True)
     return [t for i, t in enumerate(found) if not any(re.search(rf"\b{re.escape(t)}\b", longer) for longer in found[:i])]
+
+
+@dataclass
+class Search:
+    """One query's vectors: dense, BM25, concept vectors; and the defined terms it names."""
+
+    vector: list[float]
+    sparse: Sparse | None
+    concepts: list[list[float]]
+    terms: list[str]
 
 
 class Index:
@@ -510,39 +521,47 @@ class Index:
 
     def search(self, query: str, k: int, *, exclude_doc_ids=(), doc_type: str | None = None, company: str | None = None,
                period: str | None = None, doc_id: str | None = None, hybrid: bool = True, metadata: bool = True,
-               per_page: int = 1) -> list[Hit]:
+               concepts: bool = True, per_page: int = 1) -> list[Hit]:
         """Top-k chunks for a query: dense and BM25 candidates fused by RRF in Qdrant (`hybrid=False`: dense
         only), at most `per_page` hits from one PDF page (0: no limit), optionally excluding documents and
         filtering by company/type/period (or one document). With `metadata`, a company and year the query
         names (as the index spells them) filter the search when no company is given; hits outside the
-        filter fill up the list when it has fewer than k."""
+        filter fill up the list when it has fewer than k. With `concepts` (hybrid only), a finance concept
+        the query names ("quick ratio") adds the statement and line items that report it (`concepts.yaml`)
+        to the BM25 query, and their dense search among table chunks to the fusion."""
         where = self._where(exclude_doc_ids, doc_type, company, period, doc_id)
-        vector = self.embedder.encode([query])[0]
-        sparse = self.sparse(query, query=True) if hybrid and self.store.has_sparse(self.chunk_col) else None
+        hybrid = hybrid and self.store.has_sparse(self.chunk_col)
+        reported = expansion(query) if hybrid and concepts else ""
+        vector, *concept = self.embedder.encode([query, reported] if reported else [query])
+        sparse = self.sparse(f"{query}\n{reported}", query=True) if hybrid else None
         recognised = Recognised()
         if metadata:
             recognised = self.recognise(query) if not (company or doc_id) else Recognised(terms=query_terms(query, self.terms()))
+        search = Search(vector, sparse, concept, recognised.terms)
         hits: list[Hit] = []
         if recognised.company:
             narrow = self._where(exclude_doc_ids, doc_type, recognised.company, period or recognised.period, None)
-            hits = self._query(vector, sparse, k, narrow, per_page, recognised.terms)
+            hits = self._query(search, k, narrow, per_page)
         if len(hits) < k:
             seen = {h.chunk.chunk_id for h in hits}
-            hits += [h for h in self._query(vector, sparse, k, where, per_page, recognised.terms) if h.chunk.chunk_id not in seen]
+            hits += [h for h in self._query(search, k, where, per_page) if h.chunk.chunk_id not in seen]
         return _per_page(hits, per_page)[:k]
 
     def _where(self, exclude_doc_ids, doc_type, company, period, doc_id) -> Where:
         must = {"company_key": company_key(company), "doc_type_key": doc_type_key(doc_type), "periods": period, "doc_id": doc_id}
         return Where(must={key: v for key, v in must.items() if v}, must_not={"doc_id": list(exclude_doc_ids)})
 
-    def _query(self, vector: list[float], sparse: Sparse | None, k: int, where: Where, per_page: int,
-               terms: list[str] = ()) -> list[Hit]:
-        """Top-k hits after the per-page limit (asking the store for more when pages repeat); the
-        definitions of `terms`, within `where`, join the fusion."""
+    def _query(self, search: Search, k: int, where: Where, per_page: int) -> list[Hit]:
+        """Top-k hits within `where` after the per-page limit (asking the store for more when pages
+        repeat); the definitions of the search's terms, and the tables nearest its concept vectors, join
+        the fusion."""
         limit = k * 3 if per_page else k
-        boost = Where(must={**where.must, "kind": "definition", "term": list(terms)}, must_not=where.must_not) if terms else None
+        also = [(search.vector, Where(must={**where.must, "kind": "definition", "term": list(search.terms)},
+                                      must_not=where.must_not))] if search.terms else []
+        tables = Where(must={**where.must, "kind": "table"}, must_not=where.must_not)  # statements are tables
+        also += [(v, tables) for v in search.concepts]
         hits = []
-        for score, payload in self.store.query(self.chunk_col, vector, limit, where, sparse=sparse, boost=boost):
+        for score, payload in self.store.query(self.chunk_col, search.vector, limit, where, sparse=search.sparse, also=also):
             chunk = _chunk(payload)
             hits.append(Hit(chunk=chunk, score=score, document=self.document(chunk.doc_id)))
         return _per_page(hits, per_page)[:k]

@@ -139,10 +139,11 @@ def unseen_documents(index: Index, seed: Problem, k: int) -> tuple[list[Document
 # 2. d' and e' from one new document -----------------------------------------------------------
 def document_chunks(index: Index, doc_id: str, seed_text: str, k: int) -> list[Chunk]:
     """What the teacher reads of a new document: the definitions of the terms the seed passage
-    defines or quotes, and the k chunks nearest to the seed passage, in document order."""
+    defines or quotes, and the k chunks nearest to the seed passage, in document order (the passage
+    itself is the query: no concept expansion, which would steer it to financial statements)."""
     terms = {t.lower() for t in quoted_terms(seed_text)}
     defined = [c for c in index.chunks(doc_id) if c.term and c.term.strip().lower() in terms] if terms else []
-    nearest = [hit.chunk for hit in index.search(seed_text, k, doc_id=doc_id)]
+    nearest = [hit.chunk for hit in index.search(seed_text, k, doc_id=doc_id, concepts=False)]
     chunks = {c.chunk_id: c for c in defined + nearest}
     return sorted(chunks.values(), key=lambda c: c.char_start or 0)
 
