@@ -1,5 +1,6 @@
 """Finance concepts in queries: a question that names a ratio ("quick ratio", "capital expenditure")
-but not the statement that reports its inputs finds that statement (`finmbs/ingest/concepts.yaml`).
+but not the statement that reports its inputs finds that statement (`finmbs/ingest/concepts.yaml`);
+and a company named by an abbreviation of its name.
 
 The index holds pages of a real 10-Q (Best Buy, fiscal 2024 Q2, from ../shared/data/financebench): the
 cover, the three statements, and the MD&A pages on liquidity whose prose competes with them."""
@@ -35,6 +36,7 @@ def settings(tmp_path_factory):
         for page in PAGES:
             excerpt.insert_pdf(filing, from_page=page - 1, to_page=page - 1)
         excerpt.save(docs / FILING)
+    (docs / "manifest.jsonl").write_text(json.dumps({"doc_name": Path(FILING).stem, "company": "Best Buy Co., Inc."}) + "\n")
     settings = IndexSettings(path=str(tmp_path_factory.mktemp("index") / "qdrant"))
     report = ingest_paths([docs], settings, show_progress=False, workers=1)
     assert report.documents == 1 and not report.failed
@@ -55,6 +57,13 @@ def test_a_concept_finds_the_statement_that_reports_it(settings, question, page)
         without = rank(index.search(question, 10, concepts=False), page)
     assert with_concepts is not None and with_concepts <= 2, (with_concepts, without)
     assert without is None or with_concepts < without  # the concept moved the statement up
+
+
+def test_an_abbreviated_company_name_is_recognised(settings):
+    with open_index(settings) as index:
+        assert index.document(Path(FILING).stem).company == "Best Buy Co., Inc."  # from the manifest
+        assert index.recognise("Did BeBu's quick ratio improve in FY2024?").company == "bestbuy"  # two letters of each word
+        assert index.recognise("Did BB's quick ratio improve?").company is None  # initials are not enough
 
 
 def test_search_command_turns_concepts_off(settings):

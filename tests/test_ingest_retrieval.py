@@ -25,7 +25,7 @@ from finmbs.config import IndexSettings
 from finmbs.ingest import ingest_paths, open_index
 from finmbs.ingest.chunk import Chunker
 from finmbs.ingest.embed import special_tokens, token_counter, token_offsets, window
-from finmbs.ingest.index import query_terms, query_years
+from finmbs.ingest.index import abbreviates, query_terms, query_years
 from finmbs.ingest.parse import ParsedDocument
 from finmbs.ingest.pipeline import chunk_budget, embedding_text, prepared_files
 
@@ -175,6 +175,12 @@ def test_a_ticker_names_its_company(index):
     question = "Which nominees did FL's shareholders elect to the board?"
     companies = [h.chunk.doc_id.split("_")[0] for h in index.search(question, 5)]
     assert companies[0] == "FOOTLOCKER" and companies == sorted(companies, key=lambda c: c != "FOOTLOCKER")  # its pages first
+
+
+def test_a_company_abbreviation_is_two_letters_or_more_of_each_word():
+    assert abbreviates("AMEX", "American Express Company") and abbreviates("AMEX", "American Express")
+    assert not abbreviates("AE", "American Express")  # initials are not enough (and too short)
+    assert not abbreviates("AMEX", "Amcor") and not abbreviates("GAAP", "Foot Locker") and not abbreviates("MGMR", "MGM Resorts")
 
 
 def test_top_k_spends_one_slot_per_page_unless_asked(index):

@@ -39,14 +39,35 @@ def point_id(key: str) -> str:
     return str(uuid.uuid5(_NAMESPACE, key))
 
 
+_LEGAL_FORMS = {"inc", "corp", "corporation", "co", "company", "ltd", "llc", "plc", "lp", "l", "p", "com", "the", "sa", "nv", "ag"}
+
+
+def company_words(name: str | None) -> list[str]:
+    """'Amazon.com, Inc.' -> ['amazon']: lower-case words, legal suffixes dropped."""
+    words = re.sub(r"[^a-z0-9& ]", " ", (name or "").lower()).split()
+    while len(words) > 1 and words[-1] in _LEGAL_FORMS:
+        words.pop()
+    return words
+
+
 def company_key(name: str | None) -> str | None:
     """'Amazon.com, Inc.' / 'AMAZON' -> 'amazon': lower-case letters and digits, legal suffixes dropped."""
-    if not name:
-        return None
-    words = re.sub(r"[^a-z0-9& ]", " ", name.lower()).split()
-    while len(words) > 1 and words[-1] in {"inc", "corp", "corporation", "co", "company", "ltd", "llc", "plc", "lp", "l", "p", "com", "the", "sa", "nv", "ag"}:
-        words.pop()
-    return "".join(words) or None
+    return "".join(company_words(name)) or None
+
+
+def abbreviates(word: str, name: str | None) -> bool:
+    """Whether `word` (four letters or more) abbreviates a company name of two words or more by the first
+    two letters or more of each word, in order: "AMEX" / "AmEx" for American Express; not its initials."""
+    words = [w for w in company_words(name) if w.isalnum()]
+    if len(word) < 4 or len(words) < 2:
+        return False
+
+    def spelled(rest: str, words: list[str]) -> bool:
+        if not words:
+            return not rest
+        return any(rest[:n] == words[0][:n] and spelled(rest[n:], words[1:]) for n in range(2, min(len(words[0]), len(rest)) + 1))
+
+    return spelled(word.lower(), words)
 
 
 def doc_type_key(doc_type: str | None) -> str | None:
@@ -398,6 +419,7 @@ class Index:
         self._documents: dict[str, Document] = {}
         self._catalogue: dict[str, set[str]] | None = None
         self._tickers: dict[str, str] = {}
+        self._names: dict[str, str] = {}  # company key -> the company's name as a document spells it
         self._terms: set[str] | None = None
 
     def __enter__(self) -> Index:
@@ -484,10 +506,11 @@ class Index:
     def catalogue(self) -> dict[str, set[str]]:
         """Company key -> the years of its documents, from the index's own document records."""
         if self._catalogue is None:
-            self._catalogue, symbols = {}, {}
+            self._catalogue, symbols, self._names = {}, {}, {}
             for doc in self.documents():
                 if key := company_key(doc.company):
                     self._catalogue.setdefault(key, set()).update(p for p in periods(doc.period) if re.fullmatch(r"\d{4}", p))
+                    self._names.setdefault(key, doc.company)
                     for symbol in doc.entities.get("tickers", []):
                         symbols.setdefault(symbol, set()).add(key)
             self._tickers = {symbol: keys.pop() for symbol, keys in symbols.items() if len(keys) == 1}
@@ -506,13 +529,17 @@ class Index:
         return self._terms
 
     def recognise(self, query: str) -> Recognised:
-        """The company (longest key among the index's companies, else a trading symbol its filings list), year
-        and defined terms a query names, if any; the year only where that company has a document of that
-        year (the latest year named wins)."""
+        """The company (longest key among the index's companies, else a trading symbol its filings list or an
+        abbreviation of one company's name, "AMEX"), year and defined terms a query names, if any; the year
+        only where that company has a document of that year (the latest year named wins)."""
         catalogue = self.catalogue()
         terms = query_terms(query, self.terms())
         named = sorted((key for key in query_phrases(query) if key in catalogue), key=len, reverse=True)
-        named += [self._tickers[symbol] for symbol in query_tickers(query) if symbol in self._tickers]
+        for word in query_tickers(query):
+            if word in self._tickers:
+                named.append(self._tickers[word])
+            elif len(short := [key for key, name in self._names.items() if abbreviates(word, name)]) == 1:
+                named += short
         if not named:
             return Recognised(terms=terms)
         company = named[0]
