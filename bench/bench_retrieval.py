@@ -1,6 +1,6 @@
 """Retrieval quality on FinanceBench, and the embedded-engine choice (Qdrant Edge vs qdrant-client local).
 
-    nice python3 bench/bench_retrieval.py quality [--max-docs N] [--index-path DIR] [--workers W]
+    nice python3 bench/bench_retrieval.py quality [--max-docs N] [--index-path DIR] [--workers W] [--no-llamaindex]
     nice python3 bench/bench_retrieval.py agreements [--index-path DIR]
     nice python3 bench/bench_retrieval.py engines [--points 100000]
 
@@ -73,15 +73,17 @@ def quality(args: argparse.Namespace) -> None:
     li_dir = f"{args.index_path}-llamaindex"
     mb = sum(f.stat().st_size for f in pdfs) / 2**20
     key = f"{len(pdfs)} pdfs:workers={args.workers}"
-    ingests = {"finmbs": resumable(results_file, f"{key}:finmbs", lambda: measure("finmbs", pdfs, args.index_path, args.workers)),
-               "llamaindex": resumable(results_file, f"{key}:llamaindex", lambda: measure("llamaindex", pdfs, li_dir))}
+    ingests = {"finmbs": resumable(results_file, f"{key}:finmbs", lambda: measure("finmbs", pdfs, args.index_path, args.workers))}
+    if args.llamaindex:
+        ingests["llamaindex"] = resumable(results_file, f"{key}:llamaindex", lambda: measure("llamaindex", pdfs, li_dir))
     print(f"FinanceBench PDFs: {len(pdfs)} files, {mb:.1f} MiB, {ingests['finmbs']['pages']} pages")
-    print_pair("FinanceBench PDFs", mb, ingests)
+    if args.llamaindex:
+        print_pair("FinanceBench PDFs", mb, ingests)
     indexed = {p.stem for p in pdfs}
     evaluated = [q for q in qs if any(e["doc_name"] in indexed for e in q["evidence"])]
     hits: dict[tuple[str, str, int], int] = defaultdict(int)
     totals: dict[str, int] = defaultdict(int)
-    li_rank = llamaindex_ranker(li_dir)
+    li_rank = llamaindex_ranker(li_dir) if args.llamaindex else None
     started, searches = time.perf_counter(), 0
     recognised = 0
     with open_index(IndexSettings(path=args.index_path)) as index:
@@ -93,7 +95,8 @@ def quality(args: argparse.Namespace) -> None:
             ranked = {mode: [(h.chunk.doc_id, h.chunk.page) for h in index.search(q["question"], 20, **options)]
                       for mode, options in {**MODES, **given}.items()}
             searches += len(ranked)
-            ranked["llamaindex"] = li_rank(q["question"], 20)
+            if li_rank:
+                ranked["llamaindex"] = li_rank(q["question"], 20)
             for group in ("all", q.get("question_type") or "?"):
                 totals[group] += 1
                 for mode, pages in ranked.items():
@@ -102,7 +105,7 @@ def quality(args: argparse.Namespace) -> None:
     per_query_ms = (time.perf_counter() - started) / max(searches, 1) * 1000
     print(f"questions evaluated: {len(evaluated)} (evidence PDF indexed); {per_query_ms:.0f} ms per finmbs search incl. embedding; "
           f"the default recognised the company of {recognised}")
-    columns = (*MODES, "llamaindex", "given company", "given document")
+    columns = (*MODES, *(["llamaindex"] if li_rank else []), "given company", "given document")
     print(f"  {'questions':28s} {'n':>4s} " + " ".join(f"{mode + ' @5/@20':>24s}" for mode in columns))
     for group, n in sorted(totals.items(), key=lambda item: item[0] != "all"):
         cells = " ".join(f"{hits[(group, mode, 5)] / n:>13.3f} / {hits[(group, mode, 20)] / n:.3f}" for mode in columns)
@@ -186,6 +189,8 @@ def main() -> None:
     q.add_argument("--max-docs", type=int, default=0, help="only the N smallest PDFs that questions use (0: all)")
     q.add_argument("--index-path", default=".finmbs/bench-financebench")
     q.add_argument("--workers", type=int, default=None, help="finmbs parser processes (default: the cores)")
+    q.add_argument("--no-llamaindex", dest="llamaindex", action="store_false",
+                   help="finmbs alone: no plain LlamaIndex ingest, speed ratio or column (its figures do not depend on finmbs)")
     a = sub.add_parser("agreements")
     a.add_argument("--index-path", default=".finmbs/bench-agreements")
     a.add_argument("--workers", type=int, default=None)

@@ -65,17 +65,29 @@ def config(server, cache: Path, **fields) -> RunConfig:
 
 
 def outputs(out: Path) -> dict:
-    """Everything a run folder holds except wall time (rows sorted: workers finish in any order)."""
+    """Everything a run folder holds except wall time (rows sorted: workers finish in any order), and
+    except transport incidents: a request that timed out on a loaded machine and was sent again counts
+    a retry in one run and not in the other (the requests the server answered are compared apart)."""
     metrics = json.loads((out / "metrics.json").read_text())
     metrics.pop("wall_time_s")
     for stage in metrics["stages"].values():  # model seconds are timing too
         stage.pop("model_seconds")
+    for usage in metrics["usage"].values():
+        usage.pop("retries"), usage.pop("errors")
     rows = {name: sorted(json.dumps(r, sort_keys=True) for r in read_jsonl(out / name))
             for name in ("qualified.jsonl", "rejected.jsonl")}
     counts = {name: len(r) for name, r in rows.items()}
     trees = {p.name: json.loads(p.read_text()) for p in sorted((out / "trees").iterdir())}
     return {"metrics": metrics, **rows, "counts": counts, "trees": trees,
             "done": sorted(p.name for p in (out / "done").iterdir())}
+
+
+def differences(got: object, want: object, path: str = "") -> list[str]:
+    """Where two JSON-like values differ (a failure names the field, not only "dicts differ")."""
+    if isinstance(got, dict) and isinstance(want, dict):
+        return [d for key in sorted(set(got) | set(want), key=str)
+                for d in differences(got.get(key), want.get(key), f"{path}.{key}")]
+    return [] if got == want else [f"{path or '.'}: {str(got)[:200]} != {str(want)[:200]}"]
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +120,8 @@ def test_ray_grow_gives_the_local_outputs(ray_cluster, world, reference, tmp_pat
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     assert world.request_count - before == requests  # the same LLM calls, from other processes
-    assert outputs(tmp_path / "run") == expected  # usage per role included
+    got = outputs(tmp_path / "run")
+    assert got == expected, differences(got, expected)  # usage per role included
     assert ray_cluster.is_initialized()  # a cluster the command did not start is left running
 
     # resume: a finished folder sends nothing and changes nothing
