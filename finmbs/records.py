@@ -183,6 +183,9 @@ class SyntheticTree(Record):
     entity: str | None = None
 
 
+ANSWERS = "; answers: "  # how an unverified candidate's reason ends: the answers its traces reached
+
+
 class Rejection(Record):
     """A candidate that did not make it, with the stage and reason."""
 
@@ -190,6 +193,17 @@ class Rejection(Record):
     stage: str
     reason: str
     data: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def brief(self) -> str:
+        """The reason without the traces' answers it may end with (negative context for a retry)."""
+        return self.reason.split(ANSWERS)[0]
+
+    @property
+    def answers(self) -> list[str]:
+        """The traces' answers the reason lists last (none when it lists none)."""
+        _, found, listed = self.reason.partition(ANSWERS)
+        return [a.strip() for a in listed.split(", ") if a.strip()] if found else []
 
 
 class RoleUsage(Record):

@@ -61,3 +61,13 @@ def test_unknown_field_rejected():
 def test_band_report():
     hard = DifficultyReport(policy="pi", budget=16, n=8, k=0, band="hard", in_budget=False, verified_hard=True)
     assert not hard.qualified and hard.success_rate == 0
+
+
+def test_a_rejection_reason_lists_the_traces_answers_last():
+    p = Problem(id="x", question="q", answer="1")
+    unverified = Rejection(problem=p, stage="leaf", reason="unverified: no verified trace after 1x2 tries; answers: "
+                                                            "t#0: '6' (stop), t#1: '0' (stop)")
+    assert unverified.brief == "unverified: no verified trace after 1x2 tries"
+    assert unverified.answers == ["t#0: '6' (stop)", "t#1: '0' (stop)"]
+    too_easy = Rejection(problem=p, stage="leaf", reason="too easy: weakest student s accuracy 1.000 > alpha 0.8")
+    assert too_easy.brief == too_easy.reason and too_easy.answers == []

@@ -15,7 +15,6 @@ from pydantic import BaseModel, Field, field_validator
 from finmbs.mbs.candidates import WorkedProblem, asking_for, attempt_item, derive, novel_problems, verified_node, written_items
 from finmbs.mbs.context import Context, Ledger
 from finmbs.mbs.solve import document_block, student_accuracy
-from finmbs.mbs.traces import without_answers
 from finmbs.records import Decision, TreeNode
 from finmbs.resources import render_prompt
 
@@ -55,7 +54,7 @@ async def screened(
 def rejected_variants(leaf: TreeNode, ledger: Ledger) -> str:
     """The negative context of a retry round: every variant of `leaf` rejected so far, with why."""
     prefix = f"{leaf.problem.id}.h"
-    lines = [attempt_item(r.problem.question, r.problem.answer, "rejected", without_answers(r.reason))
+    lines = [attempt_item(r.problem.question, r.problem.answer, "rejected", r.brief)
              for r in ledger.rejected if r.problem.id.startswith(prefix)]
     return render_prompt("leaf_failed", variants="\n".join(lines)) if lines else ""
 

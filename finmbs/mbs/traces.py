@@ -17,7 +17,7 @@ from finmbs.config import Endpoint
 from finmbs.mbs.context import Context
 from finmbs.mbs.novelty import same_answer
 from finmbs.mbs.solve import rollouts
-from finmbs.records import Problem, Rollout, Trace
+from finmbs.records import ANSWERS, Problem, Rollout, Trace
 
 
 _UNKNOWN = re.compile(r"(?<![A-Za-z\\])[A-Za-z](?![A-Za-z])")  # a lone letter: P in "0.0325P", x in "3x+2"
@@ -82,14 +82,6 @@ async def teacher_trace(
     votes = len(seen) - len(teachers) * ctx.stages.Nt
     tries = f"{len(teachers)}x{ctx.stages.Nt}" + (f" (+{votes} relabel votes)" if votes else "")
     return None, f"no verified trace after {tries} tries{ANSWERS}" + ", ".join(seen)
-
-
-ANSWERS = "; answers: "  # what an unverified candidate's reason lists last: the answers its traces reached
-
-
-def without_answers(reason: str) -> str:
-    """A rejection reason without the traces' answers it may end with (negative context for a retry)."""
-    return reason.split(ANSWERS)[0]
 
 
 def verified_trace(sample: Rollout, teacher: Endpoint) -> Trace:

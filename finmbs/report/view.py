@@ -267,8 +267,8 @@ def failed_outputs(run: Run, seed_id: str) -> list[str]:
         attempts = rejection.data.get("attempts")
         if isinstance(attempts, list) and attempts:
             outputs += [a.get("text") or str(a) if isinstance(a, dict) else str(a) for a in attempts]
-        elif "answers:" in rejection.reason:
-            outputs += [a.strip() for a in rejection.reason.split("answers:", 1)[1].split(", ") if a.strip()]
+        else:
+            outputs += rejection.answers
     return outputs
 
 
