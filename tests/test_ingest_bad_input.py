@@ -81,6 +81,16 @@ def test_cli_exit_code_and_json_report(bad_folder):
     assert hits[0]["section"] == "ARTICLE I DEFINITIONS > Section 1.01 Defined Terms"
 
 
+def test_search_on_missing_index_is_one_error(tmp_path):
+    """A search of an index folder that holds nothing (a typo, no ingest yet) says so and exits non-zero,
+    rather than printing an empty result; the folder is not created."""
+    missing = tmp_path / "no-index-here"
+    result = CliRunner().invoke(app, ["search", "leverage ratio", "--index-path", str(missing)])
+    assert result.exit_code == 2
+    assert f"the index at {missing} holds no documents" in result.output and "finmbs ingest" in result.output
+    assert not missing.exists()
+
+
 def test_unsupported_extension_named():
     with pytest.raises(ParseError, match="unsupported file type '.xlsx'"):
         parse_file(__import__("pathlib").Path("contract.xlsx"))

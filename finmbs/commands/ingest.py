@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.table import Table
 
-from finmbs.commands._common import ConfigOption, SetOption, cli_errors, console, resolve_config
+from finmbs.commands._common import ConfigOption, SetOption, UsageError, cli_errors, console, resolve_config
 from finmbs.config import IndexSettings, RunConfig, load_config
 from finmbs.llm import Gateway
 
@@ -87,13 +88,17 @@ def register(app: typer.Typer) -> None:
 
         settings = index_settings(load_config(config, set_ or []), qdrant_url, index_path)
         with open_index(settings) as index:
+            if not index.catalogue() and not index.documents():
+                where = settings.url or os.environ.get("QDRANT_URL") or settings.path
+                raise UsageError(f"the index at {where} holds no documents: run `finmbs ingest PATH` first "
+                                 "(or point --index-path / --qdrant-url at the index)")
             hits = index.search(query, k, exclude_doc_ids=exclude_doc or (), doc_type=doc_type, company=company, period=period,
                                 hybrid=not dense, metadata=not no_metadata, concepts=not no_concepts,
                                 per_page=per_page)
         if as_json:
             typer.echo(json.dumps([hit_json(rank, hit) for rank, hit in enumerate(hits, 1)], indent=2, ensure_ascii=False))
         elif not hits:
-            console.print("no hits (is the index empty? run `finmbs ingest PATH` first)")
+            console.print("no hits")
         else:
             from rich.console import Console
 
