@@ -124,7 +124,8 @@ def test_demo_seeds_are_hard_real_and_grounded():
         assert len(_norm(seed.snippet.text)) >= 250, seed.id  # a passage, not a phrase
 
 
-@pytest.mark.parametrize("name", ["seeds-quickstart.jsonl", "seeds-quickstart-more.jsonl", "seeds-quickstart-hard.jsonl"])
+@pytest.mark.parametrize("name", ["seeds-quickstart.jsonl", "seeds-quickstart-more.jsonl", "seeds-quickstart-hard.jsonl",
+                                  "seeds-quickstart-default-rate.jsonl"])
 def test_quickstart_seeds_are_grounded_and_measured(name):
     seeds = load_seeds(FINANCE / name)
     assert seeds and all(s.id.startswith("qs-") for s in seeds)
