@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Annotated
 
@@ -84,17 +83,17 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Ranked chunks with document, section, page and score."""
         from finmbs.ingest import open_index
+        from finmbs.ingest.index import store_url
         from finmbs.ingest.search import hit_json, hits_table
 
         settings = index_settings(load_config(config, set_ or []), qdrant_url, index_path)
         with open_index(settings) as index:
-            if not index.catalogue() and not index.documents():
-                where = settings.url or os.environ.get("QDRANT_URL") or settings.path
-                raise UsageError(f"the index at {where} holds no documents: run `finmbs ingest PATH` first "
-                                 "(or point --index-path / --qdrant-url at the index)")
             hits = index.search(query, k, exclude_doc_ids=exclude_doc or (), doc_type=doc_type, company=company, period=period,
                                 hybrid=not dense, metadata=not no_metadata, concepts=not no_concepts,
                                 per_page=per_page)
+            if not hits and not index.documents():
+                raise UsageError(f"the index at {store_url(settings) or settings.path} holds no documents: run "
+                                 "`finmbs ingest PATH` first (or point --index-path / --qdrant-url at the index)")
         if as_json:
             typer.echo(json.dumps([hit_json(rank, hit) for rank, hit in enumerate(hits, 1)], indent=2, ensure_ascii=False))
         elif not hits:

@@ -625,9 +625,14 @@ def _document(payload: dict[str, Any]) -> Document:
     return Document.model_validate({k: v for k, v in payload.items() if k in Document.model_fields})
 
 
+def store_url(settings: IndexSettings) -> str | None:
+    """The Qdrant server/cluster URL of the settings (or QDRANT_URL); None for the embedded folder."""
+    return settings.url or os.environ.get("QDRANT_URL")
+
+
 def open_store(settings: IndexSettings) -> Store:
     """Qdrant server/cluster when `url` (or QDRANT_URL) is set, else the embedded Qdrant Edge folder."""
-    url = settings.url or os.environ.get("QDRANT_URL")
+    url = store_url(settings)
     if url:
         api_key = os.environ.get(settings.api_key_env) if settings.api_key_env else None
         return ClientStore(url=url, api_key=api_key, options=settings.collection_options())
