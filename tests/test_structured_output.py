@@ -12,6 +12,7 @@ from finmbs.llm import Gateway
 from finmbs.llm.gateway import parse_structured
 from finmbs.llm.structured import extract_json, schema_format, strip_think
 from finmbs.mbs.leaves import LeafVariants
+from finmbs.testing.server import Reply
 
 
 class Verdict(BaseModel):
@@ -43,6 +44,24 @@ async def test_without_constraint_support_parse_and_repair_is_the_fallback(opena
     assert "answer" in openai_server.requests[1].text  # the repair re-ask carries the schema
     usage = gateway.usage["judge"]
     assert (usage.parse_failures, usage.repairs) == (1, 1)
+
+
+async def test_a_constrained_reply_cut_off_at_max_tokens_is_drawn_again_not_repaired(openai_server, make_endpoint, tmp_path):
+    """A small model looping inside a JSON string hits max_tokens under the grammar; a repair re-ask
+    only copies the loop, so the gateway draws the same request again (another sample index)."""
+    looping = '{"answer": 5, "reason": "' + "\\text{ (per cent)} \\right." * 40
+    openai_server.script(Reply(texts=[looping], finish_reasons=["length"]), '{"answer": 5, "reason": "sum"}')
+    gateway = Gateway(cache_path=str(tmp_path / "cache.sqlite"))
+    [verdict] = await gateway.structured(make_endpoint(), Verdict, role="judge", messages=MESSAGES)
+    assert verdict == Verdict(answer=5, reason="sum")
+    first, second = openai_server.requests
+    assert second.messages == first.messages and second.response_format == first.response_format
+    assert second.body.get("seed") != first.body.get("seed")
+    usage = gateway.usage["judge"]
+    assert (usage.parse_failures, usage.repairs) == (1, 1)
+    [again] = await Gateway(cache_path=str(tmp_path / "cache.sqlite")).structured(
+        make_endpoint(), Verdict, role="judge", messages=MESSAGES)
+    assert again == verdict and openai_server.request_count == 2  # both draws come from the cache
 
 
 async def test_the_constraint_is_part_of_the_cache_key(openai_server, make_endpoint, tmp_path):

@@ -29,6 +29,7 @@ from finmbs.resources import render_prompt
 
 log = logging.getLogger("finmbs.gateway")
 T = TypeVar("T", bound=BaseModel)
+REDRAW = 1000  # sample indices of second draws after a cut-off structured reply: apart from a caller's own
 Chat = list[Message] | list[dict[str, str]]
 
 _RETRYABLE_STATUS = {408, 409, 425, 429, 500, 502, 503, 504, 520, 522, 524, 529}
@@ -307,8 +308,10 @@ class Gateway:
         With `structured_output: json_schema` (the default) the request carries the schema as
         `response_format` (a llama.cpp grammar for embedded models, guided decoding on vLLM and
         llama.cpp servers, structured outputs on hosted APIs). A sample that still fails to parse
-        (`structured_output: none`, a truncated reply, a backend that ignores the schema) gets one
-        repair re-ask; one still unparseable comes back as None. Failures and repairs are counted.
+        (`structured_output: none`, a backend that ignores the schema) gets one repair re-ask. A
+        constrained sample cut off at `max_tokens` (a small model looping inside a string) cannot be
+        repaired: it is drawn again instead (sample index `REDRAW + i`, so the cache keeps both). One
+        still unparseable comes back as None. Failures and second asks (`repairs`) are counted.
         `last`: read the reply's last JSON value, not its first (verdicts).
         """
         msgs = [m if isinstance(m, Message) else Message(**m) for m in messages]
@@ -319,28 +322,32 @@ class Gateway:
         )
         usage = self.role_usage(role)
         results: list[T | None] = []
-        for sample in samples:
+        for i, sample in enumerate(samples, start=first_index):
             parsed, error = parse_structured(sample.text, schema, last=last)
             if parsed is None:
                 usage.parse_failures += 1
                 usage.repairs += 1
-                repair = msgs + [
-                    Message(role="assistant", content=sample.text),
-                    Message(
-                        role="user",
-                        content=render_prompt(
-                            "repair_json", error=error, schema=json.dumps(schema.model_json_schema())
-                        ),
-                    ),
-                ]
-                fixed = await self.generate(
-                    endpoint, role=role, messages=repair, n=1, temperature=0.0, max_tokens=max_tokens,
-                    response_format=fmt,
-                )
-                parsed, error = parse_structured(fixed[0].text, schema, last=last)
+                cut_off = fmt is not None and sample.finish_reason == "length"
+                if cut_off:
+                    second = await self.generate(
+                        endpoint, role=role, messages=msgs, n=1, first_index=REDRAW + i,
+                        temperature=temperature, max_tokens=max_tokens, response_format=fmt,
+                    )
+                else:
+                    repair = msgs + [
+                        Message(role="assistant", content=sample.text),
+                        Message(role="user", content=render_prompt(
+                            "repair_json", error=error, schema=json.dumps(schema.model_json_schema()))),
+                    ]
+                    second = await self.generate(
+                        endpoint, role=role, messages=repair, n=1, temperature=0.0, max_tokens=max_tokens,
+                        response_format=fmt,
+                    )
+                parsed, error = parse_structured(second[0].text, schema, last=last)
                 if parsed is None:
                     usage.parse_failures += 1
-                    log.warning("%s: unparseable %s after repair: %s", role, schema.__name__, error)
+                    log.warning("%s: unparseable %s after %s: %s", role, schema.__name__,
+                                "a second draw" if cut_off else "repair", error)
             results.append(parsed)
         return results
 
