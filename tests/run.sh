@@ -4,7 +4,7 @@
 #   bash tests/run.sh [PYTEST ARGS...]
 #
 # Set-up, each step only when something is missing: the CPU torch wheel (pip would otherwise fetch a
-# multi-GB CUDA build), finmbs with the dev and ray extras, and Debian's chromium + chromium-driver for
+# multi-GB CUDA build), finmbs with the dev, ray and static extras, and Debian's chromium + chromium-driver for
 # the report's browser test (apt-get, as root; otherwise that test says it is skipped). Then pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,8 +28,8 @@ if [ -n "$(missing torch)" ]; then
 fi
 # finmbs counts as installed only when it is imported from this checkout (editable install or PYTHONPATH).
 here="$("$PYTHON" -c 'import finmbs, pathlib; print(pathlib.Path(finmbs.__file__).resolve().parent.parent)' 2>/dev/null || true)"
-if [ "$here" != "$(pwd -P)" ] || [ -n "$(missing pytest pytest-asyncio pytest-timeout selenium ray)" ]; then
-  "$PYTHON" -m pip install -q -e ".[dev,ray]"
+if [ "$here" != "$(pwd -P)" ] || [ -n "$(missing pytest pytest-asyncio pytest-timeout selenium ray model2vec)" ]; then
+  "$PYTHON" -m pip install -q -e ".[dev,ray,static]"
 fi
 if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then

@@ -173,6 +173,21 @@ async def test_a_question_giving_its_own_answer_is_rejected_before_any_trace(tmp
     assert gives_own_answer(problem("How much change is due? (Answer: 18.5)", "18.5"))
     assert gives_own_answer(problem("Answer this: 7 boxes hold 3 pens each. How many pens?", "21")) is None
     assert gives_own_answer(problem("Of 70 answers, 7 were wrong. How many were right?", "63")) is None
+    # the answer as the question's only figure: nothing to work out (short counts aside)
+    assert "only figure" in gives_own_answer(problem("If x is 12 more than nothing, what is x?", "12"))
+    assert gives_own_answer(problem("Ben is 5 years older than Cara, and their ages sum to 35. How old is Ben?", "20")) is None
+    assert gives_own_answer(problem("Ben is 12. Cara is 12 too. Add 12 to Ben's age.", "24")) is None
+    assert gives_own_answer(problem("A bag holds 3 pens. How many pens are in the bag?", "3")) is None
+
+    def finance(question: str, answer: str) -> Problem:
+        return Problem(id="f", question=question, answer=answer, domain="finance")
+
+    restating = finance("If an Event of Default occurs, and the default rate is 2.0% per annum above the rates otherwise "
+                        "payable, what is the total interest rate charged on the Loans?", "2.0%")  # a qualified one, once
+    assert "only figure is its own answer ('2.0%')" in gives_own_answer(restating)
+    assert gives_own_answer(finance("If the benchmark rate floor is 5%, what is the Floor rate?", "5.00")) is not None
+    assert gives_own_answer(finance("Term SOFR is 0.30% and the Floor is 0.50%. What rate applies?", "0.50%")) is None
+    assert gives_own_answer(finance("If the Loans otherwise bear 9.00%, what rate applies during a default?", "11.00%")) is None
     world = World(agents={})
     openai_server.handler = world
     world.agents = {"teacher": Agent(), "target": Agent(), "s": Agent()}

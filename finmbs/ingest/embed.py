@@ -1,19 +1,36 @@
-"""Sentence embeddings from a model shipped inside a Python package (all-MiniLM-L6-v2), offline."""
+"""Sentence embeddings from a model shipped inside a Python package (all-MiniLM-L6-v2), offline.
+
+`static:NAME` (the `static` extra) names a static embedder distilled from NAME with model2vec: each
+word piece's vector is what NAME gives that piece alone, reduced by PCA and weighted by frequency, and
+a text's vector is the mean of its pieces' vectors. No transformer runs per chunk, so it embeds some
+hundreds of times faster than NAME and reads a text of any length; it ranks worse on its own
+(`bench/bench_retrieval.py quality --embedding-model static:...`). Distilled once (seconds) into the model cache, from NAME's local files.
+"""
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import importlib
 import json
+import os
+import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from finmbs.config import ConfigError
+from finmbs.llm.embedded import cache_dir
+
+STATIC = "static:"
+STATIC_DIMS = 256  # PCA components kept by the distillation
 
 
 @functools.cache
 def model_dir(name: str) -> Path:
-    """Folder of a sentence-transformers model: a pip package exposing `get_model_path()`, or a local path."""
+    """Folder of a sentence-transformers model: a pip package exposing `get_model_path()`, a local
+    path, or `static:NAME` (distilled from NAME on first use)."""
+    if name.startswith(STATIC):
+        return static_dir(name.removeprefix(STATIC))
     path = Path(name)
     if path.is_dir():
         return path
@@ -22,6 +39,39 @@ def model_dir(name: str) -> Path:
     except ImportError:
         raise ConfigError(f"embedding model '{name}' is neither an installed package nor a folder", key="index.embedding_model") from None
     return Path(module.get_model_path())
+
+
+def static_dir(base: str) -> Path:
+    """The model2vec distillation of `base`, built once into the model cache (a lock keeps two
+    processes from building it at once; the folder appears complete or not at all)."""
+    source = model_dir(base)
+    target = cache_dir() / f"static-{source.parent.name if source.name == 'model' else source.name}-pca{STATIC_DIMS}"
+    if (target / "modules.json").is_file():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (target / "modules.json").is_file():
+            _distill(source, target)
+    return target
+
+
+def _distill(source: Path, target: Path) -> None:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the source is local files; never the hub
+    from sentence_transformers import SentenceTransformer
+
+    try:
+        from sentence_transformers.sentence_transformer.modules import StaticEmbedding
+    except ImportError:  # sentence-transformers before 6
+        from sentence_transformers.models import StaticEmbedding
+    try:
+        static = StaticEmbedding.from_distillation(str(source), device="cpu", pca_dims=STATIC_DIMS)
+    except ImportError:
+        raise ConfigError("a static: embedder needs model2vec: pip install 'finmbs[static]'", key="index.embedding_model") from None
+    partial = target.with_name(target.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    SentenceTransformer(modules=[static], device="cpu").save(str(partial))
+    partial.rename(target)
 
 
 @functools.cache
@@ -84,6 +134,8 @@ class Embedder:
     def encode(self, texts: Sequence[str], batch_size: int = 32) -> list[list[float]]:
         if not texts:
             return []
+        if self.name.startswith(STATIC):
+            batch_size = max(batch_size, 1024)  # a lookup and a mean per text: large batches cost nothing
         vectors = self.model.encode(list(texts), batch_size=batch_size, normalize_embeddings=True, show_progress_bar=False)
         return vectors.tolist()
 

@@ -119,6 +119,10 @@ class Store(ABC):
         """Whether the collection holds BM25 vectors (indexes built before hybrid search do not)."""
 
     @abstractmethod
+    def dim(self, name: str) -> int | None:
+        """The size of the collection's dense vectors; None when there is no such collection."""
+
+    @abstractmethod
     def upsert(self, name: str, points: list[Point]) -> None: ...
 
     @abstractmethod
@@ -197,6 +201,10 @@ class EdgeStore(Store):
                 return False
             self._has_sparse[name] = SPARSE in (json.loads(config.read_text()).get("sparse_vectors") or {})
         return self._has_sparse[name]
+
+    def dim(self, name: str) -> int | None:
+        config = self.path / name / "edge_config.json"
+        return int(json.loads(config.read_text())["vectors"][""]["size"]) if config.is_file() else None
 
     def _vector(self, dense: list[float], sparse: Sparse | None):
         return {"": dense, SPARSE: self.qe.SparseVector(sparse.indices, sparse.values)} if sparse else dense
@@ -285,6 +293,11 @@ class ClientStore(Store):
                 return False
             self._has_sparse[name] = SPARSE in (self.client.get_collection(name).config.params.sparse_vectors or {})
         return self._has_sparse[name]
+
+    def dim(self, name: str) -> int | None:
+        if not self.client.collection_exists(name):
+            return None
+        return int(self.client.get_collection(name).config.params.vectors.size)
 
     def _vector(self, dense: list[float], sparse: Sparse | None):
         return {"": dense, SPARSE: self.models.SparseVector(indices=sparse.indices, values=sparse.values)} if sparse else dense
@@ -433,8 +446,16 @@ class Index:
 
     @property
     def embedder(self):
+        """The index's embedder; one error when the index was built with vectors of another size."""
         if self._embedder is None:
-            self._embedder = self._embedder_factory()
+            model = self._embedder_factory()
+            built = self.store.dim(self.chunk_col)
+            if built is not None and built != model.dim:
+                where = store_url(self.settings) or self.settings.path
+                raise ConfigError(f"index {where} holds {built}-dimensional vectors, but index.embedding_model "
+                                  f"'{self.settings.embedding_model}' makes {model.dim}: search with the embedder the "
+                                  "index was built with, or ingest into another --index-path", key="index.embedding_model")
+            self._embedder = model
         return self._embedder
 
     @property

@@ -51,14 +51,14 @@ def similarity(a: str, b: str) -> float:
 
 
 def _states(domain: str, text: str, answer: str, question: str) -> bool:
-    """Whether `text` states `answer` (a single figure that is not a short count)."""
+    """Whether `text` states `answer` (a single figure that is not a short count: a whole number up to 9)."""
     if domain == "math":
         if not _NUMBER.fullmatch(answer.strip()) or abs(float(answer)) <= SHORT_COUNT:
             return False
         return any(math_equal(n, answer) for n in _NUMBER.findall(text))
     gold = figures(answer)
-    if len(gold) != 1 or (gold[0].kind in ("plain", "count") and abs(gold[0].value) <= SHORT_COUNT):
-        return False
+    if len(gold) != 1 or (gold[0].kind in ("plain", "count") and gold[0].step >= 1 and abs(gold[0].value) <= SHORT_COUNT):
+        return False  # "5.00" is a figure, "5" may be a count
     return any(compare_figures(f, gold[0], question).verdict == "equal" for f in figures(text))
 
 
@@ -74,12 +74,28 @@ def reveals(child: Problem, parent: Problem, by_answer: bool = True) -> str | No
 
 
 def gives_own_answer(problem: Problem) -> str | None:
-    """Why a teacher-written question gives its own answer away ("... (answer: 7)"), or None: small
-    teachers copy the answer into the question, and its trace then "verifies" by reading it back."""
+    """Why a teacher-written question gives its own answer away, or None: small teachers copy the answer
+    into the question ("... (answer: 7)"), or make the answer the question's only given ("if the default
+    rate is 2.0% above the rate otherwise payable, what is the total rate?" 2.0%), and a trace then
+    "verifies" by reading it back. A figure that is its question's only one and equals its answer
+    (short counts aside) leaves nothing to work out; one given among others (a floor that applies) does."""
     answer = problem.answer.strip()
     if answer and re.search(rf"\banswers?\b\W{{0,6}}(?:is\W{{0,3}})?{re.escape(answer)}(?!\w)", problem.question, re.I):
         return f"the question gives its own answer ({answer!r})"
+    if answer and _only_figure(problem):
+        return f"the question's only figure is its own answer ({answer!r}): nothing is worked out"
     return None
+
+
+def _only_figure(problem: Problem) -> bool:
+    """Whether the question states its answer and no other figure."""
+    domain, question, answer = problem.domain, problem.question, problem.answer.strip()
+    if not _states(domain, question, answer, question):
+        return False
+    if domain == "math":
+        return all(math_equal(n, answer) for n in _NUMBER.findall(question))
+    [gold] = figures(answer)
+    return all(compare_figures(f, gold, question).verdict == "equal" for f in figures(question))
 
 
 def copies_seed(problem: Problem, seed: Problem, settings: NoveltySettings) -> str | None:

@@ -33,6 +33,7 @@ from finmbs.mbs.candidates import WorkedProblem
 from finmbs.mbs.context import Context, Ledger
 from finmbs.mbs.leakage import Grounding, entity_name, quoted_terms
 from finmbs.mbs.leaves import weakest_screen
+from finmbs.mbs.novelty import gives_own_answer
 from finmbs.mbs.traces import teacher_trace
 from finmbs.records import Chunk, Decision, Document, Problem, Provenance, Snippet, SyntheticTree, TreeNode, shown_path
 from finmbs.resources import render_prompt, resource_dir
@@ -343,9 +344,12 @@ class Regrounder:
         """The re-grounded node (mechanically checked already) when the judge passes it, a teacher trace
         verifies its new answer and it passes its stage's weakest-student screen; otherwise None (the
         failure is on the ledger)."""
+        document = problem.meta["document"]
+        if given := gives_own_answer(problem):
+            self.ledger.reject(problem, STAGE, given, check="own_answer", document=document)
+            return None
         if not await self.check(problem):
             return None
-        document = problem.meta["document"]
         trace, why = await teacher_trace(self.ctx, problem)
         if trace is None:
             self.ledger.reject(problem, STAGE, f"unverified: {why}", check="verify", document=document)
