@@ -152,6 +152,18 @@ def test_quickstart_seeds_define_a_term_other_shipped_agreements_define():
         assert len(others) >= 2, (seed.id, others)
 
 
+def test_every_shipped_agreement_states_the_default_rate_clause():
+    # the default-rate quickstart seeds re-ground onto whichever agreement retrieval picks: each shipped
+    # agreement adds 2% to the rate otherwise applicable after a default (Brown-Forman: to overdue amounts)
+    two = r"(?:two percent \(2(?:\.0)?%\)|\b2(?:\.0)?% per annum)"
+    clause = re.compile(rf"(?i){two}[^.;]{{0,200}}?(?:otherwise (?:applicable|payable)|in excess of)"
+                        rf"|otherwise applicable[^.;]{{0,200}}?{two}")
+    docs = {p.stem: re.sub(r"\s+", " ", p.read_text(encoding="utf-8")) for p in (FINANCE / "docs").glob("*.txt")}
+    assert len(docs) == 4 and all(clause.search(text) for text in docs.values()), [d for d, t in docs.items() if not clause.search(t)]
+    for seed in load_seeds(FINANCE / "seeds-quickstart-default-rate.jsonl"):
+        assert clause.search(re.sub(r"\s+", " ", seed.snippet.text)), seed.id
+
+
 def test_demo_seed_answers_verified_by_the_comparer():
     for seed in load_seeds(FINANCE / "seeds.jsonl"):
         equivalent, trap = EQUIVALENT_AND_TRAP[seed.id]
