@@ -3,8 +3,9 @@
 `static:NAME` (the `static` extra) names a static embedder distilled from NAME with model2vec: each
 word piece's vector is what NAME gives that piece alone, reduced by PCA and weighted by frequency, and
 a text's vector is the mean of its pieces' vectors. No transformer runs per chunk, so it embeds some
-hundreds of times faster than NAME and reads a text of any length; it ranks worse on its own
-(`bench/bench_retrieval.py quality --embedding-model static:...`). Distilled once (seconds) into the model cache, from NAME's local files.
+hundreds of times faster than NAME and reads a text of any length, but ranks worse
+(`bench/bench_retrieval.py quality --embedding-model static:...`). It is distilled once (seconds)
+from NAME's local files into the model cache.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import functools
 import importlib
 import json
 import os
+import re
 import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -45,7 +47,8 @@ def static_dir(base: str) -> Path:
     """The model2vec distillation of `base`, built once into the model cache (a lock keeps two
     processes from building it at once; the folder appears complete or not at all)."""
     source = model_dir(base)
-    target = cache_dir() / f"static-{source.parent.name if source.name == 'model' else source.name}-pca{STATIC_DIMS}"
+    stem = re.sub(r"[^\w.-]+", "_", Path(base).name)
+    target = cache_dir() / f"static-{stem}-pca{STATIC_DIMS}"
     if (target / "modules.json").is_file():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
