@@ -194,17 +194,21 @@ class EdgeStore(Store):
             must_not=[qe.FieldCondition(key, match=qe.MatchAny(list(v))) for key, v in where.must_not.items() if v] or None,
         )
 
+    def _config(self, name: str) -> dict[str, Any] | None:
+        """The collection's `edge_config.json` (vectors, sparse vectors); None when there is no collection."""
+        config = self.path / name / "edge_config.json"
+        return json.loads(config.read_text()) if config.is_file() else None
+
     def has_sparse(self, name: str) -> bool:
         if name not in self._has_sparse:
-            config = self.path / name / "edge_config.json"
-            if not config.is_file():
+            if (config := self._config(name)) is None:
                 return False
-            self._has_sparse[name] = SPARSE in (json.loads(config.read_text()).get("sparse_vectors") or {})
+            self._has_sparse[name] = SPARSE in (config.get("sparse_vectors") or {})
         return self._has_sparse[name]
 
     def dim(self, name: str) -> int | None:
-        config = self.path / name / "edge_config.json"
-        return int(json.loads(config.read_text())["vectors"][""]["size"]) if config.is_file() else None
+        config = self._config(name)
+        return None if config is None else int(config["vectors"][""]["size"])
 
     def _vector(self, dense: list[float], sparse: Sparse | None):
         return {"": dense, SPARSE: self.qe.SparseVector(sparse.indices, sparse.values)} if sparse else dense

@@ -328,21 +328,18 @@ class Gateway:
                 usage.parse_failures += 1
                 usage.repairs += 1
                 cut_off = fmt is not None and sample.finish_reason == "length"
-                if cut_off:
-                    second = await self.generate(
-                        endpoint, role=role, messages=msgs, n=1, first_index=REDRAW + i,
-                        temperature=temperature, max_tokens=max_tokens, response_format=fmt,
-                    )
-                else:
-                    repair = msgs + [
+                if cut_off:  # the same request, another sample
+                    again, index, temp = msgs, REDRAW + i, temperature
+                else:  # the reply back, with what is wrong with it
+                    again, index, temp = msgs + [
                         Message(role="assistant", content=sample.text),
                         Message(role="user", content=render_prompt(
                             "repair_json", error=error, schema=json.dumps(schema.model_json_schema()))),
-                    ]
-                    second = await self.generate(
-                        endpoint, role=role, messages=repair, n=1, temperature=0.0, max_tokens=max_tokens,
-                        response_format=fmt,
-                    )
+                    ], 0, 0.0
+                second = await self.generate(
+                    endpoint, role=role, messages=again, n=1, first_index=index, temperature=temp,
+                    max_tokens=max_tokens, response_format=fmt,
+                )
                 parsed, error = parse_structured(second[0].text, schema, last=last)
                 if parsed is None:
                     usage.parse_failures += 1
