@@ -140,10 +140,12 @@ class StageParams(Settings):
         "roots", description="roots: calibrate the synthetic roots only (the paper); all: also every other synthetic "
                              "node, counted and written apart from the paper's metrics")
     direct_reground: bool = Field(False, description="finance: re-ground the direct baseline's problems too")
-    extract: Literal["copy", "select"] = Field(
+    extract: Literal["copy", "select", "retrieve"] = Field(
         "copy", description="finance re-grounding step 1: copy (the paper: the teacher copies d' from the new document, "
-                            "proven verbatim) or select (the teacher chooses d' among numbered excerpts: verbatim by "
-                            "construction, a few output tokens; for small teachers that paraphrase when they copy)")
+                            "proven verbatim), select (the teacher chooses d' among numbered excerpts: verbatim by "
+                            "construction, a few output tokens; for small teachers that paraphrase when they copy) or "
+                            "retrieve (no teacher call: d' is the most relevant excerpt, e' the document's company; for "
+                            "teachers that choose no better than chance)")
     relabel: bool = Field(
         False, description="a teacher-written candidate no trace verifies takes the answer all Nt traces of one teacher "
                            "agree on (not in the paper; for small teachers whose stated answers contradict their solutions)")

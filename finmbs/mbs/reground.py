@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -138,15 +139,51 @@ def unseen_documents(index: Index, seed: Problem, k: int) -> tuple[list[Document
 
 
 # 2. d' and e' from one new document -----------------------------------------------------------
+def _words(term: str) -> tuple[str, ...]:
+    return tuple(re.findall(r"[a-z0-9]+", term.lower()))
+
+
+def _names(words: tuple[str, ...], terms: list[tuple[str, ...]]) -> int | None:
+    """0 when `words` are one of the terms, 1 when one holds the other (two words or more, in order:
+    "Post-Default Rate" and "Default Rate"), else None."""
+    if words in terms:
+        return 0
+    for term in terms:
+        short, long = sorted((words, term), key=len)
+        if len(short) >= 2 and any(long[i:i + len(short)] == short for i in range(len(long) - len(short) + 1)):
+            return 1
+    return None
+
+
+def term_chunks(chunks: list[Chunk], seed_text: str, most: int) -> list[Chunk]:
+    """The chunks that name a term the seed passage defines or quotes, best first: its definition, the
+    definition of a term holding it or held by it ("Post-Default Rate" for "Default Rate"), then a
+    provision headed by it ("Section 10.5 Default Rate of Interest", "(c) Default Rate."); at most `most`."""
+    terms = [w for w in {_words(t) for t in quoted_terms(seed_text)} if w]
+    found = []
+    for chunk in chunks if terms else []:
+        if chunk.kind == "definition" and chunk.term and (rank := _names(_words(chunk.term), terms)) is not None:
+            found.append((rank, len(chunk.term), chunk))
+            continue
+        head = " ".join([chunk.section_path.rsplit(" > ", 1)[-1], chunk.text[:80]])
+        if chunk.kind == "text" and any(_names(w, [t]) is not None for t in terms for w in _spans(_words(head), len(t))):
+            found.append((2, 0, chunk))
+    return [c for *_, c in sorted(found, key=lambda f: (f[0], f[1], f[2].char_start or 0))][:most]
+
+
+def _spans(words: tuple[str, ...], n: int) -> Iterator[tuple[str, ...]]:
+    return (words[i:i + n] for i in range(len(words) - n + 1))
+
+
 def document_chunks(index: Index, doc_id: str, seed_text: str, k: int) -> list[Chunk]:
-    """What the teacher reads of a new document: the definitions of the terms the seed passage
-    defines or quotes, and the k chunks nearest to the seed passage, in document order (the passage
-    itself is the query: no concept expansion, which would steer it to financial statements)."""
-    terms = {t.lower() for t in quoted_terms(seed_text)}
-    defined = [c for c in index.chunks(doc_id) if c.term and c.term.strip().lower() in terms] if terms else []
+    """What the teacher reads of a new document, most relevant first: the definitions of the terms the
+    seed passage defines or quotes (or of terms containing one), then the chunks nearest to the seed
+    passage by hybrid search, k in all unless more definitions match (the passage itself is the query:
+    no concept expansion, which would steer it to financial statements)."""
+    defined = term_chunks(index.chunks(doc_id), seed_text, k // 2)
     nearest = [hit.chunk for hit in index.search(seed_text, k, doc_id=doc_id, concepts=False)]
     chunks = {c.chunk_id: c for c in defined + nearest}
-    return sorted(chunks.values(), key=lambda c: c.char_start or 0)
+    return list(chunks.values())[: max(k, len(defined))]
 
 
 def excerpt(chunks: list[Chunk]) -> str:
@@ -181,25 +218,32 @@ def _candidate(seed: Problem, method: str, slot: int, doc: Document | None, pass
 
 
 def numbered(chunks: list[Chunk]) -> str:
-    """The excerpts as the select prompt shows them: numbered from 1, in document order."""
+    """The excerpts as the select prompt shows them: numbered from 1, most relevant first."""
     return "\n".join(f'<excerpt n="{i}">\n{excerpt([c])}\n</excerpt>' for i, c in enumerate(chunks, 1))
 
 
 def selected(index: Index, doc: Document, chunks: list[Chunk], numbers: list[int]) -> Snippet | None:
-    """d' from the chosen excerpts: the first one chosen, run on over chosen excerpts that follow it in the
-    document with nothing but whitespace between (exact text and offsets of the stored document); None
-    when no valid excerpt was chosen."""
+    """d' from the chosen excerpts: the most relevant one chosen, run on over chosen excerpts next to it
+    in the document with nothing but whitespace between (exact text and offsets of the stored document);
+    None when no valid excerpt was chosen."""
     chosen = sorted({n for n in numbers if 1 <= n <= len(chunks)})
-    run = [chunks[n - 1] for n in chosen]
-    if not run or any(c.char_start is None or c.char_end is None for c in run):
-        return locate(index, doc, run[0].text) if run else None
+    if not chosen:
+        return None
+    anchor = chunks[chosen[0] - 1]
+    run = sorted((chunks[n - 1] for n in chosen), key=lambda c: c.char_start or 0)
+    if any(c.char_start is None or c.char_end is None for c in run):
+        return locate(index, doc, anchor.text)
     text = index.document_text(doc.doc_id)
-    start, end = run[0].char_start, run[0].char_end
-    for chunk in run[1:]:
-        if text[end:chunk.char_start].strip():  # not next to the run: ends it
+    start, end = anchor.char_start, anchor.char_end
+    for chunk in reversed(run[: run.index(anchor)]):
+        if text[chunk.char_end:start].strip():  # not next to the run: ends it
+            break
+        start = min(start, chunk.char_start)
+    for chunk in run[run.index(anchor) + 1:]:
+        if text[end:chunk.char_start].strip():
             break
         end = max(end, chunk.char_end)
-    return stored_snippet(doc, text, start, end, run[0])
+    return stored_snippet(doc, text, start, end, next(c for c in run if c.char_start == start))
 
 
 async def ask_ground(
@@ -226,7 +270,10 @@ async def new_ground(
     excerpts, verbatim by construction), or record the rejection."""
     snippet = seed.snippet or Snippet(text="")
     chunks = document_chunks(index, doc.doc_id, snippet.text or seed.question, EXCERPT_CHUNKS)
-    reply = await ask_ground(ctx, seed, slot, doc, chunks)
+    if ctx.stages.extract == "retrieve":  # no teacher call: the most relevant excerpt, the document's company
+        reply = Selection(reason="retrieved", entity=doc.company or doc.title or "", excerpts=[1] if chunks else [])
+    else:
+        reply = await ask_ground(ctx, seed, slot, doc, chunks)
     named = reply.entity.strip() if reply else ""
     # the 1.5B named the seed's own borrower for a new document: e' is then the document's company
     seed_name = (entity_name(seed.entity) or "").lower()
