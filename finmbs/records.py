@@ -47,6 +47,7 @@ class Document(Record):
     n_pages: int | None = None
     summary: str = ""
     entities: dict[str, list[str]] = Field(default_factory=dict)
+    chunking: str = ""  # how it was parsed and chunked (`pipeline.chunking`): another one re-ingests the file
 
 
 class Snippet(Record):

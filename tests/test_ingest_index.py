@@ -18,6 +18,7 @@ from finmbs.cli import app
 from finmbs.config import IndexSettings
 from finmbs.ingest import find_verbatim, ingest_paths, normalize_ws, open_index
 from finmbs.ingest.search import hit_json
+from finmbs.ingest.pipeline import chunking
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 FOOTLOCKER = "FOOTLOCKER_2022_8K_dated-2022-05-20.pdf"
@@ -122,6 +123,15 @@ def test_reingest_is_idempotent_and_changed_file_replaces(corpus):
         assert len({c.chunk_id for c in new_chunks}) == len(new_chunks) == after["brown_forman_excerpt"]
         assert new_chunks[-1].section_path.endswith("Section 9.99 Added Provision")
         assert index.search("Lenders agree to a new test clause", 1)[0].chunk.doc_id == "brown_forman_excerpt"
+    # unchanged files chunked another way (another chunk overlap; an older chunker) are ingested again
+    other = settings.model_copy(update={"chunk_overlap": settings.chunk_overlap + 1})
+    fourth = ingest_paths([docs], other, show_progress=False)
+    assert (fourth.unchanged, fourth.replaced, fourth.documents) == (0, 4, len(after))
+    back = ingest_paths([docs], settings, show_progress=False)
+    assert (back.unchanged, back.replaced) == (0, 4)
+    with open_index(settings) as index:
+        assert {d.chunking for d in index.documents()} == {chunking(settings)} and "chunker-v" in chunking(settings)
+        assert {d.doc_id: len(index.chunks(d.doc_id)) for d in index.documents()} == after
 
 
 def test_search_cli_table_and_json(corpus):

@@ -24,6 +24,7 @@ _TERM = re.compile(r"[“\"]\s*([^”\"\n]{1,150}?)\s*[”\"]")
 _MEANS = re.compile(r"^\s*(?:[,;]?\s*(?:and|or)\s+[“\"][^”\"\n]+[”\"])*\s*,?\s*(means|shall mean|has the meaning|have the meaning|shall have the meaning|is defined|refers to)")
 
 
+VERSION = 2  # raise it when a change moves chunk boundaries: every file is then ingested again
 BLOCK_CHARS = 32_768  # longest stretch handed to the sentence splitter at once
 WRAPPED_LINES = 50  # a blank-line block longer than this is hard-wrapped text: one paragraph a line
 _WRAPPED_PIECE = re.compile(

@@ -28,6 +28,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColum
 from rich.text import Text
 
 from finmbs.config import Endpoint, IndexSettings
+from finmbs.ingest.chunk import VERSION as CHUNKER_VERSION
 from finmbs.ingest.chunk import Chunker
 from finmbs.ingest.embed import over_window, special_tokens, token_counter, token_offsets, window
 from finmbs.ingest.index import Index, open_index
@@ -108,6 +109,13 @@ def embedding_text(document: Document, chunk: Chunk, clip: Callable[[str, int], 
 def chunk_budget(settings: IndexSettings) -> int:
     """Chunk tokens that fit the embedder's window next to the header: at most `index.chunk_size`."""
     return max(16, min(settings.chunk_size, window(settings.embedding_model) - special_tokens(settings.embedding_model) - HEADER_TOKENS))
+
+
+def chunking(settings: IndexSettings) -> str:
+    """What decides a file's chunks: the chunker's version and the settings it runs with. A document
+    ingested another way (an older finmbs, another chunk size) is ingested again, unchanged or not."""
+    return f"chunker-v{CHUNKER_VERSION} size={chunk_budget(settings)} overlap={settings.chunk_overlap} " \
+           f"pdf_tables={settings.pdf_tables}"
 
 
 def clipper(model: str) -> Callable[[str, int], str]:
@@ -210,6 +218,7 @@ class Ingestor:
         self.model = settings.embedding_model
         self.clip = clipper(self.model)
         self.max_bytes = int(settings.max_file_mb * 2**20)
+        self.chunking = chunking(settings)
 
     def needed(self, path: Path, report: IngestReport) -> str | None:
         """The file's SHA-256 if it must be (re)ingested; None when unchanged or unreadable (reported)."""
@@ -224,7 +233,7 @@ class Ingestor:
             report.skipped.append(SkippedFile(path=str(path), reason=f"unreadable: {exc.strerror or exc}"))
             return None
         existing = self.index.documents(source_path=str(path.resolve()))
-        if existing and all(d.sha256 == sha for d in existing):
+        if existing and all(d.sha256 == sha and d.chunking == self.chunking for d in existing):
             report.unchanged += 1
             return None
         return sha
@@ -248,6 +257,7 @@ class Ingestor:
         document = Document(
             doc_id=doc_id, source_path=source, sha256=sha, doc_type=parsed.doc_type, title=parsed.title,
             company=parsed.company, period=parsed.period, n_pages=n_pages, summary=summary, entities=entities,
+            chunking=self.chunking,
         )
         chunks = [c.model_copy(update={"doc_id": doc_id, "chunk_id": f"{doc_id}{c.chunk_id}"}) for c in item.chunks]
         texts = [embedding_text(document, c, self.clip) for c in chunks]
