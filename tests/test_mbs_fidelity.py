@@ -21,7 +21,7 @@ from finmbs.mbs.context import Context, Ledger
 from finmbs.mbs.decompose import ANSWER_LEAK, decompose
 from finmbs.mbs.leaves import harder_leaves, leaf_prompt
 from finmbs.mbs.candidates import ANSWER_CHARS, WorkedProblem, verified_node
-from finmbs.mbs.novelty import gives_own_answer, restated, reveals, similarity
+from finmbs.mbs.novelty import gives_own_answer, restated, reveals, similarity, unworkable
 from finmbs.mbs.pipeline import run_grow
 from finmbs.mbs.traces import teacher_trace
 from finmbs.records import Problem, Snippet, TreeNode
@@ -196,6 +196,14 @@ async def test_a_question_giving_its_own_answer_is_rejected_before_any_trace(tmp
     leaked = problem("Compute 2 + 3. (answer: 5)", "5")
     assert await verified_node(ctx, leaked, ledger, stage="leaf", path="0") is None
     assert ledger.rejected[0].data["check"] == "own_answer" and openai_server.request_count == 0
+    # an answer that is a sentence (the 1.5B answered a Post-Default Rate lookup with the clause; it qualified)
+    clause = finance("What would be the Post-Default Rate for Realty Income Corporation's principal of any Class of Loans?",
+                     "The interest rate otherwise applicable to such Class of Loans plus an additional two percent (2.0%) per annum")
+    assert unworkable(clause) == ("answer_form", "the answer is a sentence of 18 words, not one short value a reward can check")
+    assert unworkable(finance("What fee is due each quarter on $500,000,000 at 1.00% a year?", "$1,250,000 per fiscal quarter")) is None
+    assert unworkable(copied)[0] == "own_answer"
+    assert await verified_node(ctx, clause, ledger, stage="leaf", path="0") is None
+    assert ledger.rejected[1].data["check"] == "answer_form" and openai_server.request_count == 0
 
 
 async def test_seed_too_easy_is_its_own_outcome(tmp_path, openai_server):

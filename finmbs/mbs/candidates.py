@@ -10,7 +10,7 @@ from functools import cache
 from pydantic import BaseModel, Field, create_model, field_validator
 
 from finmbs.mbs.context import Context, Ledger
-from finmbs.mbs.novelty import STAGE as NOVELTY, gives_own_answer, restated
+from finmbs.mbs.novelty import STAGE as NOVELTY, restated, unworkable
 from finmbs.mbs.traces import teacher_trace
 from finmbs.records import Decision, Problem, Provenance, TreeNode
 
@@ -103,9 +103,9 @@ async def verified_node(
     ctx: Context, problem: Problem, ledger: Ledger, *, stage: str, path: str, mirrors: str | None = None
 ) -> TreeNode | None:
     """A node for `problem` when a teacher trace verifies its answer; otherwise a recorded rejection
-    (also, without a trace, when the question gives its own answer away)."""
-    if given := gives_own_answer(problem):
-        ledger.reject(problem, stage, given, check="own_answer")
+    (also, without a trace, when the question gives its own answer away or the answer is a sentence)."""
+    if bad := unworkable(problem):
+        ledger.reject(problem, stage, bad[1], check=bad[0])
         return None
     trace, why = await teacher_trace(ctx, problem, relabel=ctx.stages.relabel)
     if trace is None:

@@ -31,6 +31,7 @@ STAGE = "novelty"
 _TOKEN = re.compile(r"\w+|[^\w\s]")
 _NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?![\w.])")
 SHORT_COUNT = 9  # a whole number up to this is too common in text to count as stating an answer
+MAX_ANSWER_WORDS = 12  # a final answer longer than this is a sentence ("$1,250,000 per fiscal quarter" is 4)
 
 
 def same_answer(domain: str, a: str, b: str, question: str | None = None) -> bool:
@@ -84,6 +85,26 @@ def gives_own_answer(problem: Problem) -> str | None:
         return f"the question gives its own answer ({answer!r})"
     if answer and _only_figure(problem):
         return f"the question's only figure is its own answer ({answer!r}): nothing is worked out"
+    return None
+
+
+def sentence_answer(problem: Problem) -> str | None:
+    """Why the answer is no single short value that a reward function can check, or None: small teachers
+    answer a lookup with the clause itself ("The interest rate otherwise applicable to such Class of
+    Loans plus an additional two percent (2.0%) per annum")."""
+    words = len(problem.answer.split())
+    if words > MAX_ANSWER_WORDS:
+        return f"the answer is a sentence of {words} words, not one short value a reward can check"
+    return None
+
+
+def unworkable(problem: Problem) -> tuple[str, str] | None:
+    """(check, reason) when a teacher-written problem can be no RLVR problem whatever its traces say:
+    `own_answer` (`gives_own_answer`) or `answer_form` (`sentence_answer`); None otherwise."""
+    if why := gives_own_answer(problem):
+        return "own_answer", why
+    if why := sentence_answer(problem):
+        return "answer_form", why
     return None
 
 

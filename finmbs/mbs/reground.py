@@ -5,7 +5,8 @@ Retrieve the top Kd documents most like the seed's document summary, never the s
 (by doc id, source path or content hash); from each the teacher copies an analogous passage d' and
 names an analogous entity e'. A passage not found verbatim (whitespace aside) in the stored document
 text is rejected; with `stages.extract: select` the teacher chooses d' among numbered excerpts instead,
-so d' is the document's own text by construction (and costs a few tokens, not a copy). Each synthetic tree is then re-grounded on d' with every node threaded around e'
+so d' is the document's own text by construction (and costs a few tokens, not a copy); with
+`stages.extract: retrieve` d' is the most relevant excerpt and e' the document's company, no teacher asked. Each synthetic tree is then re-grounded on d' with every node threaded around e'
 (one teacher call per tree); every new node passes the mechanical grounding / leakage check
 (`leakage.py`) and then the judge, who confirms it is answerable from d' alone. Then it is verified
 like every other node: a teacher trace by rejection sampling over the teacher pool against its new
@@ -34,7 +35,7 @@ from finmbs.mbs.candidates import WorkedProblem
 from finmbs.mbs.context import Context, Ledger
 from finmbs.mbs.leakage import Grounding, entity_name, quoted_terms
 from finmbs.mbs.leaves import weakest_screen
-from finmbs.mbs.novelty import gives_own_answer
+from finmbs.mbs.novelty import unworkable
 from finmbs.mbs.traces import teacher_trace
 from finmbs.records import Chunk, Decision, Document, Problem, Provenance, Snippet, SyntheticTree, TreeNode, shown_path
 from finmbs.resources import render_prompt, resource_dir
@@ -176,10 +177,10 @@ def _spans(words: tuple[str, ...], n: int) -> Iterator[tuple[str, ...]]:
 
 
 def document_chunks(index: Index, doc_id: str, seed_text: str, k: int) -> list[Chunk]:
-    """What the teacher reads of a new document, most relevant first: the definitions of the terms the
-    seed passage defines or quotes (or of terms containing one), then the chunks nearest to the seed
-    passage by hybrid search, k in all unless more definitions match (the passage itself is the query:
-    no concept expansion, which would steer it to financial statements)."""
+    """What the teacher reads of a new document, most relevant first: the chunks that name a term of the
+    seed passage (`term_chunks`, at most k // 2), then the chunks nearest to the seed passage by hybrid
+    search, k in all (the passage itself is the query: no concept expansion, which would steer it to
+    financial statements)."""
     defined = term_chunks(index.chunks(doc_id), seed_text, k // 2)
     nearest = [hit.chunk for hit in index.search(seed_text, k, doc_id=doc_id, concepts=False)]
     chunks = {c.chunk_id: c for c in defined + nearest}
@@ -392,8 +393,8 @@ class Regrounder:
         verifies its new answer and it passes its stage's weakest-student screen; otherwise None (the
         failure is on the ledger)."""
         document = problem.meta["document"]
-        if given := gives_own_answer(problem):
-            self.ledger.reject(problem, STAGE, given, check="own_answer", document=document)
+        if bad := unworkable(problem):
+            self.ledger.reject(problem, STAGE, bad[1], check=bad[0], document=document)
             return None
         if not await self.check(problem):
             return None

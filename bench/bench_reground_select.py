@@ -1,0 +1,61 @@
+"""Re-grounding step 1 with a real teacher: which passage of each new document d' becomes, when the
+teacher chooses among the excerpts (`stages.extract: select`) and when the most relevant excerpt is
+taken (`stages.extract: retrieve`), side by side for every (seed, other document) pair.
+
+It prints the opening of each pick; whether it is the provision analogous to the seed passage is for
+the reader to judge (the shipped default-rate seeds have one in every shipped agreement: Alphatec
+Section 10.5, AvidXchange "Default Rate", Realty Income "Post-Default Rate", Brown-Forman Section
+2.13(c)). The teacher is the config's first teacher, through the gateway, with no response cache.
+
+    finmbs ingest corpora/finance/docs --index-path /tmp/fidx
+    python bench/bench_reground_select.py --index-path /tmp/fidx [--seeds corpora/finance/seeds-quickstart-default-rate.jsonl]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from pathlib import Path
+
+from finmbs.config import load_config
+from finmbs.ingest import open_index
+from finmbs.llm import Gateway
+from finmbs.mbs.context import Context
+from finmbs.mbs.reground import EXCERPT_CHUNKS, ask_ground, document_chunks, selected
+from finmbs.records import Problem
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def opening(text: str | None, n: int = 90) -> str:
+    return " ".join((text or "-").split())[:n]
+
+
+async def main(args: argparse.Namespace) -> None:
+    config = load_config(args.config)
+    config = config.model_copy(update={"cache_path": None, "index": config.index.model_copy(update={"path": args.index_path})})
+    seeds = [Problem.model_validate_json(line) for line in args.seeds.read_text().splitlines() if line.strip()]
+    gateway = Gateway.from_config(config)
+    ctx = Context(config=config, gateway=gateway)
+    try:
+        with open_index(config.index) as index:
+            for seed in seeds:
+                for doc in index.documents():
+                    if seed.snippet is None or doc.doc_id == seed.snippet.doc_id:
+                        continue
+                    chunks = document_chunks(index, doc.doc_id, seed.snippet.text, EXCERPT_CHUNKS)
+                    reply = await ask_ground(ctx, seed, 0, doc, chunks)
+                    chosen = selected(index, doc, chunks, reply.excerpts) if reply else None
+                    print(f"{seed.id} -> {doc.doc_id}")
+                    print(f"  select   {reply.excerpts if reply else None}: {opening(chosen.text if chosen else None)}")
+                    print(f"  retrieve [1]: {opening(chunks[0].text if chunks else None)}", flush=True)
+    finally:
+        gateway.close()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--index-path", required=True)
+    parser.add_argument("--seeds", type=Path, default=ROOT / "corpora" / "finance" / "seeds-quickstart-default-rate.jsonl")
+    parser.add_argument("--config", default=None)
+    asyncio.run(main(parser.parse_args()))
