@@ -33,7 +33,8 @@ def opening(text: str | None, n: int = 90) -> str:
 
 async def main(args: argparse.Namespace) -> None:
     config = load_config(args.config)
-    config = config.model_copy(update={"cache_path": None, "index": config.index.model_copy(update={"path": args.index_path})})
+    config = config.model_copy(update={"cache_path": None, "index": config.index.model_copy(update={"path": args.index_path}),
+                                       "stages": config.stages.model_copy(update={"extract": "select"})})
     seeds = [Problem.model_validate_json(line) for line in args.seeds.read_text().splitlines() if line.strip()]
     gateway = Gateway.from_config(config)
     ctx = Context(config=config, gateway=gateway)
