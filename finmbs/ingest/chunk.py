@@ -93,10 +93,10 @@ def paragraphs(text: str) -> Iterator[tuple[int, int]]:
     for block in re.finditer(blocks, text):
         body = block.group(0)
         wrapped = body.count("\n") > WRAPPED_LINES and not _is_table(body.strip())
-        for piece in re.finditer(_WRAPPED_PIECE, body) if wrapped else [re.match(r"[\s\S]*", body)]:
-            stripped = piece.group(0).strip()
-            if stripped:
-                start = block.start() + piece.start() + (len(piece.group(0)) - len(piece.group(0).lstrip()))
+        pieces = [(m.start(), m.group(0)) for m in _WRAPPED_PIECE.finditer(body)] if wrapped else [(0, body)]
+        for offset, piece in pieces:
+            if stripped := piece.strip():
+                start = block.start() + offset + len(piece) - len(piece.lstrip())
                 yield start, start + len(stripped)
 
 

@@ -28,8 +28,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColum
 from rich.text import Text
 
 from finmbs.config import Endpoint, IndexSettings
-from finmbs.ingest.chunk import VERSION as CHUNKER_VERSION
-from finmbs.ingest.chunk import Chunker
+from finmbs.ingest.chunk import VERSION as CHUNKER_VERSION, Chunker
 from finmbs.ingest.embed import over_window, special_tokens, token_counter, token_offsets, window
 from finmbs.ingest.index import Index, open_index
 from finmbs.ingest.parse import PDF_EXTS, SUPPORTED_EXTS, ParseError, ParsedDocument, parse_file

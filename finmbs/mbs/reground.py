@@ -144,6 +144,11 @@ def _words(term: str) -> tuple[str, ...]:
     return tuple(re.findall(r"[a-z0-9]+", term.lower()))
 
 
+def _holds(words: tuple[str, ...], part: tuple[str, ...]) -> bool:
+    """Whether `part` occurs in `words` as consecutive words."""
+    return any(words[i:i + len(part)] == part for i in range(len(words) - len(part) + 1))
+
+
 def _names(words: tuple[str, ...], terms: list[tuple[str, ...]]) -> int | None:
     """0 when `words` are one of the terms, 1 when one holds the other (two words or more, in order:
     "Post-Default Rate" and "Default Rate"), else None."""
@@ -151,7 +156,7 @@ def _names(words: tuple[str, ...], terms: list[tuple[str, ...]]) -> int | None:
         return 0
     for term in terms:
         short, long = sorted((words, term), key=len)
-        if len(short) >= 2 and any(long[i:i + len(short)] == short for i in range(len(long) - len(short) + 1)):
+        if len(short) >= 2 and _holds(long, short):
             return 1
     return None
 
@@ -166,14 +171,10 @@ def term_chunks(chunks: list[Chunk], seed_text: str, most: int) -> list[Chunk]:
         if chunk.kind == "definition" and chunk.term and (rank := _names(_words(chunk.term), terms)) is not None:
             found.append((rank, len(chunk.term), chunk))
             continue
-        head = " ".join([chunk.section_path.rsplit(" > ", 1)[-1], chunk.text[:80]])
-        if chunk.kind == "text" and any(_names(w, [t]) is not None for t in terms for w in _spans(_words(head), len(t))):
+        head = _words(" ".join([chunk.section_path.rsplit(" > ", 1)[-1], chunk.text[:80]]))
+        if chunk.kind == "text" and any(_holds(head, term) for term in terms):
             found.append((2, 0, chunk))
     return [c for *_, c in sorted(found, key=lambda f: (f[0], f[1], f[2].char_start or 0))][:most]
-
-
-def _spans(words: tuple[str, ...], n: int) -> Iterator[tuple[str, ...]]:
-    return (words[i:i + n] for i in range(len(words) - n + 1))
 
 
 def document_chunks(index: Index, doc_id: str, seed_text: str, k: int) -> list[Chunk]:
@@ -184,7 +185,7 @@ def document_chunks(index: Index, doc_id: str, seed_text: str, k: int) -> list[C
     defined = term_chunks(index.chunks(doc_id), seed_text, k // 2)
     nearest = [hit.chunk for hit in index.search(seed_text, k, doc_id=doc_id, concepts=False)]
     chunks = {c.chunk_id: c for c in defined + nearest}
-    return list(chunks.values())[: max(k, len(defined))]
+    return list(chunks.values())[:k]
 
 
 def excerpt(chunks: list[Chunk]) -> str:
@@ -235,12 +236,12 @@ def selected(index: Index, doc: Document, chunks: list[Chunk], numbers: list[int
     if any(c.char_start is None or c.char_end is None for c in run):
         return locate(index, doc, anchor.text)
     text = index.document_text(doc.doc_id)
-    start, end = anchor.char_start, anchor.char_end
-    for chunk in reversed(run[: run.index(anchor)]):
+    start, end, at = anchor.char_start, anchor.char_end, run.index(anchor)
+    for chunk in reversed(run[:at]):
         if text[chunk.char_end:start].strip():  # not next to the run: ends it
             break
         start = min(start, chunk.char_start)
-    for chunk in run[run.index(anchor) + 1:]:
+    for chunk in run[at + 1:]:
         if text[end:chunk.char_start].strip():
             break
         end = max(end, chunk.char_end)
