@@ -40,6 +40,8 @@ async def main(args: argparse.Namespace) -> None:
     ctx = Context(config=config, gateway=gateway)
     try:
         with open_index(config.index) as index:
+            if not index.documents():
+                raise SystemExit(f"no documents in the index at {args.index_path}: run `finmbs ingest` into it first")
             for seed in seeds:
                 for doc in index.documents():
                     if seed.snippet is None or doc.doc_id == seed.snippet.doc_id:
