@@ -131,6 +131,10 @@ class StageParams(Settings):
     D: int = Field(3, ge=0, description="max decomposition depth")
     N_leaf: int = Field(4, ge=1, description="harder variants per leaf")
     R: int = Field(3, ge=1, description="leaf synthesis rounds")
+    leaf_feedback: bool = Field(
+        False, description="a leaf round after one that kept nothing lists the variants rejected so far, with why (not in "
+                           "the paper, whose rounds are fresh samples of the next teacher; shown its rejected copies, "
+                           "the 1.5B wrote them again)")
     alpha_leaf: float = Field(0.8, ge=0, le=1)
     alpha_parent: float = Field(0.625, ge=0, le=1)
     Nc: int = Field(10, ge=1, description="child-combination trials per parent")

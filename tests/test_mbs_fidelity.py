@@ -319,19 +319,25 @@ async def test_a_variant_restating_its_leaf_is_rejected_before_any_trace(tmp_pat
     assert solved and not any("Now, Compute" in text for text in solved)
 
 
-async def test_a_leaf_retry_round_is_told_which_variants_were_rejected_and_why(tmp_path, openai_server):
-    # round 0 keeps nothing (a restatement; a variant the weakest student solves), so round 1 is asked
-    # with both as negative context; the first round's prompt carries none
+async def test_a_leaf_retry_round_is_a_fresh_sample_or_told_what_was_rejected(tmp_path, openai_server):
+    # round 0 keeps nothing (a restatement; a variant the weakest student solves), so round 1 is asked.
+    # As in the paper, it is a fresh sample of the same prompt; with stages.leaf_feedback it also lists
+    # both rejections as negative context. The first round's prompt never carries any.
     agents = {"teacher": Agent(parrot=True), "s": Agent(capacity=99)}
-    ctx, _ = context(openai_server, tmp_path, agents, N_leaf=2, R=2, N=4)
-    assert await harder_leaves(ctx, TreeNode(problem=SEED, path="0"), Ledger("a")) == []
-    asks = [r.text for r in openai_server.requests if TASK_MARKERS["leaf"] in r.text]
-    assert len(asks) == 2 and "rejected_variants" not in asks[0]
-    told = asks[1].split("<rejected_variants>", 1)[1]
-    assert ("- question: Now, Compute (2 + 3) * (4 + 1).\n  answer: 25\n  rejected: restates its source a: "
-            "same answer '25', text similarity 1.00 >= 0.85") in told
-    assert ("- question: Compute (2 + 3) * (4 + 1) + 1 + 2.\n  answer: 28\n  rejected: too easy: weakest student s "
-            "accuracy 1.000 > alpha 0.8") in told
+    for feedback in (False, True):
+        openai_server.reset()
+        ctx, _ = context(openai_server, tmp_path / str(feedback), agents, N_leaf=2, R=2, N=4, leaf_feedback=feedback)
+        assert await harder_leaves(ctx, TreeNode(problem=SEED, path="0"), Ledger("a")) == []
+        asks = [r for r in openai_server.requests if TASK_MARKERS["leaf"] in r.text]
+        assert len(asks) == 2 and "rejected_variants" not in asks[0].text
+        if not feedback:
+            assert asks[1].text == asks[0].text and asks[1].body != asks[0].body  # another sample index
+            continue
+        told = asks[1].text.split("<rejected_variants>", 1)[1]
+        assert ("- question: Now, Compute (2 + 3) * (4 + 1).\n  answer: 25\n  rejected: restates its source a: "
+                "same answer '25', text similarity 1.00 >= 0.85") in told
+        assert ("- question: Compute (2 + 3) * (4 + 1) + 1 + 2.\n  answer: 28\n  rejected: too easy: weakest student s "
+                "accuracy 1.000 > alpha 0.8") in told
 
 
 def test_a_grounded_leaf_is_told_how_a_lookup_becomes_harder(tmp_path, openai_server):

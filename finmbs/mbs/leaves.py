@@ -1,9 +1,11 @@
 """Stage 3 (section 3.4, leaf synthesis): N_leaf HARDER variants per leaf, verified, screened on the
 weakest student (discard when its accuracy exceeds alpha_leaf), up to R rounds over the teachers.
 
-A round after one that kept nothing shows the teacher the variants rejected so far, each with why
-(restated the leaf, unverified, too easy), as negative context, the way a decomposition retry is told
-its failed attempts (section 3.3). A grounded leaf (finance) is told how a lookup becomes harder while
+A round after one that kept nothing is a fresh sample of the next teacher, as in the paper. With
+`stages.leaf_feedback` (not in the paper) it also shows the teacher the variants rejected so far, each
+with why (restated the leaf, unverified, too easy), as negative context, the way a decomposition retry is
+told its failed attempts (section 3.3): off by default, since the 1.5B, shown the copies of its leaf it
+had written, wrote them again. A grounded leaf (finance) is told how a lookup becomes harder while
 staying answerable from its passage: a hypothetical input the passage's term is applied to."""
 
 from __future__ import annotations
@@ -63,7 +65,8 @@ def leaf_prompt(ctx: Context, leaf: TreeNode, ledger: Ledger) -> str:
     return render_prompt(
         "leaf_harder", n=ctx.stages.N_leaf, document=document_block(leaf.problem), question=leaf.problem.question,
         solution=leaf.trace.text if leaf.trace else "", answer=leaf.problem.answer,
-        grounded=render_prompt("leaf_grounded") if leaf.problem.snippet else "", failed=rejected_variants(leaf, ledger),
+        grounded=render_prompt("leaf_grounded") if leaf.problem.snippet else "",
+        failed=rejected_variants(leaf, ledger) if ctx.stages.leaf_feedback else "",
     )
 
 
