@@ -16,7 +16,7 @@ SYMBOLS = {
     "Nd": ("2 decompose", "decomposition retries when a split is not effective"),
     "D": ("2 decompose", "deepest decomposition (levels below the seed)"),
     "N_leaf": ("3 leaves", "HARDER variants asked per leaf in each round"),
-    "R": ("3 leaves", "leaf synthesis rounds (one teacher per round)"),
+    "R": ("3 leaves", "leaf synthesis rounds (one teacher per round; the next runs only when a round kept nothing)"),
     "alpha_leaf": ("3 leaves", "a variant is kept only when the weakest student's accuracy is at most this"),
     "alpha_parent": ("4 compose", "a composed parent is kept only when the weakest student's accuracy is at most this"),
     "Nc": ("4 compose", "child combinations tried per parent"),
