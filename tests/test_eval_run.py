@@ -189,10 +189,12 @@ def test_bad_input_is_skipped_and_the_run_continues(openai_server, shared_data, 
         (["eval", "compare", "missing-a.json", "missing-b.json"], "eval result not found: missing-a.json"),
     ],
 )
-def test_usage_errors_are_one_clear_line(args, message):
+def test_usage_errors_are_one_clear_line(args, message, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the default config's cache and results are relative to the working folder
     result = runner.invoke(app, args)
     assert result.exit_code != 0
     assert message in " ".join(result.output.split())
+    assert list(tmp_path.iterdir()) == []  # nothing written: no response cache opened, no result folder
 
 
 def test_retrieval_mode_reads_the_company_documents_from_a_real_index(openai_server, shared_data, tmp_path):

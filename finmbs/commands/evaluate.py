@@ -27,7 +27,7 @@ from finmbs.evaluate.audit import audit, audit_markdown, load_run
 from finmbs.evaluate.benchmarks import Mode, known_benchmarks, load_benchmark
 from finmbs.evaluate.compare import compare_results, comparison_markdown
 from finmbs.evaluate.results import load_result, markdown_table
-from finmbs.evaluate.run import EvalSettings, refuse_overwrite, result_path, run_eval, write_result
+from finmbs.evaluate.run import EvalSettings, check_settings, refuse_overwrite, result_path, run_eval, write_result
 from finmbs.executors import make_executor
 from finmbs.llm import Gateway
 from finmbs.runs import atomic_write_json, atomic_write_text
@@ -171,6 +171,7 @@ def eval_run(
         limit=parse_limit(limit), seed=seed, system_prompt=read_system_prompt(system_prompt),
         data=str(data) if data else None, pdf_dir=str(pdf_dir) if pdf_dir else None, retrieval_k=retrieval_k,
     )
+    check_settings(bench, settings)  # a usage error opens no cache and starts no worker
     target = result_path(out, bench.name, str(policy.name), settings)
     refuse_overwrite(target, overwrite)
     runner = make_executor(executor, resolved, ray_address=ray_address, ray_workers=ray_workers)
