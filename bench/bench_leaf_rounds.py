@@ -1,8 +1,8 @@
 """Harder-leaf retry rounds with a real teacher: a fresh sample (the paper) against a retry told which
 variants were rejected and why (`stages.leaf_feedback`), side by side.
 
-For each seed, the config's first teacher writes its verified trace and round 0's variants (as a
-grow run does), then `--retries` more rounds in each mode. Each variant is put through the novelty
+For each seed, the config's teachers write its verified trace and round 0's variants (as a grow
+run does), then `--retries` more rounds in each mode. Each variant is put through the novelty
 guard (a copy of the seed's wording, a restatement of it or of a sibling) and the question-only checks
 (its own answer given, a sentence answer); what is left is what a grow run would send for
 verification. Prints every variant with its fate, then per mode the variants written and the share
@@ -21,9 +21,8 @@ from pathlib import Path
 
 from finmbs.config import load_config
 from finmbs.llm import Gateway
-from finmbs.mbs.candidates import asking_for, derive, novel_problems
 from finmbs.mbs.context import Context, Ledger
-from finmbs.mbs.leaves import LeafVariants, leaf_prompt
+from finmbs.mbs.leaves import leaf_round
 from finmbs.mbs.novelty import unworkable
 from finmbs.mbs.traces import teacher_trace
 from finmbs.records import Problem, TreeNode
@@ -34,23 +33,18 @@ MODES = {"fresh sample (paper)": False, "told the rejected (leaf_feedback)": Tru
 
 
 async def round_variants(ctx: Context, leaf: TreeNode, ledger: Ledger, r: int, tally: Counter[str]) -> None:
-    """Round `r` of `leaf` (sample r, as harder_leaves asks it): each variant's fate into `tally`,
-    and each rejection into `ledger`, where a later round told the rejected reads it."""
-    schema = asking_for(LeafVariants, "variants", ctx.stages.N_leaf, ctx.stages.N_leaf)
-    [reply] = await ctx.gateway.structured(ctx.teachers[0], schema, role="teacher", first_index=r,
-                                           messages=[{"role": "user", "content": leaf_prompt(ctx, leaf, ledger)}])
-    variants = [derive(leaf.problem, v, id=f"{leaf.problem.id}.h{r}v{s}", stage="leaf", tree_path=leaf.path,
-                       parent_ids=[leaf.problem.id]) for s, v in enumerate(reply.variants if reply else [])]
-    fresh = novel_problems(ctx, variants, lambda _: [("source", leaf.problem)], ledger)
-    for v in variants:
-        bad = unworkable(v) if v in fresh else None
+    """Round `r` of `leaf` as harder_leaves asks it (`leaf_round`): each variant's fate into `tally`, and
+    each rejection into `ledger`, where a later round told the rejected reads it."""
+    round_ = await leaf_round(ctx, leaf, ledger, r)
+    for v in round_.written:
+        bad = unworkable(v) if v in round_.fresh else None
         if bad:
-            ledger.reject(v, "leaf", bad[1])
-        fate = "copy or restatement" if v not in fresh else bad[0] if bad else "to verification"
+            ledger.reject(v, "leaf", bad[1], check=bad[0])
+        fate = "copy or restatement" if v not in round_.fresh else bad[0] if bad else "to verification"
         tally[fate] += 1
         tally["variants"] += 1
         print(f"  round {r}  {fate:<20} {v.question[:110]!r} -> {v.answer}", flush=True)
-    if reply is None:
+    if not round_.parsed:
         tally["unparsed replies"] += 1
 
 

@@ -11,13 +11,14 @@ staying answerable from its passage: a hypothetical input the passage's term is 
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 
 from pydantic import BaseModel, Field, field_validator
 
 from finmbs.mbs.candidates import WorkedProblem, asking_for, attempt_item, derive, novel_problems, verified_node, written_items
 from finmbs.mbs.context import Context, Ledger
 from finmbs.mbs.solve import document_block, student_accuracy
-from finmbs.records import Decision, TreeNode
+from finmbs.records import Decision, Problem, TreeNode
 from finmbs.resources import render_prompt
 
 STAGE = "leaf"
@@ -70,30 +71,46 @@ def leaf_prompt(ctx: Context, leaf: TreeNode, ledger: Ledger) -> str:
     )
 
 
+@dataclass
+class LeafRound:
+    """One round's variants of a leaf: the teacher asked, all it wrote, those the novelty guard let through
+    (before any trace), and whether the reply parsed."""
+
+    teacher: str
+    written: list[Problem]
+    fresh: list[Problem]
+    parsed: bool
+
+
+async def leaf_round(ctx: Context, leaf: TreeNode, ledger: Ledger, r: int) -> LeafRound:
+    """Round r of `leaf`: teacher r writes N_leaf variants (sample r: with one teacher a round is a fresh
+    sample), and the restatements among them are rejected onto `ledger`."""
+    params = ctx.stages
+    teacher = ctx.teachers[r % len(ctx.teachers)]
+    [reply] = await ctx.gateway.structured(
+        teacher, asking_for(LeafVariants, "variants", params.N_leaf, params.N_leaf), role="teacher",
+        messages=[{"role": "user", "content": leaf_prompt(ctx, leaf, ledger)}], first_index=r,
+    )
+    ctx.tick(STAGE)
+    written = [
+        derive(leaf.problem, v, id=f"{leaf.problem.id}.h{r}v{s}", stage=STAGE, tree_path=leaf.path,
+               parent_ids=[leaf.problem.id])
+        for s, v in enumerate(reply.variants[: params.N_leaf] if reply else [])
+    ]
+    fresh = novel_problems(ctx, written, lambda _: [("source", leaf.problem)], ledger)
+    return LeafRound(teacher=teacher.name, written=written, fresh=fresh, parsed=reply is not None)
+
+
 async def harder_leaves(ctx: Context, leaf: TreeNode, ledger: Ledger) -> list[TreeNode]:
     """Synthetic versions of one leaf; round r asks teacher r, until a round keeps a variant."""
-    params = ctx.stages
-    for r in range(params.R):
-        teacher = ctx.teachers[r % len(ctx.teachers)]
-        text = leaf_prompt(ctx, leaf, ledger)
-        [reply] = await ctx.gateway.structured(  # round r is sample r: with one teacher a round is a fresh sample
-            teacher, asking_for(LeafVariants, "variants", params.N_leaf, params.N_leaf), role="teacher",
-            messages=[{"role": "user", "content": text}], first_index=r,
-        )
-        ctx.tick(STAGE)
-        variants = reply.variants[: params.N_leaf] if reply else []
-        candidates = [
-            derive(leaf.problem, v, id=f"{leaf.problem.id}.h{r}v{s}", stage=STAGE, tree_path=leaf.path,
-                   parent_ids=[leaf.problem.id])
-            for s, v in enumerate(variants)
-        ]
-        fresh = novel_problems(ctx, candidates, lambda _: [("source", leaf.problem)], ledger)  # before any trace
+    for r in range(ctx.stages.R):
+        round_ = await leaf_round(ctx, leaf, ledger, r)
         nodes = await asyncio.gather(
-            *(verified_node(ctx, c, ledger, stage=STAGE, path=leaf.path, mirrors=leaf.problem.id) for c in fresh)
+            *(verified_node(ctx, c, ledger, stage=STAGE, path=leaf.path, mirrors=leaf.problem.id) for c in round_.fresh)
         )
-        kept = await screened(ctx, list(nodes), params.alpha_leaf, STAGE, ledger)
-        reason = f"round {r} ({teacher.name}): kept {len(kept)} of {len(candidates)} variants"
-        if reply is None:
+        kept = await screened(ctx, list(nodes), ctx.stages.alpha_leaf, STAGE, ledger)
+        reason = f"round {r} ({round_.teacher}): kept {len(kept)} of {len(round_.written)} variants"
+        if not round_.parsed:
             reason += " (reply did not parse)"
         leaf.decisions.append(Decision(stage=STAGE, outcome="info", reason=reason, data={"round": r}))
         if kept:
