@@ -26,7 +26,7 @@ from finmbs.mbs.leaves import leaf_round
 from finmbs.mbs.novelty import unworkable
 from finmbs.mbs.traces import teacher_trace
 from finmbs.records import Problem, TreeNode
-from finmbs.seeds import load_seeds
+from finmbs.seeds import SeedsError, load_seeds
 
 ROOT = Path(__file__).resolve().parents[1]
 MODES = {"fresh sample (paper)": False, "told the rejected (leaf_feedback)": True}
@@ -51,7 +51,10 @@ async def round_variants(ctx: Context, leaf: TreeNode, ledger: Ledger, r: int, t
 async def main(args: argparse.Namespace) -> None:
     config = load_config(args.config)
     config = config.model_copy(update={"cache_path": args.cache})
-    seeds: list[Problem] = load_seeds(args.seeds)
+    try:
+        seeds: list[Problem] = load_seeds(args.seeds)
+    except (SeedsError, FileNotFoundError) as exc:
+        raise SystemExit(str(exc)) from None
     if args.only:
         seeds = [s for s in seeds if s.id in args.only.split(",")]
     gateway = Gateway.from_config(config)
