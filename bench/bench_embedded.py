@@ -12,7 +12,9 @@ fixed split (cores / loaded models, the earlier scheduler) kept it on half of th
 
 The decoding rows compare, per model, llama-cpp-python's own `create_chat_completion` drawing n
 samples one after another (the baseline: what finmbs ran before `finmbs/llm/decoding.py`) with
-finmbs's decoder drawing them one at a time and all n together, at temperature 1.0.
+finmbs's decoder drawing them one request at a time, as n samples of one request, and as n requests
+of one sample each made at the same time (different prompts, as seeds running at once send them; the
+decoder batches them), at temperature 1.0.
 
     nice -n 15 python bench/bench_embedded.py --tokens 96 --rounds 2
     python bench/bench_embedded.py --decoding-only --samples 4 --tokens 128 [--repack off]
@@ -23,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from finmbs.config import EmbeddedSettings, Endpoint
 from finmbs.llm.backends import EmbeddedBackend
@@ -91,18 +94,28 @@ def high_level_rates(model: str, tokens: int, samples: int, cores: int, repack: 
     return rate
 
 
-async def decoder_rate(backend: EmbeddedBackend, model: str, tokens: int, samples: int, together: bool) -> float:
-    """Tokens/s of finmbs's decoder: `samples` samples in one request, or one request each."""
+async def decoder_rate(backend: EmbeddedBackend, model: str, tokens: int, samples: int, mode: str) -> float:
+    """Tokens/s of finmbs's decoder drawing `samples` samples: one request each, in a row (`row`); one
+    request of all of them (`request`); one request each, all made at the same time (`requests`)."""
     from finmbs.llm.types import Message
 
-    messages = [Message(**m) for m in SOLVE]
     params = {"max_tokens": tokens, "temperature": 1.0}
-    await backend.complete(endpoint(model), messages=messages, prompt=None, n=1, params={**params, "max_tokens": 4})
-    began, count = time.perf_counter(), 0
-    for seeds in ([list(range(samples))] if together else [[s] for s in range(samples)]):
+
+    async def ask(seeds: list[int], topic: int = 0) -> int:
+        messages = [Message(role="user", content=SOLVE[0]["content"].replace("4 pens", f"{4 + topic} pens"))]
         reply = await backend.complete(endpoint(model), messages=messages, prompt=None, n=len(seeds),
                                        params={**params, "seeds": seeds})
-        count += reply.completion_tokens
+        return reply.completion_tokens
+
+    await backend.complete(endpoint(model), messages=[Message(**SOLVE[0])], prompt=None, n=1,
+                           params={**params, "max_tokens": 4})
+    began = time.perf_counter()
+    if mode == "row":
+        count = sum([await ask([s], topic=s) for s in range(samples)])
+    elif mode == "request":
+        count = await ask(list(range(samples)))
+    else:  # different prompts, as concurrent seeds send them
+        count = sum(await asyncio.gather(*(ask([s], topic=s) for s in range(samples))))
     return count / (time.perf_counter() - began)
 
 
@@ -110,13 +123,17 @@ async def decoding(args: argparse.Namespace) -> None:
     backend = EmbeddedBackend(EmbeddedSettings(schedule="serial", threads=args.threads, repack=args.repack))
     print(f"decoding: {args.samples} samples x {args.tokens} tokens, temperature 1.0, {backend.cores} cores, "
           f"repack {embedded.repack_default(args.repack)}")
-    print(f"{'model':<30} {'create_chat_completion':>24} {'decoder, 1 at a time':>22} {'decoder, together':>20}")
+    print(f"{'model':<30} {'create_chat_completion':>24} {'decoder, 1 at a time':>22} {'1 request of n':>16}"
+          f" {'n requests at once':>20}")
     for model in MODELS:
-        base = high_level_rates(model, args.tokens, args.samples, backend.cores, args.repack)
-        single = await decoder_rate(backend, model, args.tokens, args.samples, together=False)
-        batch = await decoder_rate(backend, model, args.tokens, args.samples, together=True)
-        print(f"{model.split('/')[1]:<30} {base:17.1f} tok/s {single:9.1f} ({single / base:4.2f}x) "
-              f"{batch:9.1f} ({batch / base:4.2f}x)", flush=True)
+        # on a thread that ends with it: llama.cpp's OpenMP threads outlive a calling thread's work until
+        # that thread ends, and a second set of them slows every other (decoding.Decoder._wait_or_drive)
+        with ThreadPoolExecutor(1) as pool:
+            base = pool.submit(high_level_rates, model, args.tokens, args.samples, backend.cores, args.repack).result()
+        rates = [await decoder_rate(backend, model, args.tokens, args.samples, mode)
+                 for mode in ("row", "request", "requests")]
+        cells = " ".join(f"{r:9.1f} ({r / base:4.2f}x)" for r in rates)
+        print(f"{model.split('/')[1]:<30} {base:17.1f} tok/s {cells}", flush=True)
 
 
 def fixed_split(cores: int | None) -> EmbeddedBackend:

@@ -219,7 +219,7 @@ class EmbeddedSettings(Settings):
     n_ctx: int = Field(4096, ge=256, description="context window of every embedded model")
     threads: int | None = Field(None, ge=1, description="cores for all embedded generations together (default: all)")
     schedule: Literal["share", "serial"] = Field(
-        "share", description="share: the cores divided among the models with work (all of them for a model working alone); serial: one generation at a time with all cores"
+        "share", description="share: the cores divided among the models with work (all of them for a model working alone); serial: one model's step at a time with all cores"
     )
     repack: bool | None = Field(
         None, description="let llama.cpp repack weights into interleaved CPU layouts (faster); default: on unless the CPU has AMX (the repacked batch path crashed on a virtualized AMX CPU)"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import time
 from dataclasses import replace
 
 import pytest
@@ -151,6 +152,60 @@ async def test_the_samples_of_a_request_are_drawn_together_in_waves_that_fit_the
     assert reply.completion_tokens == 400
     decoder = embedded.decoder(SMALL, 256)
     assert decoder.cached == embedded.chat_prompt(SMALL, [m.model_dump() for m in messages])  # kept for the next request
+
+
+def _say(word: str) -> list:
+    from finmbs.llm.types import Message
+
+    return [Message(role="user", content=f"Repeat the word '{word}' three times, separated by spaces, nothing else.")]
+
+
+@pytest.mark.slow
+async def test_requests_made_at_the_same_time_share_the_batch_and_keep_their_own_samples():
+    # a window no other test uses: a decoder of its own, nothing kept from earlier tests
+    settings = EmbeddedSettings(n_ctx=1792)
+    backend = EmbeddedBackend(settings)
+    decoder = embedded.decoder(embedded.lookup(SMALL).name, settings.n_ctx)
+    words = ["apple", "river", "candle", "tiger"]
+    params = {"max_tokens": 12, "temperature": 0.0}
+    together = await asyncio.gather(*(backend.complete(small_endpoint(), messages=_say(w), prompt=None, n=n, params=params)
+                                      for w, n in zip(words, [1, 3, 2, 1])))
+    assert decoder.peak_requests >= 2  # requests decoded in the same steps
+    assert [len(r.samples) for r in together] == [1, 3, 2, 1]
+    for word, reply in zip(words, together):  # each sample answers its own prompt, never another's
+        assert all(word in s.text.lower() for s in reply.samples), (word, [s.text for s in reply.samples])
+        assert not any(other in s.text.lower() for s in reply.samples for other in words if other != word)
+        assert len({s.text for s in reply.samples}) == 1  # greedy: the samples of a request agree
+    assert not decoder._active and not decoder._pending and not decoder._driving  # the batch is idle again
+    alone = await backend.complete(small_endpoint(), messages=_say("candle"), prompt=None, n=1, params=params)
+    assert alone.samples[0].text == together[2].samples[0].text  # the kept prompt, read again, gives the same sample
+
+
+@pytest.mark.slow
+async def test_a_failed_step_fails_every_request_in_the_batch_and_the_next_request_runs(monkeypatch):
+    from finmbs.llm.decoding import Decoder
+
+    settings = EmbeddedSettings(n_ctx=1664)
+    backend = EmbeddedBackend(settings)
+    decoder = embedded.decoder(embedded.lookup(SMALL).name, settings.n_ctx)
+    decode, calls = Decoder._decode, {"n": 0}
+
+    def failing(self, items):
+        calls["n"] += 1
+        if len({seq for _, _, seq, _ in items}) > 1:  # the first step with two requests in it
+            raise RuntimeError("llama_decode failed with status -3")
+        time.sleep(0.05)  # slow steps: the second request joins while the first decodes
+        return decode(self, items)
+
+    monkeypatch.setattr(Decoder, "_decode", failing)
+    params = {"max_tokens": 24, "temperature": 0.0}
+    replies = await asyncio.gather(*(backend.complete(small_endpoint(), messages=_say(w), prompt=None, n=1, params=params)
+                                     for w in ["apple", "river"]), return_exceptions=True)
+    assert all(isinstance(r, RuntimeError) and "status -3" in str(r) for r in replies), replies
+    assert not decoder._active and not decoder._pending and not decoder._kept and not decoder._driving
+    monkeypatch.setattr(Decoder, "_decode", decode)
+    reply = await backend.complete(small_endpoint(), messages=_say("river"), prompt=None, n=1, params=params)
+    assert "river" in reply.samples[0].text.lower()
 
 
 @pytest.mark.slow

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, Protocol
 
 from finmbs.config import EmbeddedSettings, Endpoint
@@ -91,8 +93,8 @@ class LiteLLMBackend:
 
 class EmbeddedBackend:
     """Embedded GGUF models on the CPU: chat prompts rendered by the GGUF's own chat template (plain
-    completion for `chat: false`), all samples of a request drawn together by the model's
-    `decoding.Decoder` (sample i seeded by its index), a JSON-schema grammar for structured calls, and
+    completion for `chat: false`), the samples of every request made at the same time drawn together
+    by the model's `decoding.Decoder` (sample i of a request seeded by its index), a JSON-schema grammar for structured calls, and
     generation threads scheduled process-wide so all models together never exceed the cores."""
 
     def __init__(self, settings: EmbeddedSettings | None = None):
@@ -101,15 +103,24 @@ class EmbeddedBackend:
         self.scheduler = shared_scheduler(self.cores)
 
     def _threads_wanted(self) -> int | None:
-        """serial: every generation gets all cores (one at a time); share: the cores divided among the
-        models that have work (None: the scheduler's current share)."""
+        """serial: every step gets all cores (one model's step at a time); share: the cores divided among
+        the models that have work (None: the scheduler's current share)."""
         return self.cores if self.settings.schedule == "serial" else None
+
+    @contextmanager
+    def _lease(self) -> Iterator[int]:
+        """Cores for one step of a model's batch, taken from the process-wide scheduler."""
+        threads = self.scheduler.acquire(self._threads_wanted())
+        try:
+            yield threads
+        finally:
+            self.scheduler.release(threads)
 
     def _generate(self, endpoint: Endpoint, messages, prompt, params: dict[str, Any], seeds: list[int]) -> list[Sample]:
         from finmbs.llm.decoding import ContextOverflow, Sampling
 
         name = embedded.lookup(endpoint.model).name
-        with self.scheduler.wants(name), embedded.model_lock(name):
+        with self.scheduler.wants(name):
             decoder = embedded.decoder(name, self.settings.n_ctx, self.settings.repack)
             tokens = (embedded.completion_prompt(name, prompt) if prompt is not None
                       else embedded.chat_prompt(name, [m.model_dump() for m in messages or []]))
@@ -117,10 +128,9 @@ class EmbeddedBackend:
             temperature = float(params.get("temperature", 1.0))
             samplings = [Sampling(temperature=temperature, seed=seed, top_p=float(params.get("top_p", 0.95)))
                          for seed in seeds]
-            threads = self.scheduler.acquire(self._threads_wanted())
             try:
                 out = decoder.generate(
-                    tokens, samplings, max_tokens=int(params.get("max_tokens", 256)), threads=threads,
+                    tokens, samplings, max_tokens=int(params.get("max_tokens", 256)), threads=self._lease,
                     stop=params.get("stop") or [], grammar=embedded.grammar(schema) if schema else None,
                 )
             except ContextOverflow as exc:
@@ -128,8 +138,6 @@ class EmbeddedBackend:
                 raise embedded.EmbeddedModelError(
                     f"embedded model '{name}' ({entry.packages}): {exc} (raise embedded.n_ctx in the config)"
                 ) from exc
-            finally:
-                self.scheduler.release(threads)
         return [Sample(text=g.text, finish_reason=g.finish_reason, prompt_tokens=len(tokens),
                        completion_tokens=g.completion_tokens) for g in out]
 

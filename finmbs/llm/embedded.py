@@ -304,13 +304,6 @@ def available_cores() -> int:
 
 _MODELS: dict[str, Any] = {}
 _DECODERS: dict[tuple[str, int], Any] = {}
-_MODEL_LOCKS: dict[str, threading.Lock] = {}
-
-
-def model_lock(name: str) -> threading.Lock:
-    """The lock that serializes one model's generations (its decoder runs one request at a time)."""
-    with _LOAD_LOCK:
-        return _MODEL_LOCKS.setdefault(name, threading.Lock())
 
 
 @atexit.register
