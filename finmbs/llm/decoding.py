@@ -306,6 +306,11 @@ class Decoder:
     def _busy(self) -> set[int]:
         return {seq for r in self._active for seq in r.ids}
 
+    def _idle(self) -> list[int]:
+        """Sequences that no request uses and that keep no prompt."""
+        busy = self._busy()
+        return [s for s in range(self.n_seq_max) if s not in busy and s not in self._kept]
+
     def _room(self, reuse: int) -> int:
         """KV cells free for a new request that takes over the prompt kept by `reuse` (-1: none)."""
         kept = sum(len(p) for seq, p in self._kept.items() if seq != reuse)
@@ -323,8 +328,7 @@ class Decoder:
                     return
                 seq, keep = self._longest_prefix(request.prompt)
                 for old in [s for s in self._kept if s != seq]:  # the oldest kept prompts make room first
-                    free = [s for s in range(self.n_seq_max) if s not in self._busy() and s not in self._kept]
-                    if self._room(seq) >= request.cells and len(free) + (seq >= 0) >= want:
+                    if self._room(seq) >= request.cells and len(self._idle()) + (seq >= 0) >= want:
                         break
                     self._drop(old)
                 if self._room(seq) < request.cells:
@@ -332,8 +336,7 @@ class Decoder:
                         return  # waits for a request to finish
                     self._drop(seq)  # alone in the window, it needs the kept prefix's cells too
                     seq, keep = -1, 0
-                free = [s for s in range(self.n_seq_max) if s not in self._busy() and s not in self._kept]
-                request.ids = ([seq] if seq >= 0 else []) + free[:want - (seq >= 0)]
+                request.ids = ([seq] if seq >= 0 else []) + self._idle()[:want - (seq >= 0)]
                 self._kept.pop(seq, None)
                 self._pending.pop(0)
                 self._active.append(request)
