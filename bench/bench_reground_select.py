@@ -9,6 +9,7 @@ Section 10.5, AvidXchange "Default Rate", Realty Income "Post-Default Rate", Bro
 
     finmbs ingest corpora/finance/docs --index-path /tmp/fidx
     python bench/bench_reground_select.py --index-path /tmp/fidx [--seeds corpora/finance/seeds-quickstart-default-rate.jsonl]
+    python bench/bench_reground_select.py --index-path /tmp/fidx --retrieve-only   # no model call, seconds
 """
 
 from __future__ import annotations
@@ -47,11 +48,13 @@ async def main(args: argparse.Namespace) -> None:
                     if seed.snippet is None or doc.doc_id == seed.snippet.doc_id:
                         continue
                     chunks = document_chunks(index, doc.doc_id, seed.snippet.text, EXCERPT_CHUNKS)
-                    reply = await ask_ground(ctx, seed, 0, doc, chunks)
-                    chosen = selected(index, doc, chunks, reply.excerpts) if reply else None
                     print(f"{seed.id} -> {doc.doc_id}")
-                    print(f"  select   {reply.excerpts if reply else None}: {opening(chosen.text if chosen else None)}")
-                    print(f"  retrieve [1]: {opening(chunks[0].text if chunks else None)}", flush=True)
+                    if not args.retrieve_only:
+                        reply = await ask_ground(ctx, seed, 0, doc, chunks)
+                        chosen = selected(index, doc, chunks, reply.excerpts) if reply else None
+                        print(f"  select   {reply.excerpts if reply else None}: {opening(chosen.text if chosen else None)}")
+                    head = f"[{chunks[0].section_path.rsplit(' > ', 1)[-1]}] " if chunks and chunks[0].section_path else ""
+                    print(f"  retrieve [1]: {head}{opening(chunks[0].text if chunks else None)}", flush=True)
     finally:
         gateway.close()
 
@@ -61,4 +64,5 @@ if __name__ == "__main__":
     parser.add_argument("--index-path", required=True)
     parser.add_argument("--seeds", type=Path, default=ROOT / "corpora" / "finance" / "seeds-quickstart-default-rate.jsonl")
     parser.add_argument("--config", default=None)
+    parser.add_argument("--retrieve-only", action="store_true", help="no teacher call: only the retrieved first excerpt")
     asyncio.run(main(parser.parse_args()))

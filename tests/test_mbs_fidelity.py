@@ -161,6 +161,15 @@ def test_reveals_by_answer_or_by_stating_it():
                     question="Term SOFR is 5.00% and the Floor is 3.00%; the rate is the greater of the two. What is it?")
     assert reveals(Problem(id="f1", domain="finance", answer="2.00%",
                            question="By how much does a Term SOFR of 5.00% exceed a Floor of 3.00%?"), floor) is None
+    # measured: a decomposition child positing a 2.5% SOFR and a 1.5% margin was rejected as stating a
+    # parent's "2%" (the comparer rounds either to the gold's precision); stating is the same value
+    margin = Problem(id="d", domain="finance", answer="2%",
+                     question="The Default Rate for a SOFR Loan is how many percentage points above Adjusted Term SOFR?")
+    posits = Problem(id="d1", domain="finance", answer="6.0%",
+                     question="What is the Default Rate if Adjusted Term SOFR is 2.5% and the Applicable Margin is 1.5%?")
+    assert reveals(posits, margin) is None
+    assert reveals(posits.model_copy(update={"question": posits.question.replace("1.5%", "2.0%")}), margin) == (
+        "reveals the parent's answer: its question states '2%'")
 
 
 # a root nobody fails ----------------------------------------------------------------------------------
@@ -201,6 +210,14 @@ async def test_a_question_giving_its_own_answer_is_rejected_before_any_trace(tmp
                      "The interest rate otherwise applicable to such Class of Loans plus an additional two percent (2.0%) per annum")
     assert unworkable(clause) == ("answer_form", "the answer is a sentence of 18 words, not one short value a reward can check")
     assert unworkable(finance("What fee is due each quarter on $500,000,000 at 1.00% a year?", "$1,250,000 per fiscal quarter")) is None
+    # measured: a variant asked for "the interest rate otherwise applicable ... after the addition of the
+    # Default Rate" with no rate given, answered "x + 2.0%", qualified (the 0.5B wrote "2.0%" half the time)
+    symbolic = finance("What is the interest rate otherwise applicable to the principal of the Loans after the addition "
+                       "of the Default Rate?", "x + 2.0%")
+    assert unworkable(symbolic) == ("answer_form", "the answer is a formula over an unknown ('x +'), not one value a reward "
+                                                   "can check")
+    assert unworkable(finance("What rating must the Borrower keep?", "A-1")) is None
+    assert unworkable(problem("Simplify (x + 1)^2 - 1.", "x^2 + 2x")) is None  # math answers may be formulas
     assert unworkable(copied)[0] == "own_answer"
     assert await verified_node(ctx, clause, ledger, stage="leaf", path="0") is None
     assert ledger.rejected[1].data["check"] == "answer_form" and openai_server.request_count == 0
@@ -264,14 +281,29 @@ def test_novelty_similarity_and_restatement():
 def test_the_same_question_about_another_document_is_no_restatement():
     # a lookup re-grounded on another agreement whose figure happens to equal its source's is a new
     # problem; on the same document (a sibling re-grounded there too) it restates
-    def floor(id: str, company: str, doc: str) -> Problem:
-        return Problem(id=id, domain="finance", answer="0.00%", question=f"Under {company}'s credit agreement, what is the Floor?",
+    def floor(id: str, company: str, doc: str, question: str = "Under {}'s credit agreement, what is the Floor?") -> Problem:
+        return Problem(id=id, domain="finance", answer="0.00%", question=question.format(company), entity=f"{company} Inc.",
                        snippet=Snippet(text="\u201cFloor\u201d means a rate of interest equal to 0.00%.", doc_id=doc))
     source, moved, twin = floor("s", "Acme", "acme"), floor("m", "Apex", "apex"), floor("t", "Apex", "apex")
     settings = NoveltySettings(seed_coverage=1.0)  # the seed's n-gram copy check aside
     assert restated(moved, [("source", source)], settings) is None
     assert restated(twin, [("sibling", moved)], settings) == (
         "restates its sibling m: same answer '0.00%', text similarity 1.00 >= 0.85")
+    # measured: the 1.5B "re-grounded" a self-contained question on two other agreements by copying it; a
+    # question that names no entity asks the same on every document
+    copied = "The default rate is 2.0% above the rate otherwise payable of 0.5%. What is the total rate?"
+    plain = [floor(i, c, d, copied).model_copy(update={"answer": "2.5%"})
+             for i, c, d in (("s", "Acme", "acme"), ("m", "Apex", "apex"))]
+    assert restated(plain[1], [("source", plain[0])], settings) == (
+        "restates its source s: same answer '2.5%', text similarity 1.00 >= 0.85")
+    # measured too: a variant that applies its passage's margin to a rate it gives, naming no entity,
+    # re-grounded on an agreement with the same margin: the same words and answer, but each answer takes
+    # the margin from its own passage, so it asks about another document
+    applied = "If the interest rate otherwise applicable to the principal of the Loans is 5%, what is the Default Rate?"
+    needs = [floor(i, c, d, applied).model_copy(update={"answer": "7.0%"})
+             for i, c, d in (("s", "Acme", "acme"), ("m", "Apex", "apex"))]
+    assert restated(needs[1], [("source", needs[0])], settings) is None
+    assert restated(needs[1].model_copy(update={"id": "t"}), [("sibling", needs[1])], settings) is not None
 
 
 def test_a_variant_that_copies_its_seeds_wording_is_no_new_problem_and_export_agrees():

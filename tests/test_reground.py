@@ -12,9 +12,12 @@ from finmbs.config import IndexSettings
 from finmbs.ingest import find_verbatim, open_index
 from finmbs.llm import Gateway
 from finmbs.mbs.context import Context, Ledger
-from finmbs.mbs.leakage import Grounding, Pool, defined_terms
-from finmbs.mbs.reground import document_chunks, locate, new_ground, reground, selected, term_chunks, unseen_documents, vocabulary
-from finmbs.records import Problem, SyntheticTree, TreeNode
+from finmbs.mbs.leakage import Grounding, Pool, analogue, defined_terms, entity_renames, rename, term_words
+from finmbs.mbs.reground import (
+    GroundedNode, NewGround, document_chunks, grounded_problem, locate, new_ground, reground, selected, term_chunks,
+    tree_block, tree_renames, unseen_documents, vocabulary,
+)
+from finmbs.records import Document, Problem, Snippet, SyntheticTree, TreeNode
 from finmbs.testing.finance_world import DUPLICATE, INVENTED, FinanceWorld, agreements_index
 from finmbs.testing.world import Agent, world_config, worked
 
@@ -330,6 +333,102 @@ def test_the_teacher_is_told_the_seed_only_facts_and_the_new_terms_before_it_wri
     plain = Grounding("The fee is 0.30% per annum.", [seed.snippet.text])
     clean = TreeNode(problem=seed.model_copy(update={"question": "What is the annual fee rate?", "answer": "0.30%"}), path="0")
     assert vocabulary(SyntheticTree(seed_id=seed.id, index=0, root=clean), plain) == ""
+
+
+QUICKSTART = {p.id: p for p in (Problem.model_validate_json(line) for line in
+                                (ROOT / "corpora" / "finance" / "seeds-quickstart-default-rate.jsonl").read_text().splitlines())}
+
+
+def _shipped_text(stem: str) -> str:
+    return (ROOT / "corpora" / "finance" / "docs" / f"{stem}.txt").read_text(encoding="utf-8")
+
+
+def test_analogous_terms_and_renaming():
+    pairs = {
+        ("Post-Default Rate", "Default Rate"): 1.0,  # one holds the other
+        ("Adjusted Term SOFR Rate", "Term SOFR Rate"): 1.0,
+        ("Post-Default Rate", "Default Rate of Interest"): 1.5,  # "default rate" ends one of them
+        ("Consolidated Total Leverage Ratio", "Consolidated Leverage Ratio"): 1.5,
+        ("Total Commitment Amounts", "Total Commitment Amount"): 0.0,  # plurals are the same term
+        ("Term SOFR Rate", "Term SOFR Borrowing"): None,  # shared words, different things
+        ("Consolidated Total Assets", "Consolidated Total Leverage Ratio"): None,
+        ("Undrawn Fee", "Commitment Fee"): None,  # one head noun is not enough
+        ("Class of Loans", "SOFR Loan"): None,
+    }
+    assert {pair: analogue(term_words(pair[0]), term_words(pair[1])) for pair in pairs} == pairs
+    renames = {"Post-Default Rate": "Default Rate"}
+    assert rename("the Post-Default Rate, post default rates and the Post-Default Rates", renames) == \
+        "the Default Rate, Default Rates and the Default Rates"
+    # the seed entity becomes e' in every form the tree writes it
+    entity = entity_renames("Alphatec Holdings, Inc.", "AvidXchange, Inc.")
+    assert entity == {"Alphatec Holdings, Inc.": "AvidXchange, Inc.", "Alphatec": "AvidXchange"}
+    assert rename("Alphatec Holdings, Inc. (with Alphatec's Loans)", entity) == "AvidXchange, Inc. (with AvidXchange's Loans)"
+    assert entity_renames("Acme Inc.", "ACME, Inc.") == {} and entity_renames(None, "Apex") == {}
+    # an owner in the plural possessive is no defined term (measured: "Alphatec Holdings'" was rejected as one)
+    assert defined_terms("Under Alphatec Holdings' term loan agreement, what is the Default Rate?") == {"Default Rate"}
+    # a longer term is never half-renamed by a shorter one inside it
+    assert rename("interest at the Post-Default Rate", {"Default Rate": "Default Rate of Interest"}) == \
+        "interest at the Post-Default Rate"
+
+
+def test_the_new_documents_own_terms_are_not_seed_facts_and_seed_terms_take_its_names():
+    # the f3 quickstart run lost the Alphatec seed's variants on AvidXchange's "Default Rate" for naming an
+    # "Event of Default" (AvidXchange's own term, not in the definition) and Realty Income's for its
+    # "Post-Default Rate" (AvidXchange's analogue: "Default Rate")
+    avid = QUICKSTART["qs-av-default-rate"].snippet.text
+    avid_text = _shipped_text("avidxchange_2022_credit_and_security_agreement")
+    alphatec = QUICKSTART["qs-al-default-rate"]
+    q = ("While an Event of Default continues, AvidXchange's SOFR Loans otherwise bear interest at 7.25% per annum. "
+         "What rate applies to them at the Default Rate?")
+    bare = Grounding(avid, [alphatec.snippet.text], alphatec.entity, vocabulary=["AvidXchange, Inc."])
+    assert bare.check(q, "9.25%") == "seed-only fact: Event of Default"
+    whole = Grounding(avid, [alphatec.snippet.text], alphatec.entity, vocabulary=["AvidXchange, Inc."], document=avid_text)
+    assert whole.check(q, "9.25%") is None
+    assert whole.check(q.replace("SOFR Loans", "Class of Loans"), "9.25%") == "term not in passage: Class of Loans"
+    realty = QUICKSTART["qs-ri-default-rate"]
+    grounding = Grounding(avid, [realty.snippet.text], realty.entity, vocabulary=["AvidXchange, Inc."], document=avid_text)
+    q = "AvidXchange's SOFR Loans otherwise bear interest at 7.25% per annum. What rate applies at the Post-Default Rate?"
+    assert grounding.check(q, "9.25%") == "seed-only fact: Post-Default Rate"
+    assert grounding.renames([q]) == {"Post-Default Rate": "Default Rate"}
+    assert grounding.check(rename(q, grounding.renames([q])), "9.25%") is None
+    # Brown-Forman's Section 2.13(c) neither uses "Post-Default Rate" nor names the rate: nothing to rename to
+    bf = QUICKSTART["qs-bf-default-rate"].snippet.text
+    brown = Grounding(bf, [realty.snippet.text], realty.entity, vocabulary=["Brown-Forman Corporation"],
+                      document=_shipped_text("brown_forman_2023_credit_agreement"))
+    assert brown.renames([q]) == {} and brown.check(q, "9.25%") == "seed-only fact: Post-Default Rate"
+
+
+def test_the_tree_is_shown_and_taken_back_in_the_new_passages_names():
+    realty = QUICKSTART["qs-ri-default-rate"]
+    avid = QUICKSTART["qs-av-default-rate"]
+    leaf = realty.model_copy(update={
+        "id": "qs-ri-default-rate.h0v1", "answer": "7.00%",
+        "question": "Under Realty Income's term loan agreement, a Loan otherwise bears 5% per annum. What is its "
+                    "interest rate after adding the Post-Default Rate?",
+        "meta": {"teacher_solution": "The Post-Default Rate adds 2.0%: 5% + 2.0% = 7.00%."}})
+    tree = SyntheticTree(seed_id=realty.id, index=0, root=TreeNode(problem=leaf, path="0"))
+    document = Document(doc_id="avidxchange_2022_credit_and_security_agreement", source_path="avidxchange.txt",
+                        sha256="0" * 64, company="AvidXchange, Inc.")
+    grounding = Grounding(avid.snippet.text, [realty.snippet.text], realty.entity, vocabulary=["AvidXchange, Inc."],
+                          document=_shipped_text(document.doc_id))
+    renames = tree_renames(tree, grounding, realty.entity, "AvidXchange, Inc.")
+    assert renames == {"Realty Income": "AvidXchange", "Post-Default Rate": "Default Rate"}
+    shown = tree_block(tree, renames)
+    assert "Post-Default Rate" not in shown and shown.count("Default Rate") == 2
+    assert "Realty Income" not in shown and "Under AvidXchange's term loan agreement" in shown
+    told = vocabulary(tree, grounding, renames)
+    assert "<renamed>Realty Income -> AvidXchange; Post-Default Rate -> Default Rate</renamed>" in told
+    assert "Post-Default Rate" not in told.split("<seed_only>")[1].split("</seed_only>")[0]
+    # a reply that still writes the seed's term is renamed, and says so
+    ground = NewGround(0, document, Snippet(text=avid.snippet.text, doc_id=document.doc_id), "AvidXchange, Inc.")
+    reply = GroundedNode(path="0", question="Realty Income's Loan bears 5% per annum. What rate applies after adding "
+                         "the Post-Default Rate?", solution="5% + 2% = 7%", answer="7%")
+    problem = grounded_problem(tree.root, reply, ground, tree, renames)
+    assert problem.question == "AvidXchange's Loan bears 5% per annum. What rate applies after adding the Default Rate?"
+    assert problem.meta["renamed"] == renames
+    assert grounding.check(problem.question, problem.answer, problem.meta["teacher_solution"]) is None
+    clean = grounded_problem(tree.root, reply.model_copy(update={"question": "What rate applies?"}), ground, tree, {})
+    assert "renamed" not in clean.meta
 
 
 # the mechanical check on real passages ---------------------------------------------------------

@@ -9,7 +9,10 @@ references. The rules, in the order they are checked:
 1. Seed-only facts. A figure, date, defined term or section reference of q or a* that occurs in the
    seed material the teacher saw (the seed snippet and summary) but not in d', or the seed entity's
    name, rejects the problem: "seed-only fact: 3.50:1.00".
-2. Defined terms of q and a* must occur in d' (or in the new entity's name and document title).
+2. Defined terms of q and a* must occur in d' (or in the new entity's name and document title). A term
+   the new document itself uses (its text, when given) is the new document's own, not a seed fact, and
+   passes rules 1 and 2 ("Event of Default" is in every agreement, if not in d'); the judge still
+   confirms that d' alone answers the question.
 3. Figures of q are the problem's givens (a question may posit "Consolidated EBITDA of $250,000,000");
    they need not occur in d' but are bound by rule 1. Every figure of a* must occur in d' or q, or be
    reachable from them by a chain of steps, each at most two arithmetic operations (+ - * /; percent
@@ -18,6 +21,12 @@ references. The rules, in the order they are checked:
    only if it is itself so reachable). Equality allows the rounding of the stated figure.
 4. A date in a* must occur in d' or q.
 Small counts (integers up to 12) are never evidence either way.
+
+A seed term with an analogue in d' (`analogue`: one holds the other, "Post-Default Rate" and "Default
+Rate"; or the same head noun and most words shared) is renamed to it (`Grounding.renames`, `rename`):
+the tree is shown to the teacher in the new passage's names, and a reply that still writes the seed's
+name is renamed before the check, so a small teacher's habit of copying the seed's term does not lose
+a problem the new passage answers.
 """
 
 from __future__ import annotations
@@ -54,7 +63,68 @@ def _norm(text: str) -> str:
 
 
 def _term_key(term: str) -> str:
-    return re.sub(r"'s$", "", _norm(term))
+    return re.sub(r"'s?$", "", _norm(term))
+
+
+def term_words(term: str) -> tuple[str, ...]:
+    """A term as lower-case words, plurals made singular ("Class of Loans" -> class, of, loan)."""
+    return tuple(w[:-1] if len(w) > 3 and w.endswith("s") and not w.endswith("ss") else w
+                 for w in re.findall(r"[a-z0-9]+", term.lower()))
+
+
+def holds(words: tuple[str, ...], part: tuple[str, ...]) -> bool:
+    """Whether `part` occurs in `words` as consecutive words."""
+    return any(words[i:i + len(part)] == part for i in range(len(words) - len(part) + 1))
+
+
+_FILLER = {"of", "the", "and", "a", "an", "for", "on", "to"}
+
+
+def _head_run(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
+    """Whether a and b share two or more consecutive words that end one of them (its head noun):
+    "Post-Default Rate" and "Default Rate of Interest" share "default rate"."""
+    for i in range(len(a)):
+        for j in range(len(b)):
+            n = 0
+            while i + n < len(a) and j + n < len(b) and a[i + n] == b[j + n]:
+                n += 1
+            if n >= 2 and (i + n == len(a) or j + n == len(b)):
+                return True
+    return False
+
+
+def analogue(a: tuple[str, ...], b: tuple[str, ...]) -> float | None:
+    """How closely two terms (as `term_words`) name the same thing, lower is closer: 0 the same words,
+    1 one holds the other (two words or more: "Post-Default Rate" and "Default Rate"), 1.5 two or more
+    consecutive words shared that end one of them ("Post-Default Rate" and "Default Rate of Interest"),
+    2 - (shared share) the same head noun with at least half their words shared ("Consolidated Total
+    Leverage Ratio" and "Consolidated Leverage Ratio"); None when they are not analogues."""
+    if not a or not b:
+        return None
+    if a == b:
+        return 0.0
+    short, long = sorted((a, b), key=len)
+    if len(short) >= 2 and holds(long, short):
+        return 1.0
+    if _head_run(a, b):
+        return 1.5
+    if a[-1] != b[-1]:
+        return None
+    sa, sb = set(a) - _FILLER, set(b) - _FILLER
+    shared = len(sa & sb) / len(sa | sb)
+    return 2.0 - shared if shared >= 0.5 and len(sa & sb) >= 2 else None
+
+
+def rename(text: str, renames: dict[str, str]) -> str:
+    """`text` with each seed term (any case, singular or plural, "-", "," or space between words) written as
+    its analogue; longer terms first, so "Post-Default Rate" is not half-renamed as "Default Rate"."""
+    for old in sorted(renames, key=len, reverse=True):
+        words = [re.escape(w) for w in re.findall(r"[A-Za-z0-9]+", old)]
+        stop = r"\.?" if old.endswith(".") else ""  # "Inc." ends with its full stop
+        pattern = r"(?<![A-Za-z0-9-])" + r"[\s,\-]+".join(words) + stop + r"(s|es)?(?![A-Za-z0-9-])"
+        new = renames[old]
+        text = re.sub(pattern, lambda m: new + ("" if new.endswith("s") else m.group(1) or ""), text, flags=re.I)
+    return text
 
 
 def quoted_terms(text: str) -> set[str]:
@@ -69,7 +139,7 @@ def defined_terms(text: str, *, givens: bool = True) -> set[str]:
     found = quoted_terms(text)
     for m in _TITLE.finditer(text):
         words = m.group(0).split()
-        owners = [i for i, w in enumerate(words) if re.search(r"['’]s$", w)]
+        owners = [i for i, w in enumerate(words) if re.search(r"(?:['’]s|s['’])$", w)]
         words = words[owners[-1] + 1 :] if owners else words
         while words and (words[0].lower() in _STARTERS or words[0].lower().rstrip(".") in _MONTHS):
             words.pop(0)
@@ -87,6 +157,15 @@ def entity_name(entity: str | None) -> str | None:
     """An entity's name without its legal form ("Alphatec Holdings, Inc." -> "Alphatec")."""
     words = [w for w in re.split(r"[\s,]+", entity or "") if w and w.lower().strip(".") not in _LEGAL]
     return " ".join(words) or None
+
+
+def entity_renames(seed_entity: str | None, entity: str | None) -> dict[str, str]:
+    """The seed entity's names (as given, and without its legal form) mapped to the new entity's: the
+    first step of threading a tree around e'."""
+    if not seed_entity or not entity or _norm(entity_name(seed_entity) or "") == _norm(entity_name(entity) or ""):
+        return {}
+    pairs = {seed_entity.strip(): entity.strip(), entity_name(seed_entity) or "": entity_name(entity) or entity.strip()}
+    return {old: new for old, new in pairs.items() if old and _norm(old) != _norm(new)}
 
 
 def sections(text: str) -> set[str]:
@@ -164,6 +243,15 @@ class Pool:
         return any(self.near(self.one, n[np.isfinite(n)], t[np.isfinite(n)]) for n, t in zip(needed, tols))
 
 
+def from_question(question: str, answer: str) -> bool:
+    """Whether every figure of the answer follows from the question's own figures (within two operations):
+    the problem needs no passage ("the default rate is 2.0% above a base of 0.5%: the total?" 2.5%),
+    where "if the rate otherwise applicable is 5%, what is the Default Rate?" 7.0% needs its margin."""
+    figs = [f for f in text_figures(answer) if not trivial(f)]
+    pool = Pool(v for f in text_figures(question) for v in values(f))
+    return bool(figs) and all(any(pool.reaches(v, tolerance(f, v)) for v in values(f)) for f in figs)
+
+
 @dataclass
 class Grounding:
     """What one re-grounding passage allows, and what of the seed it must keep out."""
@@ -172,10 +260,12 @@ class Grounding:
     seed_material: Sequence[str]
     seed_entity: str | None = None
     vocabulary: Sequence[str] = ()
+    document: str = ""  # the new document's whole text: the terms it uses are its own
 
     def __post_init__(self) -> None:
         allowed = "\n".join([self.passage, *self.vocabulary])
         self._allowed_text = _norm(allowed)
+        self._document_text = _norm(self.document)
         self._passage_figs = text_figures(self.passage)
         self._passage_values = {v for f in self._passage_figs for v in values(f)}
         self._passage_dates = date_keys(self.passage)
@@ -192,7 +282,8 @@ class Grounding:
 
     def _term_allowed(self, term: str) -> bool:
         key = _term_key(term)
-        return key in self._allowed_text or (key.endswith("s") and key[:-1] in self._allowed_text)
+        keys = (key, key[:-1]) if key.endswith("s") else (key,)
+        return any(k in self._allowed_text or k in self._document_text for k in keys)
 
     # ---- the rules
     def seed_facts(self, text: str) -> Iterator[str]:
@@ -219,6 +310,21 @@ class Grounding:
         """The defined terms of d' (and its vocabulary), in order of first use: what a re-grounded question may name."""
         text = "\n".join([self.passage, *self.vocabulary])
         return sorted({t for t in defined_terms(text) if self._term_allowed(t)}, key=text.find)
+
+    def renames(self, texts: Iterable[str]) -> dict[str, str]:
+        """Each seed-only defined term of `texts` that has one closest analogue among d's own terms
+        (`analogue`), mapped to it; a term with two equally close analogues is left alone."""
+        terms = self.passage_terms()
+        found: dict[str, str] = {}
+        for text in texts:
+            for term in defined_terms(text):
+                if term in found or _term_key(term) not in self._seed_terms or self._term_allowed(term):
+                    continue
+                ranked = sorted((rank, t) for t in terms
+                                if (rank := analogue(term_words(term), term_words(t))) is not None)
+                if ranked and (len(ranked) == 1 or ranked[0][0] < ranked[1][0]):
+                    found[term] = ranked[0][1]
+        return found
 
     def derivation_pool(self, question: str, solution: str) -> Pool:
         """Figures of d' and q, plus each solution result reachable from what came before it (small

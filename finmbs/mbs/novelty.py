@@ -9,8 +9,10 @@ that a subproblem not reveal its parent's answer. Both come down to comparing tw
   question states the parent's answer (a figure of the question equal to it, short counts aside)
   where the parent's own question does not state it as a given;
 - `restated`: a synthetic problem restates another problem when it has the same answer and
-  near-identical text (`similarity` >= `novelty.max_similarity`) and is grounded on the same document
-  (or neither is grounded); whatever its answer and document, it copies its
+  near-identical text (`similarity` >= `novelty.max_similarity`) and does not ask about another
+  document (`grounded_apart`: another document, and each question names its own entity or takes its
+  answer from its own passage); whatever its
+  answer and document, it copies its
   seed when it reproduces most of the seed's long word n-grams (`copies_seed`: the overlap that
   `finmbs export` drops as contamination by the seeds, so a problem counted here as qualified is one
   export keeps).
@@ -22,6 +24,7 @@ import re
 from difflib import SequenceMatcher
 
 from finmbs.config import NoveltySettings
+from finmbs.mbs.leakage import entity_name, from_question
 from finmbs.ngrams import NgramIndex, Reference
 from finmbs.records import Problem
 from finmbs.verify.finance import compare, compare_figures, figures
@@ -31,6 +34,8 @@ STAGE = "novelty"
 _TOKEN = re.compile(r"\w+|[^\w\s]")
 _NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?![\w.])")
 SHORT_COUNT = 9  # a whole number up to this is too common in text to count as stating an answer
+# a lone letter joined to a spaced operator: "x + 2.0%", "5 + M" (a rating such as "A-1" has no spaces)
+_UNKNOWN = re.compile(r"(?<![\w.$(])[A-Za-z]\s+[-+*/×]\s|\s[-+*/×]\s+[A-Za-z](?![\w)])")
 MAX_ANSWER_WORDS = 12  # a final answer longer than this is a sentence ("$1,250,000 per fiscal quarter" is 4)
 
 
@@ -51,6 +56,12 @@ def similarity(a: str, b: str) -> float:
     return matched / min(len(x), len(y))
 
 
+def _same_figure(a, b, question: str) -> bool:
+    """Whether two figures state the same value (units and scale words aside): each equal to the other,
+    so "2.0%" states "2%" but "2.5%", which the comparer rounds to a gold of "2%", does not."""
+    return compare_figures(a, b, question).verdict == "equal" and compare_figures(b, a, question).verdict == "equal"
+
+
 def _states(domain: str, text: str, answer: str, question: str) -> bool:
     """Whether `text` states `answer` (a single figure that is not a short count: a whole number up to 9)."""
     if domain == "math":
@@ -60,7 +71,7 @@ def _states(domain: str, text: str, answer: str, question: str) -> bool:
     gold = figures(answer)
     if len(gold) != 1 or (gold[0].kind in ("plain", "count") and gold[0].step >= 1 and abs(gold[0].value) <= SHORT_COUNT):
         return False  # "5.00" is a figure, "5" may be a count
-    return any(compare_figures(f, gold[0], question).verdict == "equal" for f in figures(text))
+    return any(_same_figure(f, gold[0], question) for f in figures(text))
 
 
 def reveals(child: Problem, parent: Problem, by_answer: bool = True) -> str | None:
@@ -91,10 +102,13 @@ def gives_own_answer(problem: Problem) -> str | None:
 def sentence_answer(problem: Problem) -> str | None:
     """Why the answer is no single short value that a reward function can check, or None: small teachers
     answer a lookup with the clause itself ("The interest rate otherwise applicable to such Class of
-    Loans plus an additional two percent (2.0%) per annum")."""
+    Loans plus an additional two percent (2.0%) per annum"), or, in finance, with a formula over an
+    unknown the question never gives ("x + 2.0%")."""
     words = len(problem.answer.split())
     if words > MAX_ANSWER_WORDS:
         return f"the answer is a sentence of {words} words, not one short value a reward can check"
+    if problem.domain == "finance" and (m := _UNKNOWN.search(problem.answer)):
+        return f"the answer is a formula over an unknown ({m.group(0).strip()!r}), not one value a reward can check"
     return None
 
 
@@ -116,7 +130,7 @@ def _only_figure(problem: Problem) -> bool:
     if domain == "math":
         return all(math_equal(n, answer) for n in _NUMBER.findall(question))
     [gold] = figures(answer)
-    return all(compare_figures(f, gold, question).verdict == "equal" for f in figures(question))
+    return all(_same_figure(f, gold, question) for f in figures(question))
 
 
 def copies_seed(problem: Problem, seed: Problem, settings: NoveltySettings) -> str | None:
@@ -134,11 +148,28 @@ def copies_seed(problem: Problem, seed: Problem, settings: NoveltySettings) -> s
             f"(>= {settings.seed_coverage:.0%}, what export drops as contamination)")
 
 
+def names_its_entity(problem: Problem) -> bool:
+    """Whether the question names its own entity (by its name without the legal form)."""
+    name = entity_name(problem.entity)
+    return bool(name) and name.lower() in problem.question.lower()
+
+
+def needs_its_passage(problem: Problem) -> bool:
+    """Whether the question's answer takes something from its passage: not every answer figure follows
+    from the question's own figures (`leakage.from_question`)."""
+    return not from_question(problem.question, problem.answer)
+
+
 def grounded_apart(a: Problem, b: Problem) -> bool:
-    """Whether two problems are grounded on different documents: the same question about another
-    agreement (a re-grounded lookup whose figure happens to match) asks about other facts."""
+    """Whether two problems ask about different documents: grounded on different ones, and either each
+    question names its own entity or each answer takes something from its passage. The same lookup
+    about another agreement (a re-grounded lookup whose figure happens to match) asks about other facts;
+    a question that names no entity and holds all it needs is the same problem on any document (the 1.5B
+    "re-grounded" such a question onto two other agreements by copying it)."""
     docs = [p.snippet.doc_id or p.snippet.source_path if p.snippet else None for p in (a, b)]
-    return None not in docs and docs[0] != docs[1]
+    if None in docs or docs[0] == docs[1]:
+        return False
+    return (names_its_entity(a) and names_its_entity(b)) or (needs_its_passage(a) and needs_its_passage(b))
 
 
 def restated(problem: Problem, others: list[tuple[str, Problem]], settings: NoveltySettings) -> str | None:

@@ -7,7 +7,9 @@ names an analogous entity e'. A passage not found verbatim (whitespace aside) in
 text is rejected; with `stages.extract: select` the teacher chooses d' among numbered excerpts instead,
 so d' is the document's own text by construction (and costs a few tokens, not a copy); with
 `stages.extract: retrieve` d' is the most relevant excerpt and e' the document's company, no teacher asked. Each synthetic tree is then re-grounded on d' with every node threaded around e'
-(one teacher call per tree); every new node passes the mechanical grounding / leakage check
+(one teacher call per tree), shown with the seed entity already named e' and each seed term that has an
+analogue in d' already given d's name (`leakage.rename`; a reply that writes the seed's name again is
+renamed too, recorded in meta.renamed); every new node passes the mechanical grounding / leakage check
 (`leakage.py`) and then the judge, who confirms it is answerable from d' alone. Then it is verified
 like every other node: a teacher trace by rejection sampling over the teacher pool against its new
 answer (stage 1), and the weakest-student screen its stage requires (alpha_leaf for a leaf variant,
@@ -20,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -33,7 +34,7 @@ from finmbs.ingest import Index, find_verbatim, open_index
 from finmbs.llm.structured import written_in_order
 from finmbs.mbs.candidates import WorkedProblem
 from finmbs.mbs.context import Context, Ledger
-from finmbs.mbs.leakage import Grounding, entity_name, quoted_terms
+from finmbs.mbs.leakage import Grounding, analogue, entity_name, entity_renames, holds, quoted_terms, rename, term_words
 from finmbs.mbs.leaves import weakest_screen
 from finmbs.mbs.novelty import unworkable
 from finmbs.mbs.traces import teacher_trace
@@ -140,39 +141,25 @@ def unseen_documents(index: Index, seed: Problem, k: int) -> tuple[list[Document
 
 
 # 2. d' and e' from one new document -----------------------------------------------------------
-def _words(term: str) -> tuple[str, ...]:
-    return tuple(re.findall(r"[a-z0-9]+", term.lower()))
-
-
-def _holds(words: tuple[str, ...], part: tuple[str, ...]) -> bool:
-    """Whether `part` occurs in `words` as consecutive words."""
-    return any(words[i:i + len(part)] == part for i in range(len(words) - len(part) + 1))
-
-
 def _names(words: tuple[str, ...], terms: list[tuple[str, ...]]) -> int | None:
     """0 when `words` are one of the terms, 1 when one holds the other (two words or more, in order:
     "Post-Default Rate" and "Default Rate"), else None."""
-    if words in terms:
-        return 0
-    for term in terms:
-        short, long = sorted((words, term), key=len)
-        if len(short) >= 2 and _holds(long, short):
-            return 1
-    return None
+    ranks = [rank for term in terms if (rank := analogue(words, term)) is not None and rank <= 1]
+    return int(min(ranks)) if ranks else None
 
 
 def term_chunks(chunks: list[Chunk], seed_text: str, most: int) -> list[Chunk]:
     """The chunks that name a term the seed passage defines or quotes, best first: its definition, the
     definition of a term holding it or held by it ("Post-Default Rate" for "Default Rate"), then a
     provision headed by it ("Section 10.5 Default Rate of Interest", "(c) Default Rate."); at most `most`."""
-    terms = [w for w in {_words(t) for t in quoted_terms(seed_text)} if w]
+    terms = [w for w in {term_words(t) for t in quoted_terms(seed_text)} if w]
     found = []
     for chunk in chunks if terms else []:
-        if chunk.kind == "definition" and chunk.term and (rank := _names(_words(chunk.term), terms)) is not None:
+        if chunk.kind == "definition" and chunk.term and (rank := _names(term_words(chunk.term), terms)) is not None:
             found.append((rank, len(chunk.term), chunk))
             continue
-        head = _words(" ".join([chunk.section_path.rsplit(" > ", 1)[-1], chunk.text[:80]]))
-        if chunk.kind == "text" and any(_holds(head, term) for term in terms):
+        head = term_words(" ".join([chunk.section_path.rsplit(" > ", 1)[-1], chunk.text[:80]]))
+        if chunk.kind == "text" and any(holds(head, term) for term in terms):
             found.append((2, 0, chunk))
     return [c for *_, c in sorted(found, key=lambda f: (f[0], f[1], f[2].char_start or 0))][:most]
 
@@ -305,32 +292,52 @@ async def new_ground(
 
 
 # 3. the tree on d' and e' ---------------------------------------------------------------------
-def tree_block(tree: SyntheticTree) -> str:
+def node_texts(node: TreeNode) -> tuple[str, str, str]:
+    """(question, worked solution, answer) of a synthetic node, as the re-grounding prompt shows them."""
+    solution = node.problem.meta.get("teacher_solution") or (node.trace.text if node.trace else "")
+    return node.problem.question, solution, node.problem.answer
+
+
+def tree_block(tree: SyntheticTree, renames: dict[str, str] | None = None) -> str:
+    """The tree as the teacher reads it, the seed's terms that have an analogue in d' already renamed."""
     def parent_of(path: str) -> str:
         return path.rsplit(".", 1)[0] if "." in path and path != tree.root.path else ""
 
-    return "\n".join(
-        render_prompt("reground_node", path=n.path, parent=parent_of(n.path), question=n.problem.question,
-                      solution=n.problem.meta.get("teacher_solution") or (n.trace.text if n.trace else ""),
-                      answer=n.problem.answer)
-        for n in tree.root.walk()
-    )
+    blocks = []
+    for n in tree.root.walk():
+        question, solution, answer = (rename(t, renames or {}) for t in node_texts(n))
+        blocks.append(render_prompt("reground_node", path=n.path, parent=parent_of(n.path), question=question,
+                                    solution=solution, answer=answer))
+    return "\n".join(blocks)
 
 
 VOCABULARY_TERMS = 20  # at most this many new-passage terms, and seed-only facts, in the prompt
 
 
-def vocabulary(tree: SyntheticTree, grounding: Grounding) -> str:
-    """The `{{vocabulary}}` slot: the new passage's own defined terms, and the seed-only facts the tree's questions and
-    answers use (what the leakage check would reject), named before the teacher writes: a small teacher
-    told only afterwards wrote the seed's "Undrawn Fee" again."""
+def tree_renames(tree: SyntheticTree, grounding: Grounding, seed_entity: str | None = None,
+                 entity: str | None = None) -> dict[str, str]:
+    """What the tree's questions, solutions and answers name that d' and e' name their own way: the seed
+    entity (as e') and the seed terms with an analogue in d'."""
+    texts = [t for n in tree.root.walk() for t in node_texts(n)]
+    named = {old: new for old, new in entity_renames(seed_entity, entity).items()
+             if any(rename(t, {old: new}) != t for t in texts)}
+    return {**named, **grounding.renames(texts)}
+
+
+def vocabulary(tree: SyntheticTree, grounding: Grounding, renames: dict[str, str] | None = None) -> str:
+    """The `{{vocabulary}}` slot: the new passage's own defined terms, the seed terms renamed to them, and
+    the seed-only facts the tree's questions and answers still use (what the leakage check would reject),
+    named before the teacher writes: a small teacher told only afterwards wrote the seed's "Undrawn Fee"
+    again."""
+    renames = renames or {}
     carried = dict.fromkeys(f for n in tree.root.walk() for text in (n.problem.question, n.problem.answer)
-                            for f in grounding.seed_facts(text))
+                            for f in grounding.seed_facts(rename(text, renames)))
     terms = grounding.passage_terms()
-    if not carried and not terms:
+    if not carried and not terms and not renames:
         return ""
     return render_prompt("reground_vocabulary", terms="; ".join(terms[:VOCABULARY_TERMS]) or "(none)",
-                         seed_only="; ".join(list(carried)[:VOCABULARY_TERMS]) or "(none)")
+                         seed_only="; ".join(list(carried)[:VOCABULARY_TERMS]) or "(none)",
+                         renamed="; ".join(f"{old} -> {new}" for old, new in renames.items()) or "(none)")
 
 
 def grounded_id(problem: Problem, ground: NewGround, tree: SyntheticTree) -> str:
@@ -338,13 +345,20 @@ def grounded_id(problem: Problem, ground: NewGround, tree: SyntheticTree) -> str
     return f"{problem.id}.g{ground.slot}t{tree.index}"
 
 
-def grounded_problem(node: TreeNode, new: GroundedNode, ground: NewGround, tree: SyntheticTree) -> Problem:
-    old = node.problem
+def grounded_problem(node: TreeNode, new: GroundedNode, ground: NewGround, tree: SyntheticTree,
+                     renames: dict[str, str] | None = None) -> Problem:
+    """The teacher's re-grounded node as a Problem on d'; a seed term it still writes where d' has an
+    analogue is renamed (recorded in meta.renamed)."""
+    old, renames = node.problem, renames or {}
+    question, solution, answer = (rename(t.strip(), renames) for t in (new.question, new.solution, new.answer))
+    meta = {**old.meta, "teacher_solution": solution, "regrounded_from": old.id, "document": ground.document.doc_id}
+    written = " ".join((new.question, new.solution, new.answer))
+    if used := {seed_term: term for seed_term, term in renames.items() if rename(written, {seed_term: term}) != written}:
+        meta["renamed"] = used
     return Problem(
-        id=grounded_id(old, ground, tree), question=new.question.strip(), answer=new.answer.strip(),
-        domain=old.domain, snippet=ground.snippet, entity=ground.entity,
-        provenance=old.provenance.model_copy(update={"stage": STAGE, "parent_ids": [old.id]}),
-        meta={**old.meta, "teacher_solution": new.solution, "regrounded_from": old.id, "document": ground.document.doc_id},
+        id=grounded_id(old, ground, tree), question=question, answer=answer, domain=old.domain, snippet=ground.snippet,
+        entity=ground.entity, provenance=old.provenance.model_copy(update={"stage": STAGE, "parent_ids": [old.id]}),
+        meta=meta,
     )
 
 
@@ -361,8 +375,8 @@ def prune(node: TreeNode, kept: dict[str, TreeNode]) -> tuple[TreeNode | None, l
 class Regrounder:
     """Re-grounds one seed's synthetic trees; holds the seed material the leakage check keeps out."""
 
-    def __init__(self, ctx: Context, seed: Problem, own: list[Document], ledger: Ledger):
-        self.ctx, self.seed, self.ledger = ctx, seed, ledger
+    def __init__(self, ctx: Context, index: Index, seed: Problem, own: list[Document], ledger: Ledger):
+        self.ctx, self.index, self.seed, self.ledger = ctx, index, seed, ledger
         snippet = seed.snippet.text if seed.snippet else ""
         self.material = [snippet] + [d.summary for d in own[:1] if d.summary]
 
@@ -413,13 +427,13 @@ class Regrounder:
             return None
         return new
 
-    async def ask(self, tree: SyntheticTree, ground: NewGround, told: str, attempt: int = 0,
+    async def ask(self, tree: SyntheticTree, ground: NewGround, told: str, renames: dict[str, str], attempt: int = 0,
                   feedback: str = "") -> GroundedTree | None:
-        """The teacher's re-grounding of every node of `tree`, told `vocabulary(tree, ...)` (attempt > 0:
-        again, told why nodes failed)."""
+        """The teacher's re-grounding of every node of `tree` (shown with `renames` applied), told
+        `vocabulary(tree, ...)` (attempt > 0: again, told why nodes failed)."""
         teacher = self.ctx.teachers[(ground.slot + tree.index + attempt) % len(self.ctx.teachers)]
         text = render_prompt(
-            "reground_tree", seed_entity=self.seed.entity or "", seed_passage=self.material[0], tree=tree_block(tree),
+            "reground_tree", seed_entity=self.seed.entity or "", seed_passage=self.material[0], tree=tree_block(tree, renames),
             entity=ground.entity, passage=ground.snippet.text, vocabulary=told, feedback=feedback,
         )
         [reply] = await self.ctx.gateway.structured(teacher, GroundedTree, role="teacher", first_index=attempt,
@@ -428,14 +442,14 @@ class Regrounder:
         return reply
 
     def grounded(self, tree: SyntheticTree, nodes: list[TreeNode], reply: GroundedTree | None, ground: NewGround,
-                 attempt: int) -> dict[str, Problem]:
+                 attempt: int, renames: dict[str, str]) -> dict[str, Problem]:
         """Node path -> its re-grounded problem in `reply` (a missing node is recorded on the ledger)."""
         by_path = {n.path.strip(): n for n in reply.nodes} if reply else {}
         if reply and not tree.root.children and len(reply.nodes) == 1:  # one node each: whatever its path
             by_path = {tree.root.path: reply.nodes[0]}
         found = {}
         for node in nodes:
-            problem = (grounded_problem(node, by_path[node.path], ground, tree) if node.path in by_path
+            problem = (grounded_problem(node, by_path[node.path], ground, tree, renames) if node.path in by_path
                        else node.problem.model_copy(update={"id": grounded_id(node.problem, ground, tree)}))
             if attempt:
                 problem = problem.model_copy(update={"id": f"{problem.id}r{attempt}"})
@@ -453,8 +467,10 @@ class Regrounder:
         times, with the check's reasons (a small teacher carries the seed's terms over; told which, it
         can use the new passage's own)."""
         grounding = Grounding(ground.snippet.text, self.material, self.seed.entity,
-                              vocabulary=[ground.entity, ground.document.title, ground.document.company or ""])
-        told = vocabulary(tree, grounding)
+                              vocabulary=[ground.entity, ground.document.title, ground.document.company or ""],
+                              document=self.index.document_text(ground.document.doc_id))
+        renames = tree_renames(tree, grounding, self.seed.entity, ground.entity)
+        told = vocabulary(tree, grounding, renames)
         nodes = list(tree.root.walk())
         passed: dict[str, Problem] = {}
         failed: dict[str, tuple[Problem, str]] = {}
@@ -462,7 +478,8 @@ class Regrounder:
         for attempt in range(self.ctx.stages.reground_retries + 1):
             feedback = render_prompt("reground_feedback", failures="\n".join(
                 f'- node {path}: "{problem.question}": {why}' for path, (problem, why) in failed.items())) if failed else ""
-            found = self.grounded(tree, todo, await self.ask(tree, ground, told, attempt, feedback), ground, attempt)
+            reply = await self.ask(tree, ground, told, renames, attempt, feedback)
+            found = self.grounded(tree, todo, reply, ground, attempt, renames)
             failed = {}
             for path, problem in found.items():
                 if why := self.leak(problem, grounding):
@@ -523,7 +540,7 @@ async def reground(ctx: Context, index: Index, seed: Problem, trees: list[Synthe
     grounds = await asyncio.gather(
         *(new_ground(ctx, index, seed, method, k, doc, ledger) for k, doc in enumerate(documents))
     )
-    regrounder = Regrounder(ctx, seed, own, ledger)
+    regrounder = Regrounder(ctx, index, seed, own, ledger)
     results = await asyncio.gather(*(regrounder.tree(t, g) for g in grounds if g is not None for t in trees))
     first = max(t.index for t in trees) + 1
     return [t.model_copy(update={"index": first + i}) for i, t in enumerate(t for found in results for t in found)]
