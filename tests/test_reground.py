@@ -475,6 +475,27 @@ def test_leakage_rules_on_a_real_passage():
     assert check.check(q3, "$37,275,000", "110,000,000 - 2,500,000 = 107,500,000; 107,500,000 - 1,000,000 = "
                        "106,500,000; 35% x 106,500,000 = 37,275,000") is None
     assert check.check(q, "June 30, 2023") == "answer date not in passage: 2023-06-30"
+    # rule 5: a problem whose answer follows from its own figures must apply a term of d' to them
+    assert check.check("If Available Liquidity is $30,000,000 and the Total Commitment Amount is $100,000,000, "
+                       "what share of the Total Commitment Amount is Available Liquidity?", "30%") is None
+    assert check.check("A loan of $100,000 bears 10% per annum. How much interest accrues in a year?", "$10,000") == (
+        "takes nothing from the passage: its answer follows from the question's own figures")
+
+
+def test_a_regrounded_problem_that_takes_nothing_from_its_passage_is_rejected():
+    # measured (12-04): the 1.5B's Brown-Forman variant on Realty Income's Remedies section qualified
+    # with an answer that ignores the 2% default margin; its passage and question share no term
+    seed = QUICKSTART["qs-bf-default-rate"]
+    realty = _shipped_text("realty_income_2023_term_loan_agreement")
+    post_default = QUICKSTART["qs-ri-default-rate"].snippet.text
+    check = Grounding(post_default, [seed.snippet.text], seed.entity, vocabulary=["Realty Income Corporation"],
+                      document=realty)
+    wrong = ("Under Realty Income's term loan agreement, how much interest will be charged on an overdue principal "
+             "of $100,000 if the rate otherwise applicable to this Loan is 10% per annum?")
+    assert check.check(wrong, "$10,000") == "takes nothing from the passage: its answer follows from the question's own figures"
+    assert check.check(wrong.replace("how much interest", "how much interest at the Post-Default Rate"), "$12,000") is None
+    assert check.check("If the interest rate otherwise applicable to principal is 5.0%, what is the Post-Default Rate?",
+                       "7.0%") is None  # the 2.0% comes from the passage
 
 
 def test_defined_terms_and_pool():

@@ -20,6 +20,11 @@ references. The rules, in the order they are checked:
    the results the worked solution already reached (a result written in the solution joins the pool
    only if it is itself so reachable). Equality allows the rounding of the stated figure.
 4. A date in a* must occur in d' or q.
+5. The problem takes something from d': when every figure of a* follows from q's own givens (its
+   figures that d' does not state), q must name a defined term of d' whose definition it applies ("Consolidated
+   EBITDA is $250,000,000 and Total Debt $1,000,000,000: the Consolidated Leverage Ratio?"). "How much
+   interest on an overdue principal of $100,000 at a rate otherwise applicable of 10%?" $10,000 uses
+   no passage at all (the 1.5B wrote it, ignoring the 2% default margin its passage states).
 Small counts (integers up to 12) are never evidence either way.
 
 A seed term with an analogue in d' (`analogue`: one holds the other, "Post-Default Rate" and "Default
@@ -247,8 +252,13 @@ def from_question(question: str, answer: str) -> bool:
     """Whether every figure of the answer follows from the question's own figures (within two operations):
     the problem needs no passage ("the default rate is 2.0% above a base of 0.5%: the total?" 2.5%),
     where "if the rate otherwise applicable is 5%, what is the Default Rate?" 7.0% needs its margin."""
+    return follows(text_figures(question), answer)
+
+
+def follows(givens: Sequence[Figure], answer: str) -> bool:
+    """Whether every figure of the answer (small counts aside; at least one) is reachable from `givens`."""
     figs = [f for f in text_figures(answer) if not trivial(f)]
-    pool = Pool(v for f in text_figures(question) for v in values(f))
+    pool = Pool(v for f in givens for v in values(f))
     return bool(figs) and all(any(pool.reaches(v, tolerance(f, v)) for v in values(f)) for f in figs)
 
 
@@ -355,4 +365,14 @@ class Grounding:
         missing = date_keys(answer) - self._passage_dates - date_keys(question)
         if missing:
             return f"answer date not in passage: {sorted(missing)[0]}"
+        if self.takes_nothing(question, answer):
+            return "takes nothing from the passage: its answer follows from the question's own figures"
         return None
+
+    def takes_nothing(self, question: str, answer: str) -> bool:
+        """Rule 5: every answer figure follows from q's own givens (its figures that d' does not state)
+        and q names no defined term of d'."""
+        if not follows([f for f in text_figures(question) if not self._in_passage(f)], answer):
+            return False
+        passage = _norm(self.passage)
+        return not any(_term_key(t) in passage for t in defined_terms(question))
