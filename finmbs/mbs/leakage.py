@@ -21,10 +21,11 @@ references. The rules, in the order they are checked:
    only if it is itself so reachable). Equality allows the rounding of the stated figure.
 4. A date in a* must occur in d' or q.
 5. The problem takes something from d': when every figure of a* follows from q's own givens (its
-   figures that d' does not state), q must name a defined term of d' whose definition it applies ("Consolidated
-   EBITDA is $250,000,000 and Total Debt $1,000,000,000: the Consolidated Leverage Ratio?"). "How much
-   interest on an overdue principal of $100,000 at a rate otherwise applicable of 10%?" $10,000 uses
-   no passage at all (the 1.5B wrote it, ignoring the 2% default margin its passage states).
+   figures that d' does not state), q must name a defined term of d' whose definition it applies
+   ("Consolidated EBITDA is $250,000,000 and Total Debt $1,000,000,000: the Consolidated Leverage
+   Ratio?"). "How much interest on an overdue principal of $100,000 at a rate otherwise applicable of
+   10%?" $10,000 uses no passage at all (the 1.5B wrote it, ignoring the 2% default margin its
+   passage states).
 Small counts (integers up to 12) are never evidence either way.
 
 A seed term with an analogue in d' (`analogue`: one holds the other, "Post-Default Rate" and "Default
@@ -275,6 +276,7 @@ class Grounding:
     def __post_init__(self) -> None:
         allowed = "\n".join([self.passage, *self.vocabulary])
         self._allowed_text = _norm(allowed)
+        self._passage_text = _norm(self.passage)
         self._document_text = _norm(self.document)
         self._passage_figs = text_figures(self.passage)
         self._passage_values = {v for f in self._passage_figs for v in values(f)}
@@ -374,5 +376,4 @@ class Grounding:
         and q names no defined term of d'."""
         if not follows([f for f in text_figures(question) if not self._in_passage(f)], answer):
             return False
-        passage = _norm(self.passage)
-        return not any(_term_key(t) in passage for t in defined_terms(question))
+        return not any(_term_key(t) in self._passage_text for t in defined_terms(question))

@@ -11,11 +11,9 @@ that a subproblem not reveal its parent's answer. Both come down to comparing tw
 - `restated`: a synthetic problem restates another problem when it has the same answer and
   near-identical text (`similarity` >= `novelty.max_similarity`) and does not ask about another
   document (`grounded_apart`: another document, and each question names its own entity or takes its
-  answer from its own passage); whatever its
-  answer and document, it copies its
-  seed when it reproduces most of the seed's long word n-grams (`copies_seed`: the overlap that
-  `finmbs export` drops as contamination by the seeds, so a problem counted here as qualified is one
-  export keeps).
+  answer from its own passage); whatever its answer and document, it copies its seed when it
+  reproduces most of the seed's long word n-grams (`copies_seed`: the overlap that `finmbs export`
+  drops as contamination by the seeds, so a problem counted here as qualified is one export keeps).
 """
 
 from __future__ import annotations

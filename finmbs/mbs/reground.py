@@ -379,6 +379,17 @@ class Regrounder:
         self.ctx, self.index, self.seed, self.ledger = ctx, index, seed, ledger
         snippet = seed.snippet.text if seed.snippet else ""
         self.material = [snippet] + [d.summary for d in own[:1] if d.summary]
+        self._groundings: dict[int, Grounding] = {}
+
+    def grounding(self, ground: NewGround) -> Grounding:
+        """What d' allows, built once per new ground (every tree of the seed is checked against it): the
+        new document's whole text is read and normalized once, not once per tree."""
+        if ground.slot not in self._groundings:
+            doc = ground.document
+            self._groundings[ground.slot] = Grounding(
+                ground.snippet.text, self.material, self.seed.entity,
+                vocabulary=[ground.entity, doc.title, doc.company or ""], document=self.index.document_text(doc.doc_id))
+        return self._groundings[ground.slot]
 
     async def judge(self, problem: Problem) -> Answerability:
         text = render_prompt("judge_answerable", **delimited(
@@ -466,9 +477,7 @@ class Regrounder:
         The nodes that fail the mechanical check are asked for again, up to `stages.reground_retries`
         times, with the check's reasons (a small teacher carries the seed's terms over; told which, it
         can use the new passage's own)."""
-        grounding = Grounding(ground.snippet.text, self.material, self.seed.entity,
-                              vocabulary=[ground.entity, ground.document.title, ground.document.company or ""],
-                              document=self.index.document_text(ground.document.doc_id))
+        grounding = self.grounding(ground)
         renames = tree_renames(tree, grounding, self.seed.entity, ground.entity)
         told = vocabulary(tree, grounding, renames)
         nodes = list(tree.root.walk())
