@@ -24,6 +24,7 @@ from finmbs.llm import Gateway
 from finmbs.mbs.context import Context
 from finmbs.mbs.reground import EXCERPT_CHUNKS, ask_ground, document_chunks, selected
 from finmbs.records import Problem
+from finmbs.seeds import SeedsError, load_seeds
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -36,7 +37,10 @@ async def main(args: argparse.Namespace) -> None:
     config = load_config(args.config)
     config = config.model_copy(update={"cache_path": None, "index": config.index.model_copy(update={"path": args.index_path}),
                                        "stages": config.stages.model_copy(update={"extract": "select"})})
-    seeds = [Problem.model_validate_json(line) for line in args.seeds.read_text().splitlines() if line.strip()]
+    try:
+        seeds: list[Problem] = load_seeds(args.seeds)
+    except (SeedsError, FileNotFoundError) as exc:
+        raise SystemExit(str(exc)) from None
     gateway = Gateway.from_config(config)
     ctx = Context(config=config, gateway=gateway)
     try:
