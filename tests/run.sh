@@ -1,35 +1,64 @@
 #!/usr/bin/env bash
-# The README's test command: install what the tests need, then run them.
+# The README's test command: install the locked dependency set, check the integrations, run the tests.
 #
 #   bash tests/run.sh [PYTEST ARGS...]
 #
-# Set-up, each step only when something is missing: the CPU torch wheel (pip would otherwise fetch a
-# multi-GB CUDA build), finmbs with the dev, ray and static extras, and Debian's chromium + chromium-driver for
-# the report's browser test (apt-get, as root; otherwise that test says it is skipped). Then pytest.
+# Run it in a virtual environment (`.ci/run` makes a fresh one). Steps, each only when needed:
+#  1. pip installs requirements/pyX.Y.txt (the one resolved set: base, dev, test, ray, static and bench
+#     extras; torch 2.13.0, the CPU build where the machine offers one) and finmbs from this checkout,
+#     then veRL without its dependencies (requirements/verl.txt: it asks for a transformers the static
+#     extra excludes; the reward test loads finmbs.reward through veRL's own loader);
+#  2. as root, Debian's chromium + chromium-driver for the report's browser test (else it is skipped);
+#  3. the smoke step: `finmbs doctor --smoke` imports every integration, then ingests and searches
+#     one shipped agreement; a failure names the package, its version and the fix;
+#  4. pytest, passing on the arguments.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
 export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore
 
-missing() {  # prints the distributions (of the arguments) that are not installed
-  "$PYTHON" - "$@" <<'PY'
-import sys
+py="$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
+lock="requirements/py$py.txt"
+if [ ! -f "$lock" ]; then
+  echo "error: finmbs is locked and tested for Python 3.11 (requirements/py3.11.txt); $PYTHON is Python $py" >&2
+  exit 2
+fi
+
+# Prints what differs from the lock (and whether finmbs is imported from this checkout); empty: nothing.
+differs() {
+  "$PYTHON" - "$lock" requirements/verl.txt "$(pwd -P)" <<'PY'
+import re, sys
 from importlib.metadata import PackageNotFoundError, version
-for name in sys.argv[1:]:
-    try:
-        version(name)
-    except PackageNotFoundError:
-        print(name)
+from pathlib import Path
+for path in sys.argv[1:3]:
+    for line in Path(path).read_text().splitlines():
+        m = re.fullmatch(r"([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==([^\s;#]+).*", line.strip())
+        if not m:
+            continue
+        try:
+            got = version(m[1])
+        except PackageNotFoundError:
+            got = None
+        if got is None or got.split("+")[0] != m[2].split("+")[0]:
+            print(f"{m[1]}: {got or 'missing'} (locked {m[2]})")
+try:
+    import finmbs
+    here = str(Path(finmbs.__file__).resolve().parent.parent)
+except Exception:
+    here = None
+if here != sys.argv[3]:
+    print(f"finmbs: not installed from {sys.argv[3]}")
 PY
 }
 
-if [ -n "$(missing torch)" ]; then
-  "$PYTHON" -m pip install -q torch==2.13.0
-fi
-# finmbs counts as installed only when it is imported from this checkout (editable install or PYTHONPATH).
-here="$("$PYTHON" -c 'import finmbs, pathlib; print(pathlib.Path(finmbs.__file__).resolve().parent.parent)' 2>/dev/null || true)"
-if [ "$here" != "$(pwd -P)" ] || [ -n "$(missing pytest pytest-asyncio pytest-timeout selenium ray model2vec)" ]; then
-  "$PYTHON" -m pip install -q -e ".[dev,ray,static]"
+if [ -n "$(differs)" ]; then
+  "$PYTHON" -m pip install -q -r "$lock" -e .
+  "$PYTHON" -m pip install -q --no-deps -r requirements/verl.txt
+  if [ -n "$(differs)" ]; then
+    echo "error: the environment still differs from $lock after installing it:" >&2
+    differs >&2
+    exit 2
+  fi
 fi
 if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
@@ -39,4 +68,5 @@ if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null
   fi
 fi
 
+"$PYTHON" -m finmbs.cli doctor --smoke
 exec "$PYTHON" -m pytest -q -p no:cacheprovider "$@"

@@ -12,6 +12,7 @@ import typer
 from rich.console import Console
 
 from finmbs.config import ConfigError, RunConfig, load_config
+from finmbs.deps import DependencyError
 from finmbs.executors import ExecutorError, ExecutorName
 from finmbs.llm.types import GatewayError
 from finmbs.runs import RunFolderBusy
@@ -56,7 +57,7 @@ def cli_errors(func: F) -> F:
         try:
             return func(*args, **kwargs)
         except (ConfigError, GatewayError, UsageError, ExecutorError, SeedsError, FileNotFoundError, NotADirectoryError,
-                RunFolderBusy) as exc:
+                RunFolderBusy, DependencyError) as exc:
             fail(str(exc))
         except KeyboardInterrupt:
             console.print("interrupted; finished work is saved, rerun the same command to resume")

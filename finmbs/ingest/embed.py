@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from finmbs.config import ConfigError
+from finmbs.deps import integration
 from finmbs.llm.embedded import cache_dir
 
 STATIC = "static:"
@@ -61,7 +62,7 @@ def static_dir(base: str) -> Path:
 
 def _distill(source: Path, target: Path) -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the source is local files; never the hub
-    from sentence_transformers import SentenceTransformer
+    SentenceTransformer = integration("sentence_transformers").SentenceTransformer
 
     try:
         from sentence_transformers.sentence_transformer.modules import StaticEmbedding
@@ -127,7 +128,7 @@ class Embedder:
     """Normalized sentence vectors (cosine = dot product) on the CPU."""
 
     def __init__(self, name: str):
-        from sentence_transformers import SentenceTransformer
+        SentenceTransformer = integration("sentence_transformers").SentenceTransformer
 
         self.name = name
         self.model = SentenceTransformer(str(model_dir(name)), device="cpu")
