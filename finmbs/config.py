@@ -175,7 +175,9 @@ class StageParams(Settings):
                            "answer dates in d', the problem takes something from d')")
     rename: bool = Field(
         True, description="re-grounding shows the tree with the seed entity and seed terms renamed to their analogues "
-                          "in d', and renames a reply that still writes them (not in the paper)")
+                          "in d' (with a block naming d's terms and the seed-only facts), renames a reply that still "
+                          "writes them, and takes the document's company as e' when the teacher names the seed's "
+                          "entity (not in the paper)")
     reground_retries: int = Field(
         0, ge=0, description="finance re-grounding (not in the paper): re-ask the teacher for the nodes the mechanical "
                              "check rejected (a seed-only term, figure or date; the seed entity), telling it why, up "

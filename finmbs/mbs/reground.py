@@ -323,6 +323,8 @@ async def new_ground(
     # the 1.5B named the seed's own borrower for a new document: e' is then the document's company
     seed_name = (entity_name(seed.entity) or "").lower()
     seed_named = bool(seed_name) and (entity_name(named) or "").lower() == seed_name
+    if not ctx.stages.rename:  # the paper: e' is the teacher's; a seed name then fails the leakage check
+        seed_named = False
     entity = (doc.company or "") if seed_named else named
     if isinstance(reply, Selection):
         located = selected(index, doc, chunks, reply.excerpts)
