@@ -97,7 +97,8 @@ def test_a_key_contradicting_the_paper_profile_is_one_error(tmp_path):
 
 def test_cli_profile_option_and_explain(tmp_path):
     config = resource_dir("configs") / "default.yaml"  # relabel, extract: retrieve ...: --profile paper overrides them
-    result = CliRunner().invoke(app, ["config", "explain", "--config", str(config), "--profile", "paper"])
+    result = CliRunner().invoke(app, ["config", "explain", "--config", str(config), "--profile", "paper"],
+                                env={"COLUMNS": "250"})
     assert result.exit_code == 0, result.output
     flat = " ".join(result.output.split())
     assert "profile: paper" in flat
@@ -110,7 +111,7 @@ def test_cli_profile_option_and_explain(tmp_path):
                for line in result.output.splitlines() if line.count("│") >= 5}
     assert symbols["Nc"][1:3] == ["2", "paper"] and symbols["Nt"][2] == "finmbs"
     # the default profile: the same keys, the additions on, still marked finmbs with the paper's value
-    result = CliRunner().invoke(app, ["config", "explain"])
+    result = CliRunner().invoke(app, ["config", "explain"], env={"COLUMNS": "250"})
     rows = {line.split("│")[1].strip(): [c.strip() for c in line.split("│")[1:]]
             for line in result.output.splitlines() if line.count("│") >= 5 and "." in line.split("│")[1]}
     assert rows["stages.extract"][1:4] == ["retrieve", "finmbs", "copy"]
