@@ -273,7 +273,7 @@ PAPER_VALUES: dict[str, Any] = {
     "stages.relabel": False,  # agreeing traces relabel a candidate
     "stages.leaf_feedback": False,  # rejected variants shown to the next leaf round
     "stages.leaf_grounded": False,  # prompts/leaf_grounded.txt
-    "stages.rotate_teachers": False,  # next teacher per decomposition retry / compose trial / direct call / re-grounding
+    "stages.rotate_teachers": False,  # next teacher per decomposition retry, compose trial, direct call, re-grounding
     "stages.compose_all_trials": False,  # all Nc trials, every passing one kept
     "stages.keep": "roots",  # keep: all calibrates non-root nodes too
     "stages.extract": "copy",  # the teacher copies d' (select / retrieve are finmbs's)
@@ -390,7 +390,9 @@ def parse_overrides(overrides: list[str]) -> list[tuple[str, Any]]:
     return pairs
 
 
-def load_config(path: str | Path | None = None, overrides: list[str] | None = None, profile: str | None = None) -> RunConfig:
+def load_config(
+    path: str | Path | None = None, overrides: list[str] | None = None, profile: str | None = None
+) -> RunConfig:
     """Load and validate a YAML run config; `overrides` are `dotted.key=value` strings. `profile` (the
     command line's --profile) comes before the overrides: `paper` sets every addition of the file to the
     paper's value, and an override that contradicts it is an error; a file that says `profile: paper`

@@ -6,7 +6,6 @@ direct synthesis as appendix C asks; documents held out of re-grounding."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import yaml
@@ -27,7 +26,6 @@ from finmbs.mbs.solve import train_prompt
 from finmbs.mbs.traces import teacher_trace
 from finmbs.records import Document, Problem, RunMetrics, Trace, TreeNode
 from finmbs.resources import resource_dir
-from finmbs.runs import read_jsonl
 from finmbs.testing.world import TASK_MARKERS, Agent, World, world_config
 
 SEED = Problem(id="a", question="Compute (2 + 3) * (4 + 1).", answer="25")

@@ -109,7 +109,10 @@ def construction_budgets(run: str | Path) -> dict[str, int]:
     if method != "mbs":
         raise ValueError(f"{where}: a run of method {method!r}; give the folder of a finished MBS run")
     ids = [row["id"] for row in read_jsonl(seeds_file)]
-    unfinished = [i for i in ids if not (root / DONE / file_name(i)).exists() or not (root / TREES / f"{file_name(i)}.json").exists()]
+    def finished(seed_id: str) -> bool:
+        return (root / DONE / file_name(seed_id)).exists() and (root / TREES / f"{file_name(seed_id)}.json").exists()
+
+    unfinished = [i for i in ids if not finished(i)]
     if not ids or unfinished:
         shown = ", ".join(unfinished[:3]) + (f" (+{len(unfinished) - 3} more)" if len(unfinished) > 3 else "")
         raise ValueError(f"{where}: the run is not finished ({len(unfinished)} of {len(ids)} seeds not done: "

@@ -10,7 +10,8 @@ import typer
 from rich.table import Table
 
 from finmbs.commands._common import (
-    ConfigOption, ExecutorOption, ProfileOption, RayAddressOption, RayWorkersOption, SetOption, cli_errors, console, resolve_config,
+    ConfigOption, ExecutorOption, ProfileOption, RayAddressOption, RayWorkersOption, SetOption, cli_errors, console,
+    resolve_config,
 )
 from finmbs.config import ConfigError, Endpoint, RunConfig
 from finmbs.executors import make_executor

@@ -219,7 +219,7 @@ async def decompose(ctx: Context, node: TreeNode, ledger: Ledger, depth: int = 0
         if not keep:
             ledger.reject(child.problem, STAGE, child.decisions[-1].reason, node=child.model_dump(mode="json"))
     node.children = [child for child, keep in zip(node.children, kept) if keep]
-    if not node.children:  # its decomposition is gone: no leaf of its own (the weakest student fails it) and no scaffold
+    if not node.children:  # its decomposition is gone: no scaffold, and no leaf (the weakest student fails it)
         reason = "dropped: every child of its effective decomposition was dropped"
         node.decisions.append(Decision(stage=STAGE, outcome="rejected", reason=reason))
         return False

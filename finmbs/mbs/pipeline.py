@@ -142,7 +142,8 @@ def collect_metrics(
     metrics = RunMetrics(method=method, keep=keep, seeds_in=len(seeds))
     rows = list(read_jsonl(run.path(REJECTED)))
     count_rejections(metrics, rows)
-    metrics.gated_roots = sum(1 for row in rows if row["stage"] in (NOVELTY, QUALITY) and row.get("data", {}).get("root"))
+    metrics.gated_roots = sum(
+        1 for row in rows if row["stage"] in (NOVELTY, QUALITY) and row.get("data", {}).get("root"))
     nodes: list[TreeNode] = [
         TreeNode.model_validate(row["data"]["node"])
         for row in rows if row["stage"] == DECOMPOSE and "node" in row.get("data", {})
@@ -213,10 +214,12 @@ def record_config(run: RunDir, config: RunConfig, allow_change: bool) -> None:
 
 
 async def grow_work(
-    seed: Problem, gateway: Gateway, tick: Tick, *, config: RunConfig, method: str, excluded: frozenset[str] = frozenset()
+    seed: Problem, gateway: Gateway, tick: Tick, *, config: RunConfig, method: str,
+    excluded: frozenset[str] = frozenset(),
 ) -> SeedOutcome:
     """One seed as a unit of executor work (module level, so it pickles for Ray)."""
-    return await growers()[method](seed, Context(config=config, gateway=gateway, tick=tick, excluded_documents=excluded))
+    ctx = Context(config=config, gateway=gateway, tick=tick, excluded_documents=excluded)
+    return await growers()[method](seed, ctx)
 
 
 def regrounds(config: RunConfig, seeds: list[Problem], method: str) -> bool:
