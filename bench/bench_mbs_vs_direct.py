@@ -63,9 +63,11 @@ async def one_profile(profile: str, seeds: list[Problem], out: Path, overrides: 
     start = time.monotonic()
     mbs = await run_grow(config, seeds, mbs_dir, method="mbs")
     rows.append(row(f"{profile} MBS", mbs, matched_tokens(mbs_dir), time.monotonic() - start))
+    print(json.dumps(rows[-1]), flush=True)  # as each run ends: a run cut short by a time limit still reports
     start = time.monotonic()
     direct = await run_grow(config, with_budgets(seeds, construction_budgets(mbs_dir)), direct_dir, method="direct")
     rows.append(row(f"{profile} direct (matched)", direct, matched_tokens_direct(direct_dir), time.monotonic() - start))
+    print(json.dumps(rows[-1]), flush=True)
     return rows
 
 
@@ -91,8 +93,6 @@ def main() -> None:
     rows = []
     for profile in args.profiles:
         rows += asyncio.run(one_profile(profile, seeds, args.out, args.overrides))
-        for r in rows[-2:]:
-            print(json.dumps(r), flush=True)
     for profile in args.profiles:
         mbs, direct = (r for r in rows if r["run"].startswith(profile))
         ratio = {
