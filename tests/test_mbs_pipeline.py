@@ -167,6 +167,7 @@ async def test_direct_restating_the_seed_is_rejected(tmp_path, openai_server):
     openai_server.handler.agents["weak-teacher"] = Agent(parrot=True)  # writes "Now, Compute <seed>."
     metrics = await run_grow(cfg, SEEDS[:1], tmp_path / "direct", method="direct")
     assert (metrics.descendants, metrics.novelty_rejected) == (0, 4) and "target" not in metrics.usage  # never calibrated
+    assert metrics.root_candidates == metrics.gated_roots == 4  # each copy is a candidate the rates count
     rejection, *_ = [r for r in read_jsonl(tmp_path / "direct" / "rejected.jsonl") if r["stage"] == "novelty"]
     assert rejection["problem"]["question"] == "Now, Compute (2 + 3) * (4 + 1)."
     assert rejection["reason"] == "restates its seed a: same answer '25', text similarity 1.00 >= 0.85"

@@ -69,7 +69,10 @@ async def direct_call(ctx: Context, root: TreeNode, r: int, ledger: Ledger) -> l
         derive(seed, w, id=f"{seed.id}.x{r}v{s}", stage=STAGE, tree_path="0", parent_ids=[seed.id], method="direct")
         for s, w in enumerate(reply.problems[:count] if reply else [])
     ]
+    since = len(ledger.rejected)
     fresh = novel_problems(ctx, problems, lambda _: [("seed", seed)], ledger)  # before any trace
+    for rejection in ledger.rejected[since:]:  # each is a root candidate, counted in the rates like MBS's
+        rejection.data["root"] = True
     nodes = [await verified_node(ctx, p, ledger, stage=STAGE, path="0", mirrors=seed.id) for p in fresh]
     kept = [n for n in nodes if n is not None]
     reason = f"call {r} ({teacher.name}): {len(kept)} of {len(problems)} verified" + ("" if reply else " (reply did not parse)")
