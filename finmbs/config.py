@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import os
 import re
 from pathlib import Path
@@ -143,7 +144,9 @@ class StageParams(Settings):
     keep: Literal["roots", "all"] = Field(
         "roots", description="roots: calibrate the synthetic roots only (the paper); all: also every other synthetic "
                              "node, counted and written apart from the paper's metrics")
-    direct_reground: bool = Field(False, description="finance: re-ground the direct baseline's problems too")
+    direct_reground: bool = Field(
+        True, description="finance: re-ground the direct baseline's problems like MBS output (SPEC: the same filters, "
+                          "judges, leakage check and re-grounding); false: calibrate them on the seed's own passage")
     extract: Literal["copy", "select", "retrieve"] = Field(
         "copy", description="finance re-grounding step 1: copy (the paper: the teacher copies d' from the new document, "
                             "proven verbatim), select (the teacher chooses d' among numbered excerpts: verbatim by "
@@ -153,6 +156,28 @@ class StageParams(Settings):
     relabel: bool = Field(
         False, description="a teacher-written candidate no trace verifies takes the answer all Nt traces of one teacher "
                            "agree on (not in the paper; for small teachers whose stated answers contradict their solutions)")
+    N_direct: int = Field(
+        4, ge=1, description="direct synthesis: problems asked of the teacher per call (prompt E asks for several; the "
+                             "paper gives no count, like N_leaf)")
+    compose_all_trials: bool = Field(
+        False, description="composition runs all Nc trials and keeps every passing one (not in the paper, which tries "
+                           "up to Nc and stops at the first that passes)")
+    rotate_teachers: bool = Field(
+        True, description="a decomposition retry, a composition trial, a direct-synthesis call and a re-grounding ask "
+                          "the next teacher of the pool in turn (not in the paper: it names rotation for leaf rounds "
+                          "alone; off, they ask T1 for fresh samples)")
+    leaf_grounded: bool = Field(
+        True, description="finance: a grounded leaf is told how a lookup becomes harder while its passage still "
+                          "answers it (prompts/leaf_grounded.txt; not in the paper)")
+    leakage_rules: Literal["paper", "all"] = Field(
+        "all", description="re-grounding's mechanical check: paper = rule 1 (no seed-only fact, appendix D); all = "
+                           "also rules 2-5 of finmbs/mbs/leakage.py (defined terms in d', answer figures derivable, "
+                           "answer dates in d', the problem takes something from d')")
+    rename: bool = Field(
+        True, description="re-grounding shows the tree with the seed entity and seed terms renamed to their analogues "
+                          "in d' (with a block naming d's terms and the seed-only facts), renames a reply that still "
+                          "writes them, and takes the document's company as e' when the teacher names the seed's "
+                          "entity (not in the paper)")
     reground_retries: int = Field(
         0, ge=0, description="finance re-grounding (not in the paper): re-ask the teacher for the nodes the mechanical "
                              "check rejected (a seed-only term, figure or date; the seed entity), telling it why, up "
@@ -169,6 +194,10 @@ class NoveltySettings(Settings):
     wording (the n-gram overlap export's decontamination drops), is rejected before calibration."""
 
     enabled: bool = Field(True, description="reject a synthetic problem that restates its seed, source or a sibling")
+    unworkable: bool = Field(
+        True, description="reject, before any trace, a teacher-written question that gives its own answer or whose "
+                          "only figure is its answer (own_answer), and an answer that is a sentence or a formula over "
+                          "an unknown (answer_form)")
     max_similarity: float = Field(
         0.85, gt=0, le=1, description="share of the shorter question's word tokens the other repeats in order")
     seed_ngram: int = Field(
@@ -188,7 +217,9 @@ class Budget(Settings):
     """Hard limits that stop a run cleanly, everything done so far saved."""
 
     max_tokens: int | None = Field(None, ge=1)
-    max_cost_usd: float | None = Field(None, gt=0)
+    max_cost_usd: float | None = Field(
+        None, gt=0, description="dollars; every role's model needs a price (litellm's table, or the endpoint's "
+                                "input_cost_per_mtok / output_cost_per_mtok): a call to one without stops the run")
 
 
 class IndexSettings(Settings):
@@ -206,6 +237,9 @@ class IndexSettings(Settings):
     shard_number: int | None = Field(None, ge=1, description="server/cluster: shards per collection")
     replication_factor: int | None = Field(None, ge=1, description="server/cluster: copies of each shard")
     write_consistency_factor: int | None = Field(None, ge=1, description="server/cluster: replicas that confirm a write")
+    holdout: list[str] = Field(
+        default_factory=list, description="documents never re-grounded on (evaluation filings): doc ids, file names, "
+                                          "companies or CIKs")
 
     def collection_options(self) -> dict[str, int]:
         """Sharding and replication for `create_collection` on a Qdrant server or cluster (unset: server default)."""
@@ -226,9 +260,60 @@ class EmbeddedSettings(Settings):
     )
 
 
+# The paper profile ------------------------------------------------------------------------------
+# Every behaviour finmbs adds to the paper, by its config key, with the value that runs the method as
+# published (the off switch, or the paper's setting). `profile: paper` (or `--profile paper`) sets them
+# all; a config that also sets one of them otherwise is an error naming the key and the paper's value.
+# `finmbs config explain` marks these keys "finmbs" (the rest of the stage symbols "paper"). A new
+# addition is one line here, and its key a field with a description.
+PAPER_VALUES: dict[str, Any] = {
+    "novelty.enabled": False,  # the novelty guard (appendix C asks for new problems; the guard is finmbs's)
+    "novelty.unworkable": False,  # own-answer / sentence-answer / formula-answer rejections
+    "quality.enabled": False,  # the math well-posed judge
+    "stages.relabel": False,  # agreeing traces relabel a candidate
+    "stages.leaf_feedback": False,  # rejected variants shown to the next leaf round
+    "stages.leaf_grounded": False,  # prompts/leaf_grounded.txt
+    "stages.rotate_teachers": False,  # next teacher per decomposition retry, compose trial, direct call, re-grounding
+    "stages.compose_all_trials": False,  # all Nc trials, every passing one kept
+    "stages.keep": "roots",  # keep: all calibrates non-root nodes too
+    "stages.extract": "copy",  # the teacher copies d' (select / retrieve are finmbs's)
+    "stages.reground_retries": 0,  # re-ask for nodes the leakage check rejected
+    "stages.leakage_rules": "paper",  # rule 1 only (appendix D); rules 2-5 are finmbs's
+    "stages.rename": False,  # renaming at re-grounding
+    "stages.direct_reground": True,  # SPEC: direct output is re-grounded like MBS output
+    # "verify.programs": False,  # program verification (issue 36, branch `programs`): wire in at merge
+}
+PROFILES = ("finmbs", "paper")
+
+
+def _get_dotted(data: dict[str, Any], dotted: str) -> tuple[bool, Any]:
+    node: Any = data
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return False, None
+        node = node[part]
+    return True, node
+
+
+def apply_profile(data: dict[str, Any], source: str | None = None) -> dict[str, Any]:
+    """`data` (a config mapping) with the paper profile's values set when it asks for `profile: paper`;
+    a key it sets otherwise is a ConfigError naming the key and the paper's value."""
+    if data.get("profile", "finmbs") != "paper":
+        return data
+    for key, paper in PAPER_VALUES.items():
+        given, value = _get_dotted(data, key)
+        if given and value != paper:
+            raise ConfigError(f"profile: paper runs the method as published, where {key} is {paper!r} (this config "
+                              f"sets {value!r}): remove the key, or drop profile: paper", source=source, key=key)
+        _set_dotted(data, key, paper)
+    return data
+
+
 class RunConfig(Settings):
     """A whole run: domain, roles, stage parameters, budget, cache and index."""
 
+    profile: Literal["finmbs", "paper"] = Field(
+        "finmbs", description="paper: every addition of finmbs's off or at the paper's setting (config.PAPER_VALUES)")
     domain: Literal["math", "finance"] = "math"
     roles: Roles
     stages: StageParams = Field(default_factory=StageParams)
@@ -239,6 +324,16 @@ class RunConfig(Settings):
     novelty: NoveltySettings = Field(default_factory=NoveltySettings)
     quality: QualitySettings = Field(default_factory=QualitySettings)
     embedded: EmbeddedSettings = Field(default_factory=EmbeddedSettings)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _profile(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("profile") == "paper":
+            try:
+                return apply_profile(copy.deepcopy(data))
+            except ConfigError as exc:
+                raise ValueError(str(exc)) from None
+        return data
 
     @model_validator(mode="after")
     def _unique_names(self) -> RunConfig:
@@ -295,8 +390,13 @@ def parse_overrides(overrides: list[str]) -> list[tuple[str, Any]]:
     return pairs
 
 
-def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> RunConfig:
-    """Load and validate a YAML run config; `overrides` are `dotted.key=value` strings."""
+def load_config(
+    path: str | Path | None = None, overrides: list[str] | None = None, profile: str | None = None
+) -> RunConfig:
+    """Load and validate a YAML run config; `overrides` are `dotted.key=value` strings. `profile` (the
+    command line's --profile) comes before the overrides: `paper` sets every addition of the file to the
+    paper's value, and an override that contradicts it is an error; a file that says `profile: paper`
+    itself may not contradict it either."""
     path = Path(path) if path else default_config_path()
     source = str(path)
     if not path.is_file():
@@ -309,11 +409,18 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         raise ConfigError(f"invalid YAML{line}: {getattr(exc, 'problem', exc)}", source=source) from None
     if not isinstance(data, dict):
         raise ConfigError("top level must be a mapping", source=source)
+    if profile is not None:
+        if profile not in PROFILES:
+            raise ConfigError(f"unknown profile {profile!r} (one of {', '.join(PROFILES)})", key="profile")
+        data["profile"] = profile
+        for key, value in PAPER_VALUES.items() if profile == "paper" else ():
+            _set_dotted(data, key, value)  # the file's settings of finmbs's additions give way to the profile
     for key, value in parse_overrides(overrides or []):
         try:
             _set_dotted(data, key, value)
         except (IndexError, ValueError, TypeError, AttributeError):
             raise ConfigError(f"cannot set override {key}", source=source, key=key) from None
+    apply_profile(data, source)
     try:
         return RunConfig.model_validate(data)
     except ValidationError as exc:

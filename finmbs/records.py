@@ -44,6 +44,7 @@ class Document(Record):
     title: str = ""
     company: str | None = None
     period: str | None = None
+    cik: str | None = None  # the SEC Central Index Key, where the filing states it (no leading zeros)
     n_pages: int | None = None
     summary: str = ""
     entities: dict[str, list[str]] = Field(default_factory=dict)
@@ -239,12 +240,14 @@ class RunMetrics(Record):
     method: str = "mbs"
     keep: str = "roots"
     seeds_in: int = 0
+    seeds_done: int = 0  # seeds finished (their tree files written): construction tokens per seed divide by these
     seeds_with_trace: int = 0
     seeds_too_easy: int = 0  # roots the weakest student already solves (nothing to scaffold)
     decompositions_effective: int = 0
     decompositions_attempted: int = 0
     answer_leaks: int = 0  # subproblems rejected for revealing their parent's answer
     descendants: int = 0  # calibrated synthetic roots (the paper's count)
+    gated_roots: int = 0  # synthetic roots the novelty guard or quality control rejected before calibration
     goldilocks: int = 0
     qualified: int = 0
     seeds_converted: int = 0
@@ -256,17 +259,28 @@ class RunMetrics(Record):
     other_goldilocks: int = 0
     other_qualified: int = 0
     construction_tokens: int = 0  # prompt + completion tokens of every role but the target policy
+    # fresh draws: calibrated roots whose alpha screen ran on the target's own model (the weakest student is
+    # the target's model) and put them in the Goldilocks band, and how many of those calibration's fresh
+    # draws put outside it
+    screen_goldilocks: int = 0
+    screen_goldilocks_out: int = 0
     stages: dict[str, dict[str, float]] = Field(default_factory=dict)  # requests, tokens, model seconds per stage
     usage: dict[str, RoleUsage] = Field(default_factory=dict)
     wall_time_s: float = 0.0
 
     @property
+    def root_candidates(self) -> int:
+        """The rates' denominator: every synthetic root that reached the final gates (calibrated, or
+        rejected by the novelty guard or quality control just before)."""
+        return self.descendants + self.gated_roots
+
+    @property
     def goldilocks_rate(self) -> float:
-        return self.goldilocks / self.descendants if self.descendants else 0.0
+        return self.goldilocks / self.root_candidates if self.root_candidates else 0.0
 
     @property
     def qualified_rate(self) -> float:
-        return self.qualified / self.descendants if self.descendants else 0.0
+        return self.qualified / self.root_candidates if self.root_candidates else 0.0
 
     @property
     def seed_conversion(self) -> float:
@@ -274,7 +288,9 @@ class RunMetrics(Record):
 
     @property
     def construction_tokens_per_seed(self) -> float:
-        return self.construction_tokens / self.seeds_in if self.seeds_in else 0.0
+        """Construction tokens of the finished seeds over the finished seeds (an unfinished seed's tokens
+        are not in its tree file yet)."""
+        return self.construction_tokens / self.seeds_done if self.seeds_done else 0.0
 
     @property
     def construction_tokens_per_qualified(self) -> float | None:
@@ -288,6 +304,7 @@ class RunMetrics(Record):
         """Flat dict with the derived rates, as written to metrics.json."""
         data = self.model_dump()
         data.update(
+            root_candidates=self.root_candidates,
             goldilocks_rate=self.goldilocks_rate,
             qualified_rate=self.qualified_rate,
             seed_conversion=self.seed_conversion,

@@ -44,6 +44,7 @@ METRICS = "metrics.json"
 DONE = "done"
 USAGE = "usage.jsonl"
 CONFIG_CHANGES = "config_changes.jsonl"
+CONTAMINATION = "contamination.json"  # finance: the documents re-grounding never targets, and why
 LOCK = ".lock"
 TMP_SUFFIX = ".tmp"
 

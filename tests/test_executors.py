@@ -110,7 +110,7 @@ def write_config(cfg: RunConfig, path: Path) -> Path:
 
 def test_ray_grow_gives_the_local_outputs(ray_cluster, world, reference, tmp_path):
     expected, requests = reference
-    assert expected["counts"] == {"qualified.jsonl": 3, "rejected.jsonl": 37} and len(expected["trees"]) == 4
+    assert expected["counts"] == {"qualified.jsonl": 3, "rejected.jsonl": 10} and len(expected["trees"]) == 4
     seeds = tmp_path / "seeds.jsonl"
     seeds.write_text("".join(s.model_dump_json() + "\n" for s in SEEDS))
     cfg = write_config(config(world, tmp_path / "cache.sqlite"), tmp_path / "run.yaml")

@@ -88,10 +88,16 @@ def test_grow_finance_seeds_end_to_end(tmp_path, openai_server, index_settings):
     rejected = list(read_jsonl(out / "rejected.jsonl"))
     checks = Counter(r["data"]["check"] for r in rejected if r["stage"] == "reground")
     assert checks["verbatim"] == 2  # host_hotels misquoted, for each seed
-    assert checks["leakage"] >= 1  # av's $35,000,000 floor planted on the Brown-Forman copy
+    # unseen means unseen: no seed is re-grounded on a document another seed of the run came from, so av's
+    # $35,000,000 floor, planted on the Brown-Forman copy, never reaches a problem (it leaked there before)
+    seed_docs = set().union(*own.values())
+    assert all(r["data"].get("document") not in seed_docs for r in rejected if r["stage"] == "reground")
+    assert checks["leakage"] == 0
+    contamination = json.loads((out / "contamination.json").read_text())
+    # (av's own agreement is not indexed: only bf's two copies are there to exclude)
+    assert {r["doc_id"] for r in contamination["excluded"]} == own["bf-pricing-split-ratings"]
+    assert contamination["holdout"] == []
     assert checks["judge"] == 0 or all("not in the passage" in r["reason"] for r in rejected if r["data"].get("check") == "judge")
-    leak = next(r for r in rejected if r["data"].get("check") == "leakage")
-    assert leak["reason"] == "seed-only fact: 35000000" and leak["data"]["document"] == DUPLICATE[1]
     assert metrics["usage"]["judge"]["calls"] >= metrics["descendants"]
 
     # a rerun of the finished folder sends nothing new
@@ -100,9 +106,9 @@ def test_grow_finance_seeds_end_to_end(tmp_path, openai_server, index_settings):
                                      "--config", str(tmp_path / "config.yaml")])
     assert again.exit_code == 0 and openai_server.request_count == before
 
-    # the direct baseline (appendix C) calibrates its problems on the seed's own snippet; re-grounded
-    # through the same stage only when asked (stages.direct_reground)
-    for folder, extra, stage in (("direct", [], "direct"), ("direct-rg", ["--set", "stages.direct_reground=true"], "reground")):
+    # the direct baseline (appendix C) is re-grounded through the same stage as MBS output (SPEC); with
+    # stages.direct_reground off it is calibrated on the seed's own snippet
+    for folder, extra, stage in (("direct", ["--set", "stages.direct_reground=false"], "direct"), ("direct-rg", [], "reground")):
         direct = CliRunner().invoke(app, ["grow", "--seeds", str(tmp_path / "seeds.jsonl"), "--out", str(tmp_path / folder),
                                           "--method", "direct", "--config", str(tmp_path / "config.yaml"), *extra])
         assert direct.exit_code == 0, direct.output

@@ -248,7 +248,8 @@ def test_trials_cycle_through_a_small_pool():
 async def test_compose_retries_one_combination_with_the_parents_solution(tmp_path, openai_server):
     # leaf variants of 2 ops are too easy (0.875 > 0.8): each pool holds one variant, one combination;
     # the Nc=3 trials all use it, each a fresh teacher sample (seed 0, 1, 2)
-    ctx, _ = context(openai_server, tmp_path, {"s": Agent(capacity=1, boost=2, partial=0.875)}, N_leaf=2, Nc=3, N=8)
+    ctx, _ = context(openai_server, tmp_path, {"s": Agent(capacity=1, boost=2, partial=0.875)}, N_leaf=2, Nc=3, N=8,
+                     compose_all_trials=True)
     trace, _ = await teacher_trace(ctx, SEED)
     root, ledger = TreeNode(problem=SEED, trace=trace), Ledger("a")
     assert await decompose(ctx, root, ledger)
@@ -257,7 +258,7 @@ async def test_compose_retries_one_combination_with_the_parents_solution(tmp_pat
     assert sorted(r.body.get("seed") for r in asks) == [0, 1, 2]  # concurrent trials: any arrival order
     assert all(f"<parent_solution>\n{trace.text}\n</parent_solution>" in r.text for r in asks)
     assert [v.problem.id for v in versions] == ["a.s0", "a.s1", "a.s2"] and orphans == []
-    assert root.decisions[-1].reason == "kept 3 of 3 composition trials (1 distinct combinations)"
+    assert root.decisions[-1].reason == "kept 3 of 3 composition trials (1 distinct combinations; up to 3)"
 
 
 # the novelty guard -----------------------------------------------------------------------------------
@@ -383,7 +384,7 @@ def test_a_grounded_leaf_is_told_how_a_lookup_becomes_harder(tmp_path, openai_se
 
 async def test_novelty_guard_can_be_turned_off(tmp_path, openai_server):
     agents = {"s": Agent(capacity=1, boost=2, partial=0.875)}
-    _, config = context(openai_server, tmp_path, agents, N_leaf=2, Nc=3, N=8, L=100)
+    _, config = context(openai_server, tmp_path, agents, N_leaf=2, Nc=3, N=8, L=100, compose_all_trials=True)
     guarded = await run_grow(config, [SEED], tmp_path / "on")
     # three identical composed roots: the first is calibrated, the other two restate it
     assert (guarded.descendants, guarded.novelty_rejected) == (1, 2)

@@ -87,7 +87,9 @@ async def test_effectivity_over_every_evaluated_student(tmp_path, openai_server)
 
 async def test_all_students_at_zero_are_all_evaluated(tmp_path, openai_server):
     agents = {"s1": Agent(capacity=1, boost=2), "s2": Agent(capacity=0)}
-    ctx, _ = setup(openai_server, tmp_path, agents, students=("s1", "s2"), N=4)
+    # D=1: the children stay leaves (s2 fails them too, and their own decompositions could never help it:
+    # they would be dropped, and with them the root)
+    ctx, _ = setup(openai_server, tmp_path, agents, students=("s1", "s2"), N=4, D=1)
     root = node()
     assert await decompose(ctx, root, Ledger("a"))
     assert root.student_accuracy == {"s2": 0.0, "s1": 0.0} and root.conditioned_accuracy == {"s2": 0.0, "s1": 1.0}
@@ -251,9 +253,10 @@ def test_combinations_lowest_index_sum_first():
 @pytest.mark.parametrize("acc_at_5,kept", [(0.75, 1), (0.625, 3)])
 async def test_compose_alpha_parent_and_nc(tmp_path, openai_server, acc_at_5, kept):
     # leaves 2+3, 4+1, 5*6 get variants of 2 and 3 operations; Nc=3 trials: combos (0,0,0), (0,0,1),
-    # (0,1,0) compose parents with 2+2+1=5, 5 and 2+3+1=6 operations (the 5*6 child is not in the parent)
+    # (0,1,0) compose parents with 2+2+1=5, 5 and 2+3+1=6 operations (the 5*6 child is not in the parent);
+    # compose_all_trials (finmbs's) runs all three and keeps every passing one
     agents = {"s": Agent(capacity=1, boost=2, partial=0.75, table={5: acc_at_5})}
-    ctx, _ = setup(openai_server, tmp_path, agents, N_leaf=2, Nc=3, N=8)
+    ctx, _ = setup(openai_server, tmp_path, agents, N_leaf=2, Nc=3, N=8, compose_all_trials=True)
     root, ledger = node(), Ledger("a")
     assert await decompose(ctx, root, ledger)
     versions, orphans = await synthesize(ctx, root, ledger)
@@ -261,7 +264,7 @@ async def test_compose_alpha_parent_and_nc(tmp_path, openai_server, acc_at_5, ke
     assert [v.problem.id for v in versions][-1] == "a.s2"
     assert versions[-1].problem.question == "Compute (2 + 3 + 1) * (4 + 1 + 1 + 2)."
     assert [c.problem.id for c in versions[-1].children] == ["a.d0c0.h0v0", "a.d0c1.h0v1", "a.d0c2.h0v0"]
-    assert root.decisions[-1].reason == f"kept {kept} of 3 composition trials (3 distinct combinations)"
+    assert root.decisions[-1].reason == f"kept {kept} of 3 composition trials (3 distinct combinations; up to 3)"
     too_easy = [r for r in ledger.rejected if r.stage == "compose"]
     assert len(too_easy) == 3 - kept
     assert all(r.reason == "too easy: weakest student s accuracy 0.750 > alpha 0.625" for r in too_easy)

@@ -53,15 +53,17 @@ def synthetic_tree(seed: Problem) -> SyntheticTree:
 
 
 async def run_reground(server, tmp_path, index, seed: Problem, *, agents=None, tree=None, extract="copy", retries=0,
-                       **knobs):
+                       keep="all", trees=None, excluded=frozenset(), **knobs):
+    # keep: all re-grounds and verifies every node (what most tests here look at); keep: roots the root alone
     agents = {"teacher": Agent(), "student": Agent(), "target": Agent(), **(agents or {})}
     server.handler = FinanceWorld(agents=agents, **knobs)
     config = world_config(server.base_url, ["teacher"], ["student"], "target", str(tmp_path / "cache.sqlite"), Kd=10,
-                          extract=extract, reground_retries=retries)
+                          extract=extract, reground_retries=retries, keep=keep)
     gateway = Gateway.from_config(config)
     ledger = Ledger(seed.id)
     try:
-        trees = await reground(Context(config=config, gateway=gateway), index, seed, [tree or synthetic_tree(seed)], ledger)
+        ctx = Context(config=config, gateway=gateway, excluded_documents=excluded)
+        trees = await reground(ctx, index, seed, trees or [tree or synthetic_tree(seed)], ledger)
     finally:
         gateway.close()
     return trees, ledger, gateway.usage
@@ -516,3 +518,54 @@ async def test_no_unseen_document_is_recorded(tmp_path, openai_server):
     [rejection] = ledger.rejected
     assert (rejection.stage, rejection.reason, rejection.data) == (
         "reground", "no unseen document in the index to re-ground on", {"check": "retrieve"})
+
+
+# keep: roots pays for nothing that can never be calibrated ------------------------------------------
+async def test_under_keep_roots_only_synthetic_roots_are_regrounded_and_verified(tmp_path, openai_server, index):
+    tree = synthetic_tree(AV)
+    orphan = SyntheticTree(seed_id=AV.id, index=1, root=tree.root.children[0].model_copy(deep=True))
+    every, _, all_usage = await run_reground(openai_server, tmp_path / "all", index, AV, trees=[tree, orphan])
+    roots, ledger, usage = await run_reground(openai_server, tmp_path / "roots", index, AV, keep="roots",
+                                              trees=[tree, orphan])
+    assert roots and all(t.root.path == "0" and t.root.children == [] for t in roots)
+    assert all(t.root.problem.meta["regrounded_from"] == tree.root.problem.id for t in roots)
+    # the judge saw one question per new document (the root), not the children's nor the orphan's
+    assert usage["judge"].calls == len(roots) + sum(r.data["check"] == "judge" for r in ledger.rejected)
+    assert usage["judge"].calls < all_usage["judge"].calls and usage["teacher"].calls < all_usage["teacher"].calls
+    assert any(t.root.path == "0.0" for t in every)  # keep: all re-grounds the orphan too
+
+
+# unseen means unseen -------------------------------------------------------------------------------
+def test_other_seeds_and_held_out_documents_are_never_targets(tmp_path, index, monkeypatch):
+    from contextlib import contextmanager
+
+    import finmbs.mbs.reground as regrounding
+    from finmbs.export.load import Run
+    from finmbs.mbs.pipeline import record_exclusions
+    from finmbs.mbs.reground import excluded_documents
+    from finmbs.report.view import contamination
+    from finmbs.runs import RunDir
+
+    found = excluded_documents(index, [AV, BF], ["commercial_metals_2022_sixth_ar_credit_agreement.txt", "Nobody Inc"])
+    assert found.excluded == {BF.snippet.doc_id: "document of seed bf-pricing-split-ratings",
+                              DUPLICATE[1]: "document of seed bf-pricing-split-ratings",
+                              "commercial_metals_2022_sixth_ar_credit_agreement":
+                                  "held out (commercial_metals_2022_sixth_ar_credit_agreement.txt)"}
+    assert found.unmatched == ["Nobody Inc"]
+    docs, _ = unseen_documents(index, AV, k=10, excluded=found.excluded)
+    assert [d.doc_id for d in docs] == ["host_hotels_2023_sixth_ar_credit_agreement"]  # was all four
+    # a run writes what it excluded, warns once about a holdout entry naming nothing, and the report shows it
+
+    @contextmanager
+    def opened(settings):
+        yield index
+
+    monkeypatch.setattr(regrounding, "shared_index", opened)
+    config = world_config("http://unused", ["t"], ["s"], "t", str(tmp_path / "c.sqlite"))
+    config.index.holdout = ["commercial_metals_2022_sixth_ar_credit_agreement", "Nobody Inc"]
+    with RunDir(tmp_path / "run") as run, pytest.warns(UserWarning, match="names no indexed document for: Nobody Inc"):
+        excluded = record_exclusions(run, config, [AV, BF])
+    assert excluded == frozenset(found.excluded)
+    shown = contamination(Run(root=tmp_path / "run"))
+    assert shown["holdout_unmatched"] == ["Nobody Inc"] and len(shown["excluded"]) == 3
+    assert {r["why"] for r in shown["excluded"]} >= {"held out (commercial_metals_2022_sixth_ar_credit_agreement)"}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -226,3 +227,20 @@ def test_long_source_paths_wrap(tmp_path, browser):
     browser.save_screenshot(str(Path(os.environ.get("FINMBS_REPORT_SHOTS", tmp_path)) / "report-long-path.png"))
     page_width = browser.execute_script("return document.documentElement.scrollWidth")
     assert page_width <= 1200 and source.size["height"] > 2 * 16  # wrapped onto several lines, no sideways scroll
+
+
+def test_report_shows_what_re_grounding_excluded(tmp_path):
+    run = finance_run(tmp_path / "run")
+    assert 'id="contamination"' not in render_report(run)  # no contamination.json: no section
+    (run / "contamination.json").write_text(json.dumps({
+        "holdout": ["FinanceBench filings", "0000320193"],
+        "excluded": [{"doc_id": "apple_2023_10k", "why": "held out (0000320193)", "title": "", "company": "Apple Inc.",
+                      "cik": "320193"},
+                     {"doc_id": "bf_credit", "why": "document of seed bf-1", "title": "", "company": None, "cik": None}],
+        "holdout_unmatched": ["FinanceBench filings"]}))
+    html = render_report(run)
+    section = html[html.index('id="contamination"'):]
+    section = section[:section.index("</section>")]
+    assert "apple_2023_10k" in section and "Apple Inc." in section and "320193" in section
+    assert "held out (0000320193)" in section and "document of seed bf-1" in section
+    assert "named no indexed document: FinanceBench filings" in section

@@ -6,7 +6,7 @@ import functools
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 import typer
 from rich.console import Console
@@ -27,6 +27,12 @@ ConfigOption = Annotated[
 SetOption = Annotated[
     list[str] | None,
     typer.Option("--set", "-s", metavar="KEY=VALUE", help="Override a config key, e.g. --set stages.N=4 (repeatable)."),
+]
+ProfileOption = Annotated[
+    Literal["finmbs", "paper"] | None,
+    typer.Option("--profile", help="paper: run the method as published, every addition of finmbs's off or at the "
+                                   "paper's setting (`finmbs config explain` lists them), whatever the config file sets; "
+                                   "a --set that contradicts it is an error."),
 ]
 ExecutorOption = Annotated[
     ExecutorName, typer.Option("--executor", help="Where the work runs: local (this process, asyncio) or ray.")
@@ -77,11 +83,26 @@ def warn_embedded(roles: list[str]) -> None:
     )
 
 
+def warn_unpriced(config: RunConfig) -> None:
+    """Say at start which models a dollar budget cannot see (no known price): a call to one stops the run."""
+    if config.budget.max_cost_usd is None:
+        return
+    from finmbs.llm.gateway import unpriced
+
+    if missing := unpriced(config):
+        console.print(
+            f"[yellow]warning:[/] budget.max_cost_usd is set but no price is known for {', '.join(missing)}: the run "
+            "stops at its first call to one of them. Set roles.ROLE.input_cost_per_mtok and output_cost_per_mtok "
+            "(0 for a self-hosted server), or drop max_cost_usd.", highlight=False, soft_wrap=True)
+
+
 def resolve_config(config: Path | None, overrides: list[str] | None,
-                   weak_roles: tuple[str, ...] = ("teacher", "judge")) -> RunConfig:
-    """Load the run config; warn when small embedded models play one of `weak_roles` (the roles the
-    command will use: a command that asks no teacher and no judge passes ())."""
-    resolved = load_config(config, overrides or [])
+                   weak_roles: tuple[str, ...] = ("teacher", "judge"), profile: str | None = None) -> RunConfig:
+    """Load the run config (`profile`: --profile); warn when small embedded models play one of `weak_roles`
+    (the roles the command will use: a command that asks no teacher and no judge passes ()), and when a
+    dollar budget meets a model with no known price."""
+    resolved = load_config(config, overrides or [], profile=profile)
+    warn_unpriced(resolved)
     weak = sorted({r for r in resolved.embedded_roles() if r in weak_roles})
     if weak:
         warn_embedded(weak)

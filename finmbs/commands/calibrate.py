@@ -10,7 +10,8 @@ import typer
 from rich.table import Table
 
 from finmbs.commands._common import (
-    ConfigOption, ExecutorOption, RayAddressOption, RayWorkersOption, SetOption, cli_errors, console, resolve_config,
+    ConfigOption, ExecutorOption, ProfileOption, RayAddressOption, RayWorkersOption, SetOption, cli_errors, console,
+    resolve_config,
 )
 from finmbs.config import ConfigError, Endpoint, RunConfig
 from finmbs.executors import make_executor
@@ -41,6 +42,7 @@ def register(app: typer.Typer) -> None:
         max_tokens: Annotated[int | None, typer.Option("--max-tokens", min=1, help="Rollout budget L (default stages.L).")] = None,
         config: ConfigOption = None,
         set_: SetOption = None,
+        profile: ProfileOption = None,
         executor: ExecutorOption = "local",
         ray_address: RayAddressOption = None,
         ray_workers: RayWorkersOption = None,
@@ -50,7 +52,7 @@ def register(app: typer.Typer) -> None:
         from finmbs.mbs.context import Context
 
         rows = load_seeds(problems)
-        resolved = resolve_config(config, set_, weak_roles=("judge",))
+        resolved = resolve_config(config, set_, weak_roles=("judge",), profile=profile)
         target = policy_endpoint(resolved, model, api_base)
         gateway = Gateway.from_config(resolved)
         ctx = Context(config=resolved, gateway=gateway)

@@ -6,7 +6,8 @@ import typer
 import yaml
 from rich.table import Table
 
-from finmbs.commands._common import ConfigOption, SetOption, cli_errors, console
+from finmbs.commands._common import ConfigOption, ProfileOption, SetOption, cli_errors, console
+from finmbs.config import PAPER_VALUES
 
 # The paper's symbols (section 3, appendix D), in the order the stages use them.
 SYMBOLS = {
@@ -25,26 +26,41 @@ SYMBOLS = {
 }
 
 
+# symbols the paper uses but gives no value for: finmbs chose them (docs/engine.md "Parameters the paper does not give")
+UNGIVEN = {"Nt", "N_leaf"}
+
+
+def origin(key: str) -> str:
+    """"paper" for a symbol the paper sets; "finmbs" for a symbol whose value the paper does not give and
+    for every option beyond the symbols (an addition, config.PAPER_VALUES, or a parameter of one)."""
+    name = key.split(".")[-1]
+    return "paper" if key.startswith("stages.") and name in SYMBOLS and name not in UNGIVEN else "finmbs"
+
+
 def symbols_table(stages: dict[str, object]) -> Table:
     table = Table(title="MBS stage parameters (config key stages.SYMBOL; set with --set stages.SYMBOL=VALUE)")
-    for column in ("symbol", "value", "stage", "meaning"):
+    for column in ("symbol", "value", "origin", "stage", "meaning"):
         table.add_column(column, overflow="fold")
     for symbol, (stage, meaning) in SYMBOLS.items():
-        table.add_row(symbol, str(stages.get(symbol, "")), stage, meaning)
+        table.add_row(symbol, str(stages.get(symbol, "")), origin(f"stages.{symbol}"), stage, meaning)
     return table
 
 
 def options_table(config) -> Table:
-    """finmbs's own switches (not the paper's symbols): key, value, and what each does."""
-    table = Table(title="finmbs options beyond the paper's symbols (set with --set KEY=VALUE)")
-    for column in ("key", "value", "meaning"):
+    """The options beyond the paper's symbols: key, value, origin (all finmbs's), the value profile: paper
+    gives it (an addition's off switch or the paper's setting; "(unchanged)" for a parameter the profile
+    leaves as it is, used only by an addition or a count the paper does not give), meaning."""
+    table = Table(title=f"options beyond the paper's symbols (profile: {config.profile}; set with --set KEY=VALUE)")
+    for column in ("key", "value", "origin", "paper value", "meaning"):
         table.add_column(column, overflow="fold")
     sections = {"stages": config.stages, "novelty": config.novelty, "quality": config.quality}
     for section, settings in sections.items():
         for name, field in type(settings).model_fields.items():
+            key = f"{section}.{name}"
             if section == "stages" and name in SYMBOLS:
                 continue
-            table.add_row(f"{section}.{name}", str(getattr(settings, name)), field.description or "")
+            paper = str(PAPER_VALUES[key]) if key in PAPER_VALUES else "(unchanged)"
+            table.add_row(key, str(getattr(settings, name)), origin(key), paper, field.description or "")
     return table
 
 
@@ -54,20 +70,21 @@ def register(app: typer.Typer) -> None:
 
     @config_app.command("explain")
     @cli_errors
-    def explain(config: ConfigOption = None, set_: SetOption = None) -> None:
+    def explain(config: ConfigOption = None, set_: SetOption = None, profile: ProfileOption = None) -> None:
         """The stage symbols (N, Nt, K, Nd, D, N_leaf, R, alpha_leaf, alpha_parent, Nc, Kd, L) and finmbs's
-        own options (relabel, extract, novelty, quality ...): meaning and value."""
+        own options (relabel, extract, novelty, quality ...): meaning, value, and whether each is the paper's
+        or finmbs's (with the paper's value, which --profile paper sets)."""
         from finmbs.config import load_config
 
-        resolved = load_config(config, set_ or [])
+        resolved = load_config(config, set_ or [], profile=profile)
         console.print(symbols_table(resolved.stages.model_dump()))
         console.print(options_table(resolved))
 
     @config_app.command("show")
     @cli_errors
-    def show(config: ConfigOption = None, set_: SetOption = None) -> None:
+    def show(config: ConfigOption = None, set_: SetOption = None, profile: ProfileOption = None) -> None:
         """The resolved run config (defaults, file and --set overrides) as YAML."""
         from finmbs.config import load_config
 
-        resolved = load_config(config, set_ or [])
+        resolved = load_config(config, set_ or [], profile=profile)
         typer.echo(yaml.safe_dump(resolved.model_dump(mode="json"), sort_keys=False).rstrip())

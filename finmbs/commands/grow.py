@@ -12,8 +12,8 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from finmbs.commands._common import (
-    ConfigOption, ExecutorOption, RayAddressOption, RayWorkersOption, SetOption, cli_errors, console, fail,
-    resolve_config,
+    ConfigOption, ExecutorOption, ProfileOption, RayAddressOption, RayWorkersOption, SetOption, cli_errors, console,
+    fail, resolve_config,
 )
 from finmbs.executors import make_executor
 from finmbs.llm import BudgetExceeded, GatewayError
@@ -36,6 +36,7 @@ def summary_table(metrics: RunMetrics, out: Path) -> Table:
         ("effective / attempted decompositions", f"{metrics.decompositions_effective} / {metrics.decompositions_attempted}"),
         ("seeds too easy (weakest student solves the root)", metrics.seeds_too_easy),
         ("descendants (calibrated synthetic roots)", metrics.descendants),
+        ("roots rejected by novelty / quality before calibration (in the rates)", metrics.gated_roots),
         ("goldilocks", f"{metrics.goldilocks} ({metrics.goldilocks_rate:.1%})"),
         ("qualified", f"{metrics.qualified} ({metrics.qualified_rate:.1%})"),
         ("seed conversion", f"{metrics.seeds_converted} ({metrics.seed_conversion:.1%})"),
@@ -43,7 +44,9 @@ def summary_table(metrics: RunMetrics, out: Path) -> Table:
          f"{metrics.answer_leaks} / {metrics.novelty_rejected} / {metrics.not_well_posed}"),
         *([("other nodes (keep all): calibrated / qualified", f"{metrics.other_descendants} / {metrics.other_qualified}")]
           if metrics.keep == "all" else []),
-        ("construction tokens per seed", f"{metrics.construction_tokens_per_seed:.0f}"),
+        *([("screen-Goldilocks roots out of the band on fresh draws",
+            f"{metrics.screen_goldilocks_out} of {metrics.screen_goldilocks}")] if metrics.screen_goldilocks else []),
+        ("construction tokens per finished seed", f"{metrics.construction_tokens_per_seed:.0f}"),
         ("LLM calls / cache hits", f"{sum(u.calls for u in metrics.usage.values())} / {metrics.cache_hits}"),
         ("tokens", sum(u.prompt_tokens + u.completion_tokens for u in metrics.usage.values())),
         ("cost (USD)", f"{sum(u.cost_usd for u in metrics.usage.values()):.4f}"),
@@ -63,6 +66,7 @@ def register(app: typer.Typer) -> None:
         method: Annotated[Literal["mbs", "direct"], typer.Option(help="mbs, or the direct seed-synthesis baseline.")] = "mbs",
         config: ConfigOption = None,
         set_: SetOption = None,
+        profile: ProfileOption = None,
         keep: Annotated[Literal["roots", "all"] | None, typer.Option(
             help="roots: keep the synthetic roots (the paper); all: also calibrate every other synthetic node, "
                  "reported apart (qualified_nodes.jsonl). Default: stages.keep of the config.")] = None,
@@ -81,10 +85,10 @@ def register(app: typer.Typer) -> None:
         D depth, N_leaf variants, R rounds, alpha_leaf, alpha_parent, Nc combinations, Kd documents, L budget):
         `finmbs config explain` says what each means and its value.
         """
-        from finmbs.mbs.pipeline import run_grow
+        from finmbs.mbs.pipeline import regrounds, run_grow
 
         problems = load_seeds(seeds)
-        resolved = resolve_config(config, [*(set_ or []), *([f"stages.keep={keep}"] if keep else [])])
+        resolved = resolve_config(config, [*(set_ or []), *([f"stages.keep={keep}"] if keep else [])], profile=profile)
         if match_budget is not None:
             from finmbs.baselines.direct import construction_budgets, with_budgets
 
@@ -98,7 +102,7 @@ def register(app: typer.Typer) -> None:
         runner = make_executor(executor, resolved, ray_address=ray_address, ray_workers=ray_workers)
         with Progress(SpinnerColumn(), TextColumn("{task.description}"), TextColumn("{task.completed}"),
                       TimeElapsedColumn(), console=console, transient=False) as progress:
-            reground = any(p.domain == "finance" for p in problems) and (method == "mbs" or resolved.stages.direct_reground)
+            reground = regrounds(resolved, problems, method)
             stages = [s for s in STAGES[method] if reground or s != "reground"]
             tasks = {stage: progress.add_task(stage, total=None) for stage in stages}
             progress.update(tasks["seeds"], description=f"seeds (of {len(problems)})")

@@ -14,7 +14,7 @@ from typing import Any
 import pyarrow as pa
 
 from finmbs.records import DifficultyReport, Problem
-from finmbs.resources import render_prompt
+from finmbs.mbs.solve import train_prompt
 
 DATA_SOURCES = {"math": "finmbs/math", "finance": "finmbs/finance"}
 
@@ -37,15 +37,9 @@ SCHEMA = pa.schema([
 
 
 def prompt_messages(problem: Problem) -> list[dict[str, str]]:
-    """The chat prompt of a problem, worded like the calibration prompt (prompts/solve.txt) so the target's
-    measured band carries over to training; a finance problem carries its snippet inside the prompt."""
-    if problem.domain == "finance":
-        if problem.snippet is None:
-            raise ValueError(f"finance problem {problem.id} has no snippet: p = (q, d) needs d")
-        text = render_prompt("train_prompt_finance", question=problem.question, snippet=problem.snippet.text)
-    else:
-        text = render_prompt("train_prompt_math", question=problem.question)
-    return [{"role": "user", "content": text}]
+    """The chat prompt of a problem: the prompt final calibration asked the target with (`solve.train_prompt`),
+    so the target's measured band carries over to training; a finance problem carries its snippet inside it."""
+    return [{"role": "user", "content": train_prompt(problem)}]
 
 
 def difficulty(problem: Problem) -> DifficultyReport | None:

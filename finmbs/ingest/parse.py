@@ -56,6 +56,7 @@ class ParsedDocument:
     title: str = ""
     company: str | None = None
     period: str | None = None
+    cik: str | None = None
     page_starts: list[int] | None = None
     n_tables: int = 0
 
@@ -211,6 +212,7 @@ def parse_html(data: bytes | str) -> ParsedDocument:
     doc.company = facts.get("EntityRegistrantName")
     doc.doc_type = facts.get("DocumentType", doc.doc_type)
     doc.period = facts.get("DocumentPeriodEndDate")
+    doc.cik = cik_of(facts.get("EntityCentralIndexKey"))
     title = root.findtext(".//title")
     doc.title = (title or "").strip()
     return doc
@@ -422,6 +424,7 @@ def parse_submission(text: str) -> list[ParsedDocument]:
     """EDGAR full submission -> one document per text `<DOCUMENT>` block (main form and exhibits)."""
     company = _header(text, "CONFORMED-NAME", "COMPANY CONFORMED NAME")
     period = _header(text, "PERIOD", "CONFORMED PERIOD OF REPORT")
+    cik = cik_of(_header(text, "CIK", "CENTRAL INDEX KEY"))
     docs = []
     for block in _DOCUMENT.findall(text):
         body = re.search(r"<TEXT>(.*?)(?:</TEXT>|$)", block, re.S | re.I)
@@ -438,7 +441,7 @@ def parse_submission(text: str) -> list[ParsedDocument]:
             continue
         doc.key, doc.doc_type = f"{seq}-{doc_type}", doc_type
         doc.title = _tag(block, "DESCRIPTION") or doc.title or doc_type
-        doc.company, doc.period = company, period
+        doc.company, doc.period, doc.cik = company, period, cik
         docs.append(doc)
     if not docs:
         raise ParseError("EDGAR submission without text documents")
@@ -472,6 +475,30 @@ def _sidecar(path: Path) -> dict[str, object]:
     return {}
 
 
+# a filing's cover page: "Central Index Key: 0000320193", the registrant's name on the line above
+# "(Exact name of registrant as specified in its charter)", "For the fiscal year ended September 30, 2023"
+_COVER_CIK = re.compile(r"central\s+index\s+key\W{0,5}(\d{4,10})\b", re.I)
+_COVER_NAME = re.compile(r"^[ \t|*#]*([^\n|]{2,120}?)[ \t|*]*\n[ \t|*\n]*\(\s*exact name of registrant", re.I | re.M)
+_COVER_PERIOD = re.compile(r"for the (?:fiscal )?(?:year|quarterly period|quarter|transition period) ended:?\s+"
+                           r"([A-Z][a-z]+\.? \d{1,2},? \d{4})", re.I)
+
+
+def cik_of(value: str | None) -> str | None:
+    """A CIK as digits without leading zeros ("0000320193" -> "320193"), or None."""
+    digits = re.sub(r"\D", "", value or "").lstrip("0")
+    return digits or None
+
+
+def cover_page(doc: ParsedDocument, head: str) -> None:
+    """CIK, company and period where a filing's cover page states them and nothing else has set them."""
+    if not doc.cik and (m := _COVER_CIK.search(head)):
+        doc.cik = cik_of(m.group(1))
+    if not doc.company and (m := _COVER_NAME.search(head)):
+        doc.company = m.group(1).strip()
+    if not doc.period and (m := _COVER_PERIOD.search(head)):
+        doc.period = m.group(1)
+
+
 def _fill_metadata(doc: ParsedDocument, path: Path) -> None:
     """Company, period, doc type and title from a sidecar manifest, the file name, or the text."""
     row = _sidecar(path)
@@ -489,6 +516,7 @@ def _fill_metadata(doc: ParsedDocument, path: Path) -> None:
         if row.get("doc_type"):
             doc.doc_type = str(row["doc_type"])
     head = doc.text[:5000]
+    cover_page(doc, doc.text[:20000])
     if doc.doc_type == "unknown":
         doc.doc_type = next((name for pattern, name in _TYPE_WORDS if pattern.search(head)), "unknown")
     if not doc.title:

@@ -255,7 +255,8 @@ class Ingestor:
         n_pages = len(parsed.page_starts) if parsed.page_starts is not None else None
         document = Document(
             doc_id=doc_id, source_path=source, sha256=sha, doc_type=parsed.doc_type, title=parsed.title,
-            company=parsed.company, period=parsed.period, n_pages=n_pages, summary=summary, entities=entities,
+            company=parsed.company, period=parsed.period, cik=parsed.cik, n_pages=n_pages, summary=summary,
+            entities=entities,
             chunking=self.chunking,
         )
         chunks = [c.model_copy(update={"doc_id": doc_id, "chunk_id": f"{doc_id}{c.chunk_id}"}) for c in item.chunks]

@@ -9,9 +9,11 @@ retrying transient failures, and accounts calls, tokens and cost per role.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 from collections.abc import Callable
+from functools import cache
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -33,6 +35,41 @@ REDRAW = 1000  # sample indices of second draws after a cut-off structured reply
 Chat = list[Message] | list[dict[str, str]]
 
 _RETRYABLE_STATUS = {408, 409, 425, 429, 500, 502, 503, 504, 520, 522, 524, 529}
+
+
+def seed_base(purpose: str | None) -> int:
+    """The first sampling seed of a purpose's samples: 0 for none, else a stable offset below 2**30, so
+    that sample i of the same request drawn for another purpose (calibration after a screen) is a
+    fresh draw, not the screen's sample i reproduced by an embedded model seeded with i."""
+    if not purpose:
+        return 0
+    return int(hashlib.sha256(purpose.encode("utf-8")).hexdigest()[:5], 16) * 1024
+
+
+@cache
+def _litellm_price_known(model: str) -> bool:
+    try:
+        import litellm
+
+        info = litellm.get_model_info(model)
+    except Exception:  # noqa: BLE001 - litellm raises its own kinds for a model it does not know
+        return False
+    return info.get("input_cost_per_token") is not None or info.get("output_cost_per_token") is not None
+
+
+def price_known(endpoint: Endpoint) -> bool:
+    """Whether a call's dollars can be counted: a price set on the endpoint, a local model (embedded,
+    offline vLLM: no bill), or a model litellm's price table knows."""
+    if endpoint.input_cost_per_mtok is not None or endpoint.output_cost_per_mtok is not None:
+        return True
+    if endpoint.is_embedded or endpoint.model.startswith(VLLM_OFFLINE):
+        return True
+    return _litellm_price_known(endpoint.model)
+
+
+def unpriced(config: RunConfig) -> list[str]:
+    """The models of `config` with no known price ("role name (model)"), each once."""
+    return list(dict.fromkeys(f"{role} {e.name} ({e.model})" for role, e in config.roles.all() if not price_known(e)))
 
 
 class EmptyReply(RuntimeError):
@@ -212,8 +249,13 @@ class Gateway:
         max_tokens: int | None = None,
         stop: list[str] | None = None,
         response_format: dict[str, Any] | None = None,
+        purpose: str | None = None,
     ) -> list[Sample]:
         """Samples `first_index .. first_index+n-1` for one request, from cache or the endpoint.
+
+        `purpose` names a sampling namespace: the same request drawn for another purpose (final
+        calibration, after a student screen drew it) is part of another cache key and seeded apart
+        (`seed_base`), so its samples are fresh draws.
 
         Give `messages` (chat) or `prompt` (plain completion). A chat request to an endpoint with
         `chat: false` is rendered into a completion prompt. Sample i of a request is cached under
@@ -245,6 +287,8 @@ class Gateway:
         }
         if response_format:  # the key is order-blind, but a constrained reply follows the schema's property order
             payload["format_order"] = json.dumps(response_format, default=str)
+        if purpose:  # absent otherwise, so every key cached before purposes existed still answers
+            payload["purpose"] = purpose
         key = request_key(payload)
         indices = list(range(first_index, first_index + n))
         found = self.cache.get(key, indices)
@@ -252,16 +296,22 @@ class Gateway:
         missing = [i for i in indices if i not in found and i not in waiting]
         self.role_usage(role).cache_hits += len(found) + len(waiting)
         if missing:
-            found.update(await self._fetch(endpoint, role, msgs, prompt, params, key, missing))
+            found.update(await self._fetch(endpoint, role, msgs, prompt, params, key, missing, seed_base(purpose)))
         for i, pending in waiting.items():
             found[i] = (await pending).model_copy(update={"cached": True})
         return [found[i] for i in indices]
 
     async def _fetch(
         self, endpoint: Endpoint, role: str, msgs: list[Message] | None, prompt: str | None, params: dict[str, Any],
-        key: str, missing: list[int],
+        key: str, missing: list[int], base: int = 0,
     ) -> dict[int, Sample]:
-        """Request the missing sample indices; identical requests arriving meanwhile wait for these."""
+        """Request the missing sample indices (sample i seeded by base + i); identical requests arriving
+        meanwhile wait for these. With a dollar budget, a model with no known price is never called."""
+        if self.budget.max_cost_usd is not None and not price_known(endpoint):
+            raise BudgetExceeded(
+                f"budget.max_cost_usd is set but no price is known for {endpoint.name} ({endpoint.model}), so its "
+                f"cost cannot be counted: set roles.{role_key(role)}.input_cost_per_mtok and output_cost_per_mtok "
+                "(0 for a self-hosted server), or drop max_cost_usd")
         loop = asyncio.get_running_loop()
         futures = {i: loop.create_future() for i in missing}
         for i, future in futures.items():
@@ -270,11 +320,11 @@ class Gateway:
         try:
             if endpoint.supports_n or endpoint.is_embedded:  # one request for every missing sample
                 # the embedded decoder draws them together, sample i seeded by its index i
-                batch = {**params, "seeds": missing} if endpoint.is_embedded else params
+                batch = {**params, "seeds": [base + i for i in missing]} if endpoint.is_embedded else params
                 fresh = dict(zip(missing, await self._request(endpoint, role, msgs, prompt, len(missing), batch)))
             else:
                 replies = await asyncio.gather(
-                    *(self._request(endpoint, role, msgs, prompt, 1, {**params, "seed": i}) for i in missing)
+                    *(self._request(endpoint, role, msgs, prompt, 1, {**params, "seed": base + i}) for i in missing)
                 )
                 fresh = {i: r[0] for i, r in zip(missing, replies)}
             self.cache.put(key, fresh)

@@ -14,7 +14,7 @@ from finmbs.config import Endpoint, RunConfig
 from finmbs.executors import Executor, Tick, make_executor
 from finmbs.llm import Gateway
 from finmbs.mbs.context import Context
-from finmbs.mbs.solve import rollouts
+from finmbs.mbs.solve import CALIBRATE_PURPOSE, rollouts
 from finmbs.records import DifficultyReport, Problem, Rollout
 
 STAGE = "calibrate"
@@ -33,10 +33,11 @@ def difficulty(samples: list[Rollout], policy: str, budget: int) -> DifficultyRe
 async def calibrate(
     ctx: Context, problem: Problem, *, target: Endpoint | None = None, n: int | None = None, budget: int | None = None
 ) -> DifficultyReport:
-    """The target policy's DifficultyReport on one problem (N rollouts at max_tokens = L)."""
+    """The target policy's DifficultyReport on one problem (N rollouts at max_tokens = L), asked with the
+    training prompt and drawn fresh: never the samples a student screen of the same model already drew."""
     target = target or ctx.config.roles.target
     n, budget = n or ctx.stages.N, budget or ctx.stages.L
-    samples = await rollouts(ctx, target, "target", problem, n, max_tokens=budget)
+    samples = await rollouts(ctx, target, "target", problem, n, max_tokens=budget, purpose=CALIBRATE_PURPOSE)
     ctx.tick(STAGE)
     return difficulty(samples, target.name, budget)
 

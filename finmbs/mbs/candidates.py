@@ -104,7 +104,7 @@ async def verified_node(
 ) -> TreeNode | None:
     """A node for `problem` when a teacher trace verifies its answer; otherwise a recorded rejection
     (also, without a trace, when the question gives its own answer away or the answer is a sentence)."""
-    if bad := unworkable(problem):
+    if ctx.config.novelty.unworkable and (bad := unworkable(problem)):
         ledger.reject(problem, stage, bad[1], check=bad[0])
         return None
     trace, why = await teacher_trace(ctx, problem, relabel=ctx.stages.relabel)

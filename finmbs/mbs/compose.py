@@ -5,13 +5,20 @@ Up to Nc child-combination trials per parent: each picks one synthetic version p
 trials cycle through them again, each retry a fresh teacher sample). The teacher composes a parent
 with the original (parent with its verified solution, children) configuration as the pattern (the
 dependency pattern lives in the parent's solution, appendix E). Candidates are verified and discarded
-when the weakest student's accuracy exceeds alpha_parent; every passing trial becomes a synthetic
-version of the node.
+when the weakest student's accuracy exceeds alpha_parent; the trials stop at the first that passes,
+the node's synthetic version ("up to Nc trials are attempted per parent"). With
+`stages.compose_all_trials` (finmbs's) all Nc run at once and every passing one is a version.
+
+A child with no synthetic version does not stop its parent: the parent is composed from the
+synthetic versions of the children that have them (the pattern still shows every original child);
+only a node none of whose children has a version gets none. The paper does not say what becomes of a
+parent with a failed child; dropping every ancestor of one failed leaf would end a whole seed on it.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
 from itertools import product
 
 
@@ -55,7 +62,7 @@ def compose_messages(node: TreeNode, chosen: list[TreeNode]) -> list[dict[str, s
 async def compose_trial(
     ctx: Context, node: TreeNode, chosen: list[TreeNode], t: int, ledger: Ledger
 ) -> TreeNode | None:
-    teacher = ctx.teachers[t % len(ctx.teachers)]
+    teacher = ctx.teachers[t % len(ctx.teachers)] if ctx.stages.rotate_teachers else ctx.teachers[0]
     [reply] = await ctx.gateway.structured(  # trial t is sample t: a retried combination gets a fresh sample
         teacher, ComposedParent, role="teacher", messages=compose_messages(node, chosen), first_index=t
     )
@@ -71,29 +78,47 @@ async def compose_trial(
     return composed
 
 
+async def run_trials(
+    ctx: Context, node: TreeNode, pools: list[list[TreeNode]], chosen: list[tuple[int, ...]], ledger: Ledger
+) -> tuple[list[TreeNode], int]:
+    """(the synthetic versions of `node`, trials run): trial by trial until one passes verification and
+    the alpha_parent screen (the paper); with `stages.compose_all_trials` every trial at once, every
+    passing one kept."""
+    def trial(t: int) -> Awaitable[TreeNode | None]:
+        return compose_trial(ctx, node, [pool[i] for pool, i in zip(pools, chosen[t])], t, ledger)
+
+    if ctx.stages.compose_all_trials:
+        nodes = await asyncio.gather(*(trial(t) for t in range(len(chosen))))
+        return await screened(ctx, list(nodes), ctx.stages.alpha_parent, STAGE, ledger), len(chosen)
+    for t in range(len(chosen)):
+        if versions := await screened(ctx, [await trial(t)], ctx.stages.alpha_parent, STAGE, ledger):
+            return versions, t + 1
+    return [], len(chosen)
+
+
 async def synthesize(ctx: Context, node: TreeNode, ledger: Ledger) -> tuple[list[TreeNode], list[TreeNode]]:
     """(synthetic versions of `node`, synthetic subtrees below it that no version of `node` uses)."""
     if node.is_leaf:
         with in_stage(LEAF):
             return await harder_leaves(ctx, node, ledger), []
     results = await asyncio.gather(*(synthesize(ctx, child, ledger) for child in node.children))
-    pools = [versions for versions, _ in results]
     orphans = [o for _, below in results for o in below]
-    missing = [c.problem.id for c, pool in zip(node.children, pools) if not pool]
+    missing = [c.problem.id for c, (pool, _) in zip(node.children, results) if not pool]
+    pools = [versions for versions, _ in results if versions]
     if missing:
-        node.decisions.append(Decision(stage=STAGE, outcome="info", reason=f"no synthetic version of {missing}"))
-        return [], orphans + [v for pool in pools for v in pool]
+        node.decisions.append(Decision(
+            stage=STAGE, outcome="info", data={"missing": missing},
+            reason=f"no synthetic version of {missing}" + ("" if pools else ": nothing to compose")))
+    if not pools:
+        return [], orphans
     chosen = trials([len(p) for p in pools], ctx.stages.Nc)
     with in_stage(STAGE):
-        nodes = await asyncio.gather(
-            *(compose_trial(ctx, node, [pool[i] for pool, i in zip(pools, combo)], t, ledger)
-              for t, combo in enumerate(chosen))
-        )
-        versions = await screened(ctx, list(nodes), ctx.stages.alpha_parent, STAGE, ledger)
-    distinct = len(set(chosen))
+        versions, tried = await run_trials(ctx, node, pools, chosen, ledger)
+    distinct = len(set(chosen[:tried]))
     node.decisions.append(Decision(
         stage=STAGE, outcome="info",
-        reason=f"kept {len(versions)} of {len(chosen)} composition trials ({distinct} distinct combinations)",
+        reason=f"kept {len(versions)} of {tried} composition trials ({distinct} distinct combinations; up to "
+               f"{len(chosen)})",
     ))
     used = {id(c) for v in versions for c in v.children}
     return versions, orphans + [v for pool in pools for v in pool if id(v) not in used]

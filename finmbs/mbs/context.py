@@ -72,6 +72,7 @@ class Context:
     config: RunConfig
     gateway: Gateway
     tick: Tick = no_tick
+    excluded_documents: frozenset[str] = frozenset()  # never re-grounded on: other seeds', held-out ones
 
     @property
     def stages(self) -> StageParams:
@@ -93,7 +94,8 @@ class Context:
     def for_seed(self) -> Context:
         """This context with a fresh per-seed token meter on its gateway."""
         inner = self.gateway.inner if isinstance(self.gateway, SeedGateway) else self.gateway
-        return Context(config=self.config, gateway=SeedGateway(inner), tick=self.tick)  # type: ignore[arg-type]
+        return Context(config=self.config, gateway=SeedGateway(inner), tick=self.tick,  # type: ignore[arg-type]
+                       excluded_documents=self.excluded_documents)
 
     def tokens(self) -> dict[str, int]:
         """Tokens per role spent through this context's meter (empty without one)."""

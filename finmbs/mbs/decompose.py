@@ -9,7 +9,9 @@ answer is the parent's, or its question states it) is rejected with its reason, 
 rejection-sampled. Every S in S_n is re-sampled N times on the node with the verified children as
 worked examples; effective when conditioning raises accuracy for at least one S in S_n. Otherwise
 the teacher is re-prompted with the failed attempts as negative context, up to Nd retries; a node
-whose decomposition stays ineffective is dropped. Recurse on each child up to depth D.
+whose decomposition stays ineffective is dropped. Recurse on each child up to depth D; a node whose
+children are all dropped there is dropped too (it would otherwise stand as a leaf the weakest student
+fails, and at the root its harder variants would count as the seed's MBS descendants).
 """
 
 from __future__ import annotations
@@ -88,14 +90,20 @@ def outcomes(
     return result
 
 
+def fewest_children(k: int) -> int:
+    """Appendix E asks for "two or three" subproblems: the schema asks for at least two (K permitting);
+    the first K that do not reveal the parent's answer are taken (`without_leaks`)."""
+    return min(2, k)
+
+
 async def propose(ctx: Context, node: TreeNode, attempt: int, failed: list) -> Decomposition | None:
-    teacher = ctx.teachers[attempt % len(ctx.teachers)]
+    teacher = ctx.teachers[attempt % len(ctx.teachers)] if ctx.stages.rotate_teachers else ctx.teachers[0]
     text = render_prompt(
         "decompose", K=ctx.stages.K, document=document_block(node.problem), question=node.problem.question,
         solution=node.trace.text if node.trace else "", answer=node.problem.answer, failed=failed_context(failed),
     )
     [parsed] = await ctx.gateway.structured(  # attempt a is sample a: a retry never replays an earlier sample
-        teacher, asking_for(Decomposition, "subproblems", ctx.stages.K), role="teacher",
+        teacher, asking_for(Decomposition, "subproblems", fewest_children(ctx.stages.K)), role="teacher",
         messages=[{"role": "user", "content": text}], first_index=attempt,
     )
     ctx.tick(STAGE)
@@ -103,15 +111,17 @@ async def propose(ctx: Context, node: TreeNode, attempt: int, failed: list) -> D
 
 
 def without_leaks(
-    node: TreeNode, candidates: list[Problem], ledger: Ledger, limit: int | None = None, by_answer: bool = True
+    node: TreeNode, candidates: list[Problem], ledger: Ledger, limit: int | None = None, by_answer: bool = True,
+    shown: dict[str, str] | None = None,
 ) -> list[Problem]:
     """The subproblems that do not reveal the parent's answer (appendix B.3), the first `limit` of them;
-    the others looked at are rejected."""
+    the others looked at are rejected. `shown`: per child id, the worked solution students will read
+    beside it (its verified trace), which must not state the parent's answer either."""
     kept: list[Problem] = []
     for child in candidates:
         if limit is not None and len(kept) >= limit:
             break
-        if why := reveals(child, node.problem, by_answer):
+        if why := reveals(child, node.problem, by_answer, shown=(shown or {}).get(child.id, "")):
             ledger.reject(child, STAGE, why, check=ANSWER_LEAK)
             continue
         kept.append(child)
@@ -135,7 +145,9 @@ async def verified_children(ctx: Context, node: TreeNode, proposal: Decompositio
         *(verified_node(ctx, c, ledger, stage=STAGE, path=c.provenance.tree_path) for c in candidates)
     )
     verified = [n for n in nodes if n is not None]
-    kept = {p.id for p in without_leaks(node, [n.problem for n in verified], ledger)}  # before any student sees them
+    # before any student sees them: the children, and the traces shown with them as worked examples
+    traces = {n.problem.id: n.trace.text for n in verified if n.trace}
+    kept = {p.id for p in without_leaks(node, [n.problem for n in verified], ledger, shown=traces)}
     return [n for n in verified if n.problem.id in kept]
 
 
@@ -207,4 +219,8 @@ async def decompose(ctx: Context, node: TreeNode, ledger: Ledger, depth: int = 0
         if not keep:
             ledger.reject(child.problem, STAGE, child.decisions[-1].reason, node=child.model_dump(mode="json"))
     node.children = [child for child, keep in zip(node.children, kept) if keep]
+    if not node.children:  # its decomposition is gone: no scaffold, and no leaf (the weakest student fails it)
+        reason = "dropped: every child of its effective decomposition was dropped"
+        node.decisions.append(Decision(stage=STAGE, outcome="rejected", reason=reason))
+        return False
     return True

@@ -66,7 +66,7 @@ def leaf_prompt(ctx: Context, leaf: TreeNode, ledger: Ledger) -> str:
     return render_prompt(
         "leaf_harder", n=ctx.stages.N_leaf, document=document_block(leaf.problem), question=leaf.problem.question,
         solution=leaf.trace.text if leaf.trace else "", answer=leaf.problem.answer,
-        grounded=render_prompt("leaf_grounded") if leaf.problem.snippet else "",
+        grounded=render_prompt("leaf_grounded") if leaf.problem.snippet and ctx.stages.leaf_grounded else "",
         failed=rejected_variants(leaf, ledger) if ctx.stages.leaf_feedback else "",
     )
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 from difflib import SequenceMatcher
+from fractions import Fraction
 
 from finmbs.config import NoveltySettings
 from finmbs.mbs.leakage import entity_name, from_question
@@ -30,8 +31,13 @@ from finmbs.verify.math import math_equal
 
 STAGE = "novelty"
 _TOKEN = re.compile(r"\w+|[^\w\s]")
-_NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?![\w.])")
-SHORT_COUNT = 9  # a whole number up to this is too common in text to count as stating an answer
+SHORT_COUNT = 9  # finance: a whole number up to this is too common in text to count as stating an answer
+# math numbers as written: \frac{a}{b} (\dfrac, \tfrac), a/b, 1,470 and plain integers and decimals
+_MATH_NUMBER = re.compile(
+    r"\\[dt]?frac\{\s*(-?\d+)\s*\}\{\s*(\d+)\s*\}"
+    r"|(?<![\w.])(-?\d+)\s*/\s*(\d+)(?![\w.])"
+    r"|(?<![\w.,])(-?\d{1,3}(?:,\d{3})+(?:\.\d+)?|-?\d+(?:\.\d+)?)(?![\w]|\.\d|,\d{3})"
+)
 # a lone letter joined to a spaced operator: "x + 2.0%", "5 + M" (a rating such as "A-1" has no spaces)
 _UNKNOWN = re.compile(r"(?<![\w.$(])[A-Za-z]\s+[-+*/×]\s|\s[-+*/×]\s+[A-Za-z](?![\w)])")
 MAX_ANSWER_WORDS = 12  # a final answer longer than this is a sentence ("$1,250,000 per fiscal quarter" is 4)
@@ -60,27 +66,53 @@ def _same_figure(a, b, question: str) -> bool:
     return compare_figures(a, b, question).verdict == "equal" and compare_figures(b, a, question).verdict == "equal"
 
 
-def _states(domain: str, text: str, answer: str, question: str) -> bool:
-    """Whether `text` states `answer` (a single figure that is not a short count: a whole number up to 9)."""
+def math_numbers(text: str) -> list[Fraction]:
+    """Every number `text` writes, exactly: fractions (\\frac{3}{4}, 3/4), 1,470, -2, 0.75."""
+    found = []
+    for m in _MATH_NUMBER.finditer(text):
+        num, den = (m.group(1), m.group(2)) if m.group(1) else (m.group(3), m.group(4))
+        if num is not None:
+            if int(den):
+                found.append(Fraction(int(num), int(den)))
+            continue
+        found.append(Fraction(m.group(5).replace(",", "")))
+    return found
+
+
+def math_number(answer: str) -> Fraction | None:
+    """The value of a math answer that is one number (dollar signs, \\boxed and spaces aside), else None."""
+    text = re.sub(r"\\boxed\{(.*)\}", r"\1", answer.strip().strip("$").strip())
+    m = _MATH_NUMBER.fullmatch(text.replace(" ", "") if "frac" not in text else text)
+    return math_numbers(m.group(0))[0] if m else None
+
+
+def _states(domain: str, text: str, answer: str, question: str, counts: bool = True) -> bool:
+    """Whether `text` states `answer`: in math any number equal to it (fractions and decimals alike; small
+    counts too unless `counts` is False); in finance a single figure that is not a short count (a whole
+    number up to 9)."""
     if domain == "math":
-        if not _NUMBER.fullmatch(answer.strip()) or abs(float(answer)) <= SHORT_COUNT:
+        value = math_number(answer)
+        if value is None or (not counts and value.denominator == 1 and abs(value) <= SHORT_COUNT):
             return False
-        return any(math_equal(n, answer) for n in _NUMBER.findall(text))
+        return value in math_numbers(text)
     gold = figures(answer)
     if len(gold) != 1 or (gold[0].kind in ("plain", "count") and gold[0].step >= 1 and abs(gold[0].value) <= SHORT_COUNT):
         return False  # "5.00" is a figure, "5" may be a count
     return any(_same_figure(f, gold[0], question) for f in figures(text))
 
 
-def reveals(child: Problem, parent: Problem, by_answer: bool = True) -> str | None:
+def reveals(child: Problem, parent: Problem, by_answer: bool = True, shown: str = "") -> str | None:
     """Why `child` gives away `parent`'s answer (by its answer, unless `by_answer` is False; by its
-    question), or None."""
+    question; by `shown`, the worked solution students read beside it), or None."""
     if by_answer and same_answer(parent.domain, child.answer, parent.answer, parent.question):
         return f"reveals the parent's answer: its answer {child.answer!r} is the parent's ({parent.answer!r})"
-    stated = _states(parent.domain, child.question, parent.answer, parent.question)
-    if stated and not _states(parent.domain, parent.question, parent.answer, parent.question):
+    if _states(parent.domain, parent.question, parent.answer, parent.question):
+        return None  # a figure the parent's own question gives is a given of the child too, not a reveal
+    if _states(parent.domain, child.question, parent.answer, parent.question):
         return f"reveals the parent's answer: its question states {parent.answer!r}"
-    return None  # a figure the parent's own question gives is a given of the child too, not a reveal
+    if shown and _states(parent.domain, shown, parent.answer, parent.question):
+        return f"reveals the parent's answer: its worked solution states {parent.answer!r}"
+    return None
 
 
 def gives_own_answer(problem: Problem) -> str | None:
@@ -123,10 +155,10 @@ def unworkable(problem: Problem) -> tuple[str, str] | None:
 def _only_figure(problem: Problem) -> bool:
     """Whether the question states its answer and no other figure."""
     domain, question, answer = problem.domain, problem.question, problem.answer.strip()
-    if not _states(domain, question, answer, question):
+    if not _states(domain, question, answer, question, counts=False):  # "3 pens ... how many?" 3 may be a count
         return False
     if domain == "math":
-        return all(math_equal(n, answer) for n in _NUMBER.findall(question))
+        return all(n == math_number(answer) for n in math_numbers(question))
     [gold] = figures(answer)
     return all(_same_figure(f, gold, question) for f in figures(question))
 

@@ -95,11 +95,21 @@ def sources(node: TreeNode, known: dict[str, Problem]) -> list[tuple[str, Proble
     return [("source", known[i]) for i in dict.fromkeys(ids) if i and i in known]
 
 
+def mark_roots(ledger: Ledger, since: int, nodes: list[TreeNode]) -> None:
+    """Mark the rejections recorded since `since` with `data.root`: whether each was a synthetic root (the
+    rates count a root the final gates reject among the candidates)."""
+    roots = {n.problem.id for n in nodes if is_root(n)}
+    for rejection in ledger.rejected[since:]:
+        rejection.data["root"] = rejection.problem.id in roots
+
+
 def novel(ctx: Context, nodes: list[TreeNode], seed: Problem, known: dict[str, Problem], ledger: Ledger) -> list[TreeNode]:
     """The nodes that restate neither their seed, their sources nor an earlier kept sibling."""
     by_id = {n.problem.id: n for n in nodes}
+    since = len(ledger.rejected)
     kept = novel_problems(ctx, [n.problem for n in nodes],
                           lambda p: [("seed", seed), *sources(by_id[p.id], known)], ledger)
+    mark_roots(ledger, since, nodes)
     return [by_id[p.id] for p in kept]
 
 
@@ -148,8 +158,10 @@ async def finish(
     known = problems_by_id(seed, tree, synthetic + grounded)
     nodes = calibration_candidates(ctx, seed, calibrated, known, ledger)
     if seed.domain == "math":
+        since, judged = len(ledger.rejected), nodes
         with in_stage(QUALITY):
             nodes = await well_posed(ctx, nodes, ledger)
+        mark_roots(ledger, since, judged)
     with in_stage(CALIBRATE):
         roots, others = await calibrate_nodes(ctx, nodes, ledger)
     return SeedOutcome(seed, tree, synthetic + grounded, dropped, roots, ledger.rejected, others, ctx.tokens(),

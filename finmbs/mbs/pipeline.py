@@ -12,6 +12,7 @@ import asyncio
 import json
 import signal
 import time
+import warnings
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
@@ -34,7 +35,7 @@ from finmbs.mbs.quality import STAGE as QUALITY
 from finmbs.mbs.outcome import SeedOutcome, finish, is_root, seed_root, synthetic_trees
 from finmbs.records import DecompositionTree, Problem, RoleUsage, RunMetrics, SyntheticTree, TreeNode, merge_usage
 from finmbs.runs import (
-    CONFIG, CONFIG_CHANGES, METRICS, QUALIFIED, REJECTED, SEEDS, USAGE, JsonlLog, RunDir, UsageLedger,
+    CONFIG, CONFIG_CHANGES, CONTAMINATION, METRICS, QUALIFIED, REJECTED, SEEDS, USAGE, JsonlLog, RunDir, UsageLedger,
     atomic_write_json, atomic_write_text, file_name, read_jsonl,
 )
 
@@ -113,12 +114,36 @@ def count_rejections(metrics: RunMetrics, rows: list[dict[str, Any]]) -> None:
     metrics.reground_too_easy = checks[(REGROUND, "screen")]
 
 
-def collect_metrics(run: RunDir, seeds: list[Problem], method: str, keep: str = "roots") -> RunMetrics:
+def screen_model(config: RunConfig) -> str | None:
+    """The weakest student's name when it is the target policy's model (its alpha screen then measured
+    the target on the samples calibration must not reuse), else None."""
+    weakest, target = config.roles.students[-1], config.roles.target
+    return weakest.name if (weakest.model, weakest.api_base) == (target.model, target.api_base) else None
+
+
+def fresh_draws(metrics: RunMetrics, roots: list[TreeNode], screened_by: str | None) -> None:
+    """Count the roots whose alpha screen (on the target's own model) was Goldilocks, and how many of them
+    calibration's fresh draws put outside the band."""
+    if screened_by is None:
+        return
+    for node in roots:
+        acc = node.student_accuracy.get(screened_by)
+        if acc is not None and 0 < acc < 1 and node.target is not None:
+            metrics.screen_goldilocks += 1
+            metrics.screen_goldilocks_out += node.target.band != "goldilocks"
+
+
+def collect_metrics(
+    run: RunDir, seeds: list[Problem], method: str, keep: str = "roots", screened_by: str | None = None
+) -> RunMetrics:
     """The paper's metrics over the synthetic roots of the finished seeds' tree files (other nodes,
-    calibrated with keep: all, counted apart) and the rejections in rejected.jsonl."""
+    calibrated with keep: all, counted apart) and the rejections in rejected.jsonl. The rates count the
+    roots the novelty guard or quality control rejected just before calibration among the candidates."""
     metrics = RunMetrics(method=method, keep=keep, seeds_in=len(seeds))
     rows = list(read_jsonl(run.path(REJECTED)))
     count_rejections(metrics, rows)
+    metrics.gated_roots = sum(
+        1 for row in rows if row["stage"] in (NOVELTY, QUALITY) and row.get("data", {}).get("root"))
     nodes: list[TreeNode] = [
         TreeNode.model_validate(row["data"]["node"])
         for row in rows if row["stage"] == DECOMPOSE and "node" in row.get("data", {})
@@ -128,6 +153,7 @@ def collect_metrics(run: RunDir, seeds: list[Problem], method: str, keep: str = 
         if not run.is_done(seed.id) or not path.exists():
             continue
         tree, synthetic, tokens, stages = load_tree(path)
+        metrics.seeds_done += 1
         add_stage_usage(metrics.stages, stages)
         metrics.seeds_with_trace += tree is not None
         metrics.seeds_too_easy += too_easy(tree)
@@ -136,6 +162,7 @@ def collect_metrics(run: RunDir, seeds: list[Problem], method: str, keep: str = 
         seen: dict[str, TreeNode] = {n.problem.id: n for t in synthetic for n in t.root.walk() if n.target}
         roots = [n.target for n in seen.values() if n.target and is_root(n)]
         others = [n.target for n in seen.values() if n.target and not is_root(n)]
+        fresh_draws(metrics, [n for n in seen.values() if is_root(n)], screened_by)
         metrics.descendants += len(roots)
         metrics.goldilocks += sum(r.band == "goldilocks" for r in roots)
         metrics.qualified += sum(r.qualified for r in roots)
@@ -186,9 +213,33 @@ def record_config(run: RunDir, config: RunConfig, allow_change: bool) -> None:
     atomic_write_text(path, text)
 
 
-async def grow_work(seed: Problem, gateway: Gateway, tick: Tick, *, config: RunConfig, method: str) -> SeedOutcome:
+async def grow_work(
+    seed: Problem, gateway: Gateway, tick: Tick, *, config: RunConfig, method: str,
+    excluded: frozenset[str] = frozenset(),
+) -> SeedOutcome:
     """One seed as a unit of executor work (module level, so it pickles for Ray)."""
-    return await growers()[method](seed, Context(config=config, gateway=gateway, tick=tick))
+    ctx = Context(config=config, gateway=gateway, tick=tick, excluded_documents=excluded)
+    return await growers()[method](seed, ctx)
+
+
+def regrounds(config: RunConfig, seeds: list[Problem], method: str) -> bool:
+    """Whether this run re-grounds (finance seeds; the direct baseline with stages.direct_reground)."""
+    return any(s.domain == "finance" for s in seeds) and (method == "mbs" or config.stages.direct_reground)
+
+
+def record_exclusions(run: RunDir, config: RunConfig, seeds: list[Problem]) -> frozenset[str]:
+    """The documents no seed is re-grounded on (every seed's own, every held-out one), written to
+    contamination.json; a holdout entry that names no indexed document is warned about once."""
+    from finmbs.mbs.reground import excluded_documents, shared_index
+
+    with shared_index(config.index) as index:
+        found = excluded_documents(index, seeds, config.index.holdout)
+        docs = {d.doc_id: d for d in index.documents()}
+    if found.unmatched:
+        warnings.warn(f"index.holdout names no indexed document for: {', '.join(found.unmatched)} "
+                      f"(matched against doc ids, file names, companies and CIKs of {config.index.path})", stacklevel=2)
+    atomic_write_json(run.path(CONTAMINATION), found.as_json(docs, config.index.holdout))
+    return frozenset(found.excluded)
 
 
 def check_seed_names(seeds: list[Problem]) -> None:
@@ -240,7 +291,7 @@ async def _grow_locked(
     start = last_metrics = time.monotonic()
 
     def write_metrics() -> RunMetrics:
-        metrics = collect_metrics(run, seeds, method, config.stages.keep)
+        metrics = collect_metrics(run, seeds, method, config.stages.keep, screen_model(config))
         metrics.usage = merge_usage(usage_before, executor.usage)
         metrics.wall_time_s = wall_before + time.monotonic() - start
         for stage, spent_s in seconds.items():
@@ -258,12 +309,13 @@ async def _grow_locked(
             last_metrics = time.monotonic()
             write_metrics()
 
+    excluded = record_exclusions(run, config, seeds) if regrounds(config, seeds, method) else frozenset()
     todo = [s for s in seeds if not run.is_done(s.id)]
     if len(todo) < len(seeds):
         tick("seeds", len(seeds) - len(todo))  # finished by an earlier run: progress counts them done
     try:
         with sigterm_as_interrupt():
-            await executor.map(partial(grow_work, config=config, method=method), todo,
+            await executor.map(partial(grow_work, config=config, method=method, excluded=excluded), todo,
                                concurrency=config.seed_concurrency, on_result=on_result, tick=tick)
     finally:
         ledger.write(executor.usage)

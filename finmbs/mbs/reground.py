@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import Iterator
+import re
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -133,11 +134,66 @@ def retrieval_text(seed: Problem, own: list[Document]) -> str:
     return "\n".join(p for p in (seed.entity, snippet.section_path if snippet else "", snippet.text if snippet else "") if p)
 
 
-def unseen_documents(index: Index, seed: Problem, k: int) -> tuple[list[Document], list[Document]]:
-    """(the top-k unseen documents by summary similarity, the seed's own documents)."""
+def unseen_documents(
+    index: Index, seed: Problem, k: int, excluded: Iterable[str] = ()
+) -> tuple[list[Document], list[Document]]:
+    """(the top-k unseen documents by summary similarity, the seed's own documents). Unseen: neither the
+    seed's own document nor one in `excluded` (another seed's, one held out: `excluded_documents`)."""
     own = seed_documents(index, seed)
-    found = index.similar_documents(retrieval_text(seed, own), k, exclude_doc_ids=[d.doc_id for d in own])
+    skip = list(dict.fromkeys([d.doc_id for d in own] + list(excluded)))
+    found = index.similar_documents(retrieval_text(seed, own), k, exclude_doc_ids=skip)
     return [doc for doc, _ in found], own
+
+
+def _key(text: str | None) -> str:
+    return re.sub(r"[^a-z0-9]", "", (text or "").lower())
+
+
+def held_out(doc: Document, entry: str) -> bool:
+    """Whether a holdout entry names `doc`: its doc id, file name (with or without extension), company
+    (legal form aside) or CIK (leading zeros aside)."""
+    key = _key(entry)
+    if not key:
+        return False
+    name = Path(doc.source_path).name
+    if key in {_key(doc.doc_id), _key(name), _key(Path(name).stem)}:
+        return True
+    if key.isdigit() and doc.cik and key.lstrip("0") == doc.cik.lstrip("0"):
+        return True
+    company = _key(entity_name(doc.company)) if doc.company else ""
+    return bool(company) and _key(entity_name(entry)) == company
+
+
+@dataclass
+class Exclusions:
+    """The documents no seed of a run is re-grounded on, each with why, and the holdout entries that
+    named no indexed document."""
+
+    excluded: dict[str, str]
+    unmatched: list[str]
+
+    def as_json(self, index_docs: dict[str, Document], holdout: list[str]) -> dict:
+        rows = [{"doc_id": d, "why": why, "title": index_docs[d].title if d in index_docs else "",
+                 "company": index_docs[d].company if d in index_docs else None,
+                 "cik": index_docs[d].cik if d in index_docs else None} for d, why in self.excluded.items()]
+        return {"holdout": holdout, "excluded": rows, "holdout_unmatched": self.unmatched}
+
+
+def excluded_documents(index: Index, seeds: list[Problem], holdout: list[str]) -> Exclusions:
+    """Every indexed document a seed of the run came from, and every one a holdout entry names."""
+    excluded: dict[str, str] = {}
+    for seed in seeds:
+        for doc in seed_documents(index, seed):
+            excluded.setdefault(doc.doc_id, f"document of seed {seed.id}")
+    everything = index.documents() if holdout else []
+    unmatched = []
+    for entry in holdout:
+        hits = [d for d in everything if held_out(d, entry)]
+        for doc in hits:
+            excluded.setdefault(doc.doc_id, f"held out ({entry})")
+        if not hits:
+            unmatched.append(entry)
+    return Exclusions(excluded, unmatched)
 
 
 # 2. d' and e' from one new document -----------------------------------------------------------
@@ -240,7 +296,7 @@ async def ask_ground(
 ) -> Selection | Extraction | None:
     """The teacher's reply naming e' and d' in `doc` (`stages.extract`: a copy or a choice of excerpts)."""
     snippet = seed.snippet or Snippet(text="")
-    teacher = ctx.teachers[slot % len(ctx.teachers)]
+    teacher = ctx.teachers[slot % len(ctx.teachers)] if ctx.stages.rotate_teachers else ctx.teachers[0]
     select = ctx.stages.extract == "select"
     text = render_prompt(
         "reground_select" if select else "reground_extract", seed_entity=seed.entity or "", seed_passage=snippet.text,
@@ -267,6 +323,8 @@ async def new_ground(
     # the 1.5B named the seed's own borrower for a new document: e' is then the document's company
     seed_name = (entity_name(seed.entity) or "").lower()
     seed_named = bool(seed_name) and (entity_name(named) or "").lower() == seed_name
+    if not ctx.stages.rename:  # the paper: e' is the teacher's; a seed name then fails the leakage check
+        seed_named = False
     entity = (doc.company or "") if seed_named else named
     if isinstance(reply, Selection):
         located = selected(index, doc, chunks, reply.excerpts)
@@ -402,7 +460,8 @@ class Regrounder:
 
     def leak(self, problem: Problem, grounding: Grounding) -> str | None:
         """Why the mechanical grounding / leakage check rejects `problem`, or None."""
-        return grounding.check(problem.question, problem.answer, problem.meta.get("teacher_solution", ""))
+        return grounding.check(problem.question, problem.answer, problem.meta.get("teacher_solution", ""),
+                               paper=self.ctx.stages.leakage_rules == "paper")
 
     async def check(self, problem: Problem) -> bool:
         """The judge (after the mechanical check passed); a failure is recorded on the ledger."""
@@ -419,7 +478,7 @@ class Regrounder:
         verifies its new answer and it passes its stage's weakest-student screen; otherwise None (the
         failure is on the ledger)."""
         document = problem.meta["document"]
-        if bad := unworkable(problem):
+        if self.ctx.config.novelty.unworkable and (bad := unworkable(problem)):
             self.ledger.reject(problem, STAGE, bad[1], check=bad[0], document=document)
             return None
         if not await self.check(problem):
@@ -442,7 +501,8 @@ class Regrounder:
                   feedback: str = "") -> GroundedTree | None:
         """The teacher's re-grounding of every node of `tree` (shown with `renames` applied), told
         `vocabulary(tree, ...)` (attempt > 0: again, told why nodes failed)."""
-        teacher = self.ctx.teachers[(ground.slot + tree.index + attempt) % len(self.ctx.teachers)]
+        turn = (ground.slot + tree.index + attempt) if self.ctx.stages.rotate_teachers else 0
+        teacher = self.ctx.teachers[turn % len(self.ctx.teachers)]
         text = render_prompt(
             "reground_tree", seed_entity=self.seed.entity or "", seed_passage=self.material[0], tree=tree_block(tree, renames),
             entity=ground.entity, passage=ground.snippet.text, vocabulary=told, feedback=feedback,
@@ -478,9 +538,11 @@ class Regrounder:
         times, with the check's reasons (a small teacher carries the seed's terms over; told which, it
         can use the new passage's own)."""
         grounding = self.grounding(ground)
-        renames = tree_renames(tree, grounding, self.seed.entity, ground.entity)
-        told = vocabulary(tree, grounding, renames)
-        nodes = list(tree.root.walk())
+        renames = tree_renames(tree, grounding, self.seed.entity, ground.entity) if self.ctx.stages.rename else {}
+        told = vocabulary(tree, grounding, renames) if self.ctx.stages.rename else ""
+        # the teacher re-grounds the whole tree (its structure is the pattern), but under keep: roots only the
+        # root can ever be calibrated: the other nodes are not checked, judged, traced or screened
+        nodes = list(tree.root.walk()) if self.ctx.stages.keep == "all" else [tree.root]
         passed: dict[str, Problem] = {}
         failed: dict[str, tuple[Problem, str]] = {}
         todo = nodes
@@ -541,7 +603,11 @@ async def reground(ctx: Context, index: Index, seed: Problem, trees: list[Synthe
     if not trees:
         return []
     method = trees[0].root.problem.provenance.method
-    documents, own = unseen_documents(index, seed, ctx.stages.Kd)
+    if ctx.stages.keep == "roots":  # a subtree no synthetic root uses can never be calibrated: not re-grounded
+        trees = [t for t in trees if t.root.path == "0"]  # outcome.is_root: a synthetic version of the seed's root
+        if not trees:
+            return []
+    documents, own = unseen_documents(index, seed, ctx.stages.Kd, ctx.excluded_documents)
     if not documents:
         ledger.reject(_candidate(seed, method, 0, None), STAGE, "no unseen document in the index to re-ground on",
                       check="retrieve")

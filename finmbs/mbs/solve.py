@@ -24,12 +24,28 @@ def worked_examples(examples: list[tuple[Problem, str]]) -> str:
 
 # a base model (chat: false) continues a few-shot transcript and stops before the next problem
 COMPLETION_STOP = ["\nProblem:"]
+CALIBRATE_PURPOSE = "calibrate"  # the gateway's sampling namespace of final calibration: fresh draws
 
 
-def solve_request(endpoint: Endpoint, problem: Problem, examples: list[tuple[Problem, str]] | None = None) -> dict:
+def train_prompt(problem: Problem) -> str:
+    """The prompt a problem is trained on (`finmbs export`) and calibrated with, so the band measured
+    is the band the policy meets in training; a finance problem carries its snippet inside it."""
+    if problem.domain == "finance":
+        if problem.snippet is None:
+            raise ValueError(f"finance problem {problem.id} has no snippet: p = (q, d) needs d")
+        return render_prompt("train_prompt_finance", question=problem.question, snippet=problem.snippet.text)
+    return render_prompt("train_prompt_math", question=problem.question)
+
+
+def solve_request(
+    endpoint: Endpoint, problem: Problem, examples: list[tuple[Problem, str]] | None = None, *, train: bool = False
+) -> dict:
     """The request that asks for a worked solution, conditioned on worked examples when given:
-    chat messages, or for a base model a few-shot completion prompt with the examples as shots."""
+    chat messages (`train`: the training prompt), or for a base model a few-shot completion prompt
+    with the examples as shots."""
     document = document_block(problem)
+    if train and endpoint.chat:
+        return {"messages": [{"role": "user", "content": train_prompt(problem)}]}
     if not endpoint.chat:
         shots = "".join(
             render_prompt("completion/example", question=p.question, solution=s, answer=p.answer)
@@ -55,11 +71,13 @@ async def rollouts(
     examples: list[tuple[Problem, str]] | None = None,
     first_index: int = 0,
     max_tokens: int | None = None,
+    purpose: str | None = None,
 ) -> list[Rollout]:
-    """n sampled solutions of `problem`, each verified against its answer."""
+    """n sampled solutions of `problem`, each verified against its answer. `purpose` (final calibration)
+    draws them apart from every other purpose's samples and asks with the training prompt."""
     samples = await ctx.gateway.generate(
-        endpoint, role=role, n=n, first_index=first_index, max_tokens=max_tokens,
-        **solve_request(endpoint, problem, examples),
+        endpoint, role=role, n=n, first_index=first_index, max_tokens=max_tokens, purpose=purpose,
+        **solve_request(endpoint, problem, examples, train=purpose == CALIBRATE_PURPOSE),
     )
     result = []
     for sample in samples:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -10,6 +11,7 @@ from typing import Any
 from finmbs.export.load import Run, SeedTrees
 from finmbs.export.rows import difficulty
 from finmbs.records import DifficultyReport, Problem, RoleUsage, TreeNode
+from finmbs.runs import CONTAMINATION
 
 BANDS = ("hard", "goldilocks", "stale")
 
@@ -87,6 +89,7 @@ class ReportView:
     tables: list[MetricTable]
     seeds: list[SeedView]
     status: dict[str, Status]
+    contamination: dict[str, Any] | None = None  # contamination.json: documents re-grounding never targeted
 
 
 def _pct(part: float, whole: float) -> str:
@@ -321,4 +324,11 @@ def build_view(run: Run) -> ReportView:
         stages=[(stage, sum(c.values()), reason_counts(c, stage)) for stage, c in sorted(reasons.items())],
         usage=[(role, RoleUsage.model_validate(u)) for role, u in sorted(run.metrics.get("usage", {}).items())],
         tables=metric_tables(run.metrics), seeds=seed_views(run), status=status,
+        contamination=contamination(run),
     )
+
+
+def contamination(run: Run) -> dict[str, Any] | None:
+    """The run's contamination.json (finance runs that re-ground), or None."""
+    path = run.root / CONTAMINATION
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None

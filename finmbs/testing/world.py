@@ -118,6 +118,7 @@ class World:
     restate_parent: bool = False
     malformed: set[str] = field(default_factory=set)
     ill_posed: set[str] = field(default_factory=set)  # normalized expressions the judge rejects
+    trace_note: str = ""  # a sentence every solution writes before its answer (a figure its work mentions)
 
     def __call__(self, request: Request) -> Reply:
         task_text = request.messages[0]["content"] if request.messages else request.text
@@ -146,7 +147,7 @@ class World:
                 texts.append(f"\\boxed{{{answer}}} " + " ".join(["step"] * (budget - 1)))
                 reasons.append("length")
             else:
-                texts.append(" ".join(["step"] * (words - 4)) + f" Final answer: \\boxed{{{answer}}}")
+                texts.append(" ".join(["step"] * (words - 4)) + f"{self.trace_note} Final answer: \\boxed{{{answer}}}")
                 reasons.append("stop")
         return Reply(texts=texts, finish_reasons=reasons)
 

@@ -1,0 +1,111 @@
+"""MBS against direct seed synthesis at matched construction tokens (appendix C, table 7 and table 8), on
+the embedded default models, with the default (finmbs) profile and with the paper profile.
+
+For each profile, on the same seeds, the same models and one response cache:
+1. MBS (`finmbs grow`);
+2. direct synthesis oversampled to each seed's MBS tokens (`--method direct --match-budget` the MBS run):
+   the tokens counted on both sides are those of every model call before re-grounding, quality control
+   and calibration (`finmbs.baselines.direct.budget_tokens`), so like is compared with like.
+Printed per run: seeds in / with a verified trace, descendants (calibrated synthetic roots), root
+candidates (with the roots the novelty guard or quality control rejected), Goldilocks, qualified, seed
+conversion, matched-budget tokens and construction tokens (every role but the target), tokens per
+qualified problem; then the MBS / direct ratios of qualified problems and of seed conversion, in the
+same process. The qualified problems of every run are written to OUT/RUN/qualified.jsonl to be read.
+
+    flock /tmp/finmbs-cpu.lock python bench/bench_mbs_vs_direct.py --out /tmp/bench-mbs-direct \\
+        [--seeds corpora/math/seeds-hard.jsonl corpora/math/seeds-more.jsonl] [--limit 11] \\
+        [--profiles finmbs paper] [--set stages.N=4 ...]
+
+The default seeds: the six of seeds-hard.jsonl (the 0.5B target 0/4) and the five of seeds-more.jsonl
+(1/4): eleven seeds the 0.5B mostly fails; whether the 1.5B teacher solves each is measured by the run
+(seeds with a verified trace).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+from pathlib import Path
+
+from finmbs.baselines.direct import construction_budgets, with_budgets
+from finmbs.config import load_config
+from finmbs.mbs.pipeline import run_grow
+from finmbs.records import Problem, RunMetrics
+from finmbs.seeds import load_seeds
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_SEEDS = [ROOT / "corpora" / "math" / "seeds-hard.jsonl", ROOT / "corpora" / "math" / "seeds-more.jsonl"]
+
+
+def row(name: str, m: RunMetrics, budget_tokens: int, wall: float) -> dict:
+    per_q = budget_tokens / m.qualified if m.qualified else None
+    return {
+        "run": name, "seeds_in": m.seeds_in, "seeds_with_trace": m.seeds_with_trace, "descendants": m.descendants,
+        "root_candidates": m.root_candidates, "goldilocks": m.goldilocks, "qualified": m.qualified,
+        "qualified_rate": round(m.qualified_rate, 3), "seeds_converted": m.seeds_converted,
+        "seed_conversion": round(m.seed_conversion, 3), "matched_tokens": budget_tokens,
+        "construction_tokens": m.construction_tokens, "matched_tokens_per_qualified": per_q and round(per_q),
+        "novelty_rejected": m.novelty_rejected, "wall_s": round(wall, 1),
+    }
+
+
+def matched_tokens(run: Path) -> int:
+    return sum(construction_budgets(run).values())
+
+
+async def one_profile(profile: str, seeds: list[Problem], out: Path, overrides: list[str]) -> list[dict]:
+    config = load_config(None, [*overrides, f"cache_path={out / 'cache.sqlite'}"],
+                         profile="paper" if profile == "paper" else None)
+    rows = []
+    mbs_dir, direct_dir = out / f"{profile}-mbs", out / f"{profile}-direct"
+    start = time.monotonic()
+    mbs = await run_grow(config, seeds, mbs_dir, method="mbs")
+    rows.append(row(f"{profile} MBS", mbs, matched_tokens(mbs_dir), time.monotonic() - start))
+    print(json.dumps(rows[-1]), flush=True)  # as each run ends: a run cut short by a time limit still reports
+    start = time.monotonic()
+    direct = await run_grow(config, with_budgets(seeds, construction_budgets(mbs_dir)), direct_dir, method="direct")
+    rows.append(row(f"{profile} direct (matched)", direct, matched_tokens_direct(direct_dir), time.monotonic() - start))
+    print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
+def matched_tokens_direct(run: Path) -> int:
+    from finmbs.baselines.direct import budget_tokens
+
+    total = 0
+    for path in sorted((run / "trees").glob("*.json")):
+        total += budget_tokens(json.loads(path.read_text(encoding="utf-8")).get("stages", {}))
+    return total
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seeds", nargs="+", type=Path, default=DEFAULT_SEEDS)
+    parser.add_argument("--limit", type=int, default=None, help="the first N seeds only")
+    parser.add_argument("--profiles", nargs="+", default=["finmbs", "paper"], choices=["finmbs", "paper"])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    args = parser.parse_args()
+    seeds = [s for path in args.seeds for s in load_seeds(path)][: args.limit]
+    args.out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for profile in args.profiles:
+        rows += asyncio.run(one_profile(profile, seeds, args.out, args.overrides))
+    for profile in args.profiles:
+        mbs, direct = (r for r in rows if r["run"].startswith(profile))
+        ratio = {
+            "profile": profile,
+            "qualified MBS/direct": round(mbs["qualified"] / direct["qualified"], 2) if direct["qualified"] else None,
+            "seed conversion MBS/direct": (round(mbs["seed_conversion"] / direct["seed_conversion"], 2)
+                                          if direct["seed_conversion"] else None),
+            "matched tokens direct/MBS": round(direct["matched_tokens"] / mbs["matched_tokens"], 2)
+            if mbs["matched_tokens"] else None,
+        }
+        print(json.dumps(ratio), flush=True)
+    (args.out / "bench.json").write_text(json.dumps(rows, indent=1), encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
