@@ -15,9 +15,10 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field, field_validator
 
-from finmbs.mbs.candidates import WorkedProblem, asking_for, derive, novel_problems, verified_node, written_items
+from finmbs.mbs.candidates import WorkedProblem, asking_for, derive, novel_problems, reply_model, verified_node, written_items
 from finmbs.mbs.context import TARGET_ROLE, Context, Ledger, in_stage
 from finmbs.mbs.outcome import SeedOutcome, finish, seed_root, synthetic_trees
+from finmbs.mbs.programs import program_prompt
 from finmbs.mbs.solve import document_block
 from finmbs.records import Decision, DecompositionTree, Problem, TreeNode
 from finmbs.resources import render_prompt
@@ -43,9 +44,9 @@ async def direct_call(ctx: Context, root: TreeNode, r: int, ledger: Ledger) -> l
         "direct_synthesis", n=PROBLEMS_PER_CALL, document=document_block(seed), question=seed.question,
         solution=root.trace.text if root.trace else "", answer=seed.answer,
     )
-    asked = asking_for(DirectProblems, "problems", PROBLEMS_PER_CALL, PROBLEMS_PER_CALL)
+    asked = asking_for(reply_model(ctx, DirectProblems), "problems", PROBLEMS_PER_CALL, PROBLEMS_PER_CALL)
     [reply] = await ctx.gateway.structured(teacher, asked, role="teacher", first_index=r // len(ctx.teachers),
-                                           messages=[{"role": "user", "content": text}])
+                                           messages=[{"role": "user", "content": program_prompt(ctx, text, seed.domain)}])
     ctx.tick(STAGE)
     problems = [
         derive(seed, w, id=f"{seed.id}.x{r}v{s}", stage=STAGE, tree_path="0", parent_ids=[seed.id], method="direct")

@@ -39,7 +39,8 @@ def options_table(config) -> Table:
     table = Table(title="finmbs options beyond the paper's symbols (set with --set KEY=VALUE)")
     for column in ("key", "value", "meaning"):
         table.add_column(column, overflow="fold")
-    sections = {"stages": config.stages, "novelty": config.novelty, "quality": config.quality}
+    sections = {"stages": config.stages, "novelty": config.novelty, "quality": config.quality,
+                "verify": config.verify}
     for section, settings in sections.items():
         for name, field in type(settings).model_fields.items():
             if section == "stages" and name in SYMBOLS:

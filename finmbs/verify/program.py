@@ -130,3 +130,13 @@ async def run_program_async(
 ) -> ProgramResult:
     """`run_program` off the event loop (the engine's stages are coroutines)."""
     return await asyncio.to_thread(run_program, source, passage, timeout_s, functions)
+
+
+def program_text(meta: dict[str, Any]) -> str | None:
+    """A problem's program as shown beside it (export rows, the report): the source from its meta, and the
+    children's functions it calls, if any; None without one."""
+    source = meta.get("program")
+    if not source:
+        return None
+    functions = meta.get("program_functions")
+    return source if not functions else f"{source}\n# functions it calls: {json.dumps(functions)}"
