@@ -176,3 +176,5 @@ def test_export_and_report_a_run_grown_by_the_engine(tmp_path):
         assert reward.compute_score(row["data_source"], f"Final answer: \\boxed{{{truth}}}", truth, info)["score"] == 1
     html = render_report(tmp_path / "run")
     assert html.count('class="node') >= metrics.descendants and 'data-seed="w0"' in html
+    # verify.programs: each teacher-written problem's program is shown beside it, and kept in the rows
+    assert html.count('<pre class="program">answer = ') >= metrics.descendants and "child_1()" in html

@@ -83,6 +83,10 @@ def test_child_functions_compose() -> None:
     children = {"child_1": "answer = 6 * 7 * 35", "child_2": "answer = 25"}
     result = run_program("answer = child_1() // child_2()", functions=children)
     assert result.ok and result.answer == "58"
+    nested = {"child_1": {"source": "answer = child_1() * child_2()",
+                          "functions": {"child_1": "answer = 6 * 7", "child_2": "answer = 35"}},
+               "child_2": "answer = 25"}
+    assert run_program("answer = child_1() // child_2()", functions=nested).answer == "58"
     broken = run_program("answer = child_1() + 1", functions={"child_1": "import os\nanswer = 1"})
     assert not broken.ok and "import of 'os'" in broken.error
 

@@ -65,11 +65,12 @@ def run_program(
     source: str,
     passage: str | None = None,
     timeout_s: float = PROGRAM_TIMEOUT_S,
-    functions: dict[str, str] | None = None,
+    functions: dict[str, Any] | None = None,
 ) -> ProgramResult:
     """Run `source` in the sandbox; `passage`: the text quote() checks against (finance d');
     `functions`: name -> program of a function the program may call (a composed parent's children:
-    `child_1()` runs child 1's program and returns its answer)."""
+    `child_1()` runs child 1's program and returns its answer), a source or {"source", "functions"}
+    for a child with children of its own."""
     if not isinstance(source, str) or not source.strip():
         return ProgramResult(ok=False, error="no program")
     if len(source) > PROGRAM_CHARS:
@@ -126,7 +127,7 @@ def _result(out: bytes, returncode: int | None, timeout_s: float) -> ProgramResu
 
 async def run_program_async(
     source: str, passage: str | None = None, timeout_s: float = PROGRAM_TIMEOUT_S,
-    functions: dict[str, str] | None = None,
+    functions: dict[str, Any] | None = None,
 ) -> ProgramResult:
     """`run_program` off the event loop (the engine's stages are coroutines)."""
     return await asyncio.to_thread(run_program, source, passage, timeout_s, functions)

@@ -138,17 +138,25 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
     def compiled(source: str, name: str) -> Any:
         return compile_restricted(source, f"<{name}>", "exec")  # SyntaxError: forbidden construct
 
-    def as_function(name: str, code: Any) -> Any:
+    def as_function(name: str, spec: Any) -> Any:
+        """child_k(): runs child k's program (a source, or {"source", "functions"}: its own children's) and
+        returns its answer."""
+        source, below = (spec, {}) if isinstance(spec, str) else (spec["source"], spec.get("functions") or {})
+        code, own = compiled(source, name), functions_of(below)
+
         def call() -> Any:
-            namespace = restricted_globals(helpers, quote, limits["output_chars"])
+            namespace = restricted_globals(own, quote, limits["output_chars"])
             exec(code, namespace)  # noqa: S102  (restricted code, inside the limits)
             if "answer" not in namespace:
                 raise ProgramError(f"{name}() did not bind answer")
             return namespace["answer"]
         return call
 
+    def functions_of(specs: dict[str, Any]) -> dict[str, Any]:
+        return {name: as_function(name, spec) for name, spec in specs.items()}
+
     try:
-        helpers = {name: as_function(name, compiled(src, name)) for name, src in (request.get("functions") or {}).items()}
+        helpers = functions_of(request.get("functions") or {})
         code = compiled(request["source"], "program")
     except SyntaxError as exc:
         said = exc.args[0] if exc.args else exc
