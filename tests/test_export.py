@@ -170,6 +170,7 @@ def test_export_and_report_a_run_grown_by_the_engine(tmp_path):
     for row in rows:
         info = row["extra_info"]
         assert info["seed_id"] == "w0" and info["band"] == "goldilocks" and 0 < info["pass_rate"] < 1
+        assert info["program"].startswith("answer = ")  # verify.programs: the program travels with the row
         assert info["tree_path"] and info["method"] == "mbs" and info["question"] in row["prompt"][0]["content"]
         truth = row["reward_model"]["ground_truth"]
         assert truth == str(value(info["question"].removeprefix("Compute ").rstrip(".")))
