@@ -222,3 +222,15 @@ def test_verify_cli_verdicts_and_bad_line(tmp_path, openai_server):
     failed = CliRunner().invoke(app, ["verify", str(bad), "--config", config, "--out", str(tmp_path / "bad-out.jsonl")])
     assert failed.exit_code != 0 and str(bad) in failed.output and "line 2" in failed.output
     assert not (tmp_path / "bad-out.jsonl").exists()
+
+
+def test_program_field_fits_a_llama_cpp_grammar():
+    # llama.cpp refuses a grammar repeating one rule over 2,000 times (a string's maxLength): the whole reply
+    # then went unconstrained in the first embedded run with programs
+    from finmbs.mbs.candidates import with_program
+    from finmbs.mbs.compose import ComposedParent
+    from finmbs.mbs.labels import WrittenProgram
+
+    for model in (with_program(ComposedParent), WrittenProgram):
+        program = model.model_json_schema()["properties"]["program"]
+        assert program["type"] == "string" and program.get("maxLength", 0) <= 2000

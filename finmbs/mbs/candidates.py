@@ -37,16 +37,14 @@ class WorkedProblem(BaseModel):
         return value
 
 
-PROGRAM_CHARS = 4000  # a few lines of arithmetic; the bound keeps a constrained teacher from rambling
-
-
 @cache
 def with_program(reply: type[BaseModel]) -> type[BaseModel]:
     """`reply` with every worked problem in it (itself, or the items of its list fields) carrying
     `program` too (`verify.programs`): the Python that computes its answer, ending `answer = ...`."""
     if issubclass(reply, WorkedProblem):
-        program = (str, Field(min_length=1, max_length=PROGRAM_CHARS,
-                              description="Python that computes the answer and ends by binding answer"))
+        # no max_length: llama.cpp refuses a grammar that repeats a string rule thousands of times (the whole
+        # reply then goes unconstrained); the sandbox bounds a program's length (verify/program.py PROGRAM_CHARS)
+        program = (str, Field(min_length=1, description="Python that computes the answer and ends by binding answer"))
         return create_model(reply.__name__, __base__=reply, __module__=reply.__module__, program=program)
     fields = {}
     for name, info in reply.model_fields.items():

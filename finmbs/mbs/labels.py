@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from finmbs.mbs.candidates import PROGRAM_CHARS, verified_node
+from finmbs.mbs.candidates import verified_node
 from finmbs.mbs.context import Context, Ledger
 from finmbs.mbs.programs import programs_on, render_program_finance
 from finmbs.mbs.solve import document_block
@@ -24,7 +24,7 @@ Outcome = Literal["verified", "relabeled", "rejected"]
 class WrittenProgram(BaseModel):
     """The teacher's reply: a program for a problem that carries none."""
 
-    program: str = Field(min_length=1, max_length=PROGRAM_CHARS)
+    program: str = Field(min_length=1)  # unbounded in the schema (a llama.cpp grammar limit); the sandbox bounds it
 
 
 class LabelCheck(BaseModel):
