@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 ALPHATEC = ROOT / "corpora" / "finance" / "docs" / "alphatec_2023_credit_security_guaranty_agreement.txt"
 
 BAD = {
-    "infinite loop": ("while True:\n    pass", "CPU time limit"),
+    "infinite loop": ("while True:\n    pass", "time limit"),  # CPU, or wall-time on a loaded machine
     "allocate 10 GB": ("x = [0] * (10 * 1024**3)\nanswer = 1", "memory limit exceeded"),
     "allocate 10 GB as text": ("x = 'a' * (10 * 1024**3)\nanswer = len(x)", "memory limit exceeded"),
     "fork": ("import os\nos.fork()\nanswer = 1", "import of 'os' is not allowed"),
@@ -39,7 +39,7 @@ BAD = {
     "a boolean": ("answer = 3 > 2", "answer is not a finite number: bool"),
     "infinity": ("answer = float('inf')", "answer is not a finite number"),
     "no answer": ("x = 3", "did not bind answer"),
-    "huge integer": ("answer = 10 ** 10 ** 10", "CPU time limit"),
+    "huge integer": ("answer = 10 ** 10 ** 10", "time limit"),
     "deep recursion": ("def f(n):\n    return f(n + 1)\nanswer = f(0)", "recursion too deep"),
 }
 
@@ -55,7 +55,7 @@ def test_bad_program_is_one_line_rejection(name: str, tmp_path: Path, monkeypatc
     assert not result.ok and result.value is None and result.answer is None
     assert why in result.error, result.error
     assert "\n" not in result.error and len(result.error) <= 300
-    assert time.monotonic() - start < 15
+    assert time.monotonic() - start < 30  # the wall limit: timeout_s + START_S
     assert not Path("/tmp/pwned").exists()
     assert not list(tmp_path.iterdir())
     assert {p for p in Path("/tmp").iterdir() if p.name.startswith("pwned")} - before == set()

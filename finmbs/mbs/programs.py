@@ -7,13 +7,13 @@ underneath. The decision, for a candidate with stated answer A whose program giv
 
 - the program fails (sandbox rule, quote, non-number): rejected;
 - v = A and a teacher trace verifies A: verified;
-- v = A and the traces agree on another answer, or none verifies A: rejected (program and traces
-  disagree / unverified);
+- v = A and the traces agree on another answer: rejected (program and traces disagree);
+- v = A and no trace verifies A: rejected by the trace rule, as without programs ("unverified: ...");
 - v != A and a trace verifies A: rejected (program and traces disagree);
 - v != A and the traces agree on v (the relabel consensus, or with `stages.relabel` a trace verifying
   v): relabeled to v (`meta.relabeled_from`); without `stages.relabel`: rejected.
 
-Every rejection here carries `check: program` (counted as `program_rejected`). The problem's meta
+Every other rejection here carries `check: program` (counted as `program_rejected`). The problem's meta
 records the program, what it gave and the figures it quoted (`program`, `program_answer`, `quotes`).
 """
 
@@ -109,24 +109,30 @@ def relabeled(problem: Problem, answer: str, trace: Trace) -> Problem:
 
 async def program_node(
     ctx: Context, problem: Problem, ledger: Ledger, *, stage: str, path: str, mirrors: str | None = None,
-    relabel: bool | None = None,
+    relabel: bool | None = None, unverified: str | None = None, **data: Any,
 ) -> TreeNode | None:
     """The node for a teacher-written candidate under the program rule (module docstring), or None
     with the rejection on `ledger`; `relabel` (default `stages.relabel`): whether agreeing program and
-    traces may relabel it."""
+    traces may relabel it. A program that agrees with the stated answer no trace verifies fails the
+    trace rule, not the program: rejected as without programs ("unverified: ...", check `unverified`);
+    `data` goes on every rejection."""
+
+    def reject(reason: str, check: str | None = CHECK) -> None:
+        ledger.reject(problem, stage, reason, **({"check": check} if check else {}), **data)
+
     if not problem.meta.get("program"):
-        ledger.reject(problem, stage, "no program", check=CHECK)
+        reject("no program")
         return None
     result = await run_for(problem)
     problem = recorded(problem, result)
     if not result.ok:
-        ledger.reject(problem, stage, f"program failed: {result.error}", check=CHECK)
+        reject(f"program failed: {result.error}")
         return None
     v, stated = result.answer or "", problem.answer
     relabel = ctx.stages.relabel if relabel is None else relabel
     agrees = await same(ctx, problem, v, stated)
     if not agrees and not relabel:
-        ledger.reject(problem, stage, f"program gives {v}, stated answer {stated!r} (relabeling off)", check=CHECK)
+        reject(f"program gives {v}, stated answer {stated!r} (relabeling off)")
         return None
     trace, why = await teacher_trace(ctx, problem, relabel=relabel)
     reason = None
@@ -134,25 +140,23 @@ async def program_node(
         if agrees:
             reason = f"answer verified by its program and {trace.model}"
         else:
-            ledger.reject(problem, stage, f"program and traces disagree: program gives {v}, a trace of {trace.model} "
-                                          f"verifies the stated {stated!r}", check=CHECK)
+            reject(f"program and traces disagree: program gives {v}, a trace of {trace.model} verifies the stated "
+                   f"{stated!r}")
             return None
     elif trace is not None:  # the traces agree on another answer
         if await same(ctx, problem, v, trace.answer):
             reason = f"relabeled: stated {stated!r}; its program and all traces of {trace.model} give {trace.answer!r}"
             problem = relabeled(problem, trace.answer, trace)
         else:
-            ledger.reject(problem, stage, f"program and traces disagree: program gives {v}, traces agree on "
-                                          f"{trace.answer!r} (stated {stated!r})", check=CHECK)
+            reject(f"program and traces disagree: program gives {v}, traces agree on {trace.answer!r} (stated {stated!r})")
             return None
     elif agrees:
-        ledger.reject(problem, stage, f"unverified: its program gives the stated {stated!r} but {why}", check=CHECK)
+        reject(f"unverified: {why}", check=unverified)
         return None
     else:  # relabel on, the program gives another answer: does a trace verify the program's? (cached samples first)
         trace, why_v = await teacher_trace(ctx, problem.model_copy(update={"answer": v}))
         if trace is None:
-            ledger.reject(problem, stage, f"program gives {v}, stated {stated!r}, no trace verifies either: {why}",
-                          check=CHECK)
+            reject(f"program gives {v}, stated {stated!r}, no trace verifies either: {why}")
             return None
         reason = f"relabeled: stated {stated!r}; its program gives {v} and a trace of {trace.model} verifies it"
         problem = relabeled(problem, v, trace)

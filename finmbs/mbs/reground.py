@@ -431,7 +431,8 @@ class Regrounder:
             return None
         if programs_on(self.ctx):  # finmbs's layer: the program on d' computes the answer too (programs.py)
             new = await program_node(self.ctx, problem, self.ledger, stage=STAGE, path=node.path, mirrors=node.mirrors,
-                                     relabel=False)  # a re-grounded answer is never relabeled, as without programs
+                                     relabel=False,  # a re-grounded answer is never relabeled, as without programs
+                                     unverified="verify", document=document)
             if new is None:
                 return None
             new.decisions[-1].reason = f"grounded on {document}; leakage check and judge passed; {new.decisions[-1].reason}"

@@ -87,9 +87,9 @@ def run_program(
         return ProgramResult(ok=False, error=f"sandbox did not start: {exc}")
     try:
         out, _ = proc.communicate(json.dumps(request).encode(), timeout=timeout_s + START_S)
-    except subprocess.TimeoutExpired:
+    except subprocess.TimeoutExpired:  # a loaded machine: the CPU limit had not struck yet
         _kill(proc)
-        return ProgramResult(ok=False, error=f"timed out after {timeout_s:g} s")
+        return ProgramResult(ok=False, error=f"the program was stopped: wall-time limit ({timeout_s + START_S:g} s)")
     finally:
         _kill(proc)
     return _result(out, proc.returncode, timeout_s)
