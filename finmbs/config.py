@@ -213,6 +213,16 @@ class QualitySettings(Settings):
     enabled: bool = Field(True, description="judge every math candidate for well-posedness before calibration")
 
 
+class VerifySettings(Settings):
+    """finmbs's verification layers on top of the paper's teacher traces."""
+
+    programs: bool = Field(
+        True, description="every teacher-written candidate carries a Python program whose executed result must equal its "
+                          "answer, in a sandbox (finance figures bound by quote() from the passage); program and traces "
+                          "agreeing on another answer relabel it (with stages.relabel), disagreeing reject it (not in "
+                          "the paper: its traces alone verify)")
+
+
 class Budget(Settings):
     """Hard limits that stop a run cleanly, everything done so far saved."""
 
@@ -281,7 +291,7 @@ PAPER_VALUES: dict[str, Any] = {
     "stages.leakage_rules": "paper",  # rule 1 only (appendix D); rules 2-5 are finmbs's
     "stages.rename": False,  # renaming at re-grounding
     "stages.direct_reground": True,  # SPEC: direct output is re-grounded like MBS output
-    # "verify.programs": False,  # program verification (issue 36, branch `programs`): wire in at merge
+    "verify.programs": False,  # every answer computed by an executed program (finance figures quoted from d')
 }
 PROFILES = ("finmbs", "paper")
 
@@ -323,6 +333,7 @@ class RunConfig(Settings):
     index: IndexSettings = Field(default_factory=IndexSettings)
     novelty: NoveltySettings = Field(default_factory=NoveltySettings)
     quality: QualitySettings = Field(default_factory=QualitySettings)
+    verify: VerifySettings = Field(default_factory=VerifySettings)
     embedded: EmbeddedSettings = Field(default_factory=EmbeddedSettings)
 
     @model_validator(mode="before")

@@ -255,6 +255,8 @@ class RunMetrics(Record):
     not_well_posed: int = 0  # math problems quality control rejected (a quantity the question never states)
     reground_unverified: int = 0  # re-grounded problems with no verified teacher trace
     reground_too_easy: int = 0  # re-grounded problems failing their stage's weakest-student screen
+    program_rejected: int = 0  # verify.programs: candidates rejected by the program check (failed, disagreed)
+    relabeled: int = 0  # qualified synthetic roots whose stated answer was relabeled (meta.relabeled_from)
     other_descendants: int = 0  # keep=all: calibrated non-root synthetic nodes, apart from the above
     other_goldilocks: int = 0
     other_qualified: int = 0

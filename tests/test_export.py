@@ -170,9 +170,12 @@ def test_export_and_report_a_run_grown_by_the_engine(tmp_path):
     for row in rows:
         info = row["extra_info"]
         assert info["seed_id"] == "w0" and info["band"] == "goldilocks" and 0 < info["pass_rate"] < 1
+        assert info["program"].startswith("answer = ")  # verify.programs: the program travels with the row
         assert info["tree_path"] and info["method"] == "mbs" and info["question"] in row["prompt"][0]["content"]
         truth = row["reward_model"]["ground_truth"]
         assert truth == str(value(info["question"].removeprefix("Compute ").rstrip(".")))
         assert reward.compute_score(row["data_source"], f"Final answer: \\boxed{{{truth}}}", truth, info)["score"] == 1
     html = render_report(tmp_path / "run")
     assert html.count('class="node') >= metrics.descendants and 'data-seed="w0"' in html
+    # verify.programs: each teacher-written problem's program is shown beside it, and kept in the rows
+    assert html.count('<pre class="program">answer = ') >= metrics.descendants and "child_1()" in html

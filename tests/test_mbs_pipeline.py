@@ -40,7 +40,7 @@ def config(server, tmp_path, **stages):
 VOLATILE = ("usage", "wall_time_s", "cache_hits", "stages", "construction_tokens", "construction_tokens_per_seed",
             "construction_tokens_per_qualified")
 ZERO = {"seeds_too_easy": 0, "answer_leaks": 0, "not_well_posed": 0, "reground_unverified": 0, "reground_too_easy": 0,
-        "other_descendants": 0, "other_goldilocks": 0, "other_qualified": 0}
+        "other_descendants": 0, "other_goldilocks": 0, "other_qualified": 0, "program_rejected": 0, "relabeled": 0}
 
 
 def metrics_of(out) -> dict:

@@ -112,8 +112,8 @@ async def test_retries_carry_failed_attempts_as_negative_context(tmp_path, opena
 
 
 async def test_unverified_children_and_malformed_json(tmp_path, openai_server):
-    world = World(agents={}, wrong_child_answers=True)
-    ctx, _ = setup(openai_server, tmp_path, {"s": Agent(capacity=1, boost=2)}, world=world, Nd=0, N=4)
+    world = World(agents={}, wrong_child_answers=True)  # the paper's trace rule (programs: test_programs_engine.py)
+    ctx, _ = setup(openai_server, tmp_path, {"s": Agent(capacity=1, boost=2)}, world=world, Nd=0, N=4, programs=False)
     root, ledger = node(), Ledger("a")
     assert await decompose(ctx, root, ledger) is False
     assert root.decisions[0].reason == "no subproblem verified"
@@ -219,7 +219,8 @@ async def test_relabel_needs_relabel_votes_agreeing_traces(tmp_path, openai_serv
 async def test_relabel_takes_the_answer_every_trace_agrees_on(tmp_path, openai_server):
     # the teacher states each child's answer one too high; its traces all compute the true value
     world = World(agents={}, wrong_child_answers=True)
-    ctx, _ = setup(openai_server, tmp_path, {"s": Agent(capacity=1, boost=2)}, world=world, Nd=0, N=4, relabel=True)
+    ctx, _ = setup(openai_server, tmp_path, {"s": Agent(capacity=1, boost=2)}, world=world, Nd=0, N=4, relabel=True,
+                   programs=False)  # relabel by traces alone (with programs: test_programs_engine.py)
     root, ledger = node(), Ledger("a")
     assert await decompose(ctx, root, ledger)  # the relabeled children make the decomposition effective
     assert ledger.rejected == [] and len(root.children) == 3

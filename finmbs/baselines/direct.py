@@ -22,9 +22,10 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field, field_validator
 
-from finmbs.mbs.candidates import WorkedProblem, asking_for, derive, novel_problems, verified_node, written_items
+from finmbs.mbs.candidates import WorkedProblem, asking_for, derive, novel_problems, reply_model, verified_node, written_items
 from finmbs.mbs.context import Context, Ledger, in_stage
 from finmbs.mbs.outcome import SeedOutcome, finish, seed_root, synthetic_trees
+from finmbs.mbs.programs import program_prompt
 from finmbs.mbs.solve import document_block
 from finmbs.records import Decision, DecompositionTree, Problem, TreeNode
 from finmbs.runs import DONE, METRICS, SEEDS, TREES, file_name, read_jsonl
@@ -61,9 +62,9 @@ async def direct_call(ctx: Context, root: TreeNode, r: int, ledger: Ledger) -> l
         "direct_synthesis", n=count, document=document_block(seed), question=seed.question,
         solution=root.trace.text if root.trace else "", answer=seed.answer,
     )
-    asked = asking_for(DirectProblems, "problems", count, count)
+    asked = asking_for(reply_model(ctx, DirectProblems), "problems", count, count)
     [reply] = await ctx.gateway.structured(teacher, asked, role="teacher", first_index=sample,
-                                           messages=[{"role": "user", "content": text}])
+                                           messages=[{"role": "user", "content": program_prompt(ctx, text, seed.domain)}])
     ctx.tick(STAGE)
     problems = [
         derive(seed, w, id=f"{seed.id}.x{r}v{s}", stage=STAGE, tree_path="0", parent_ids=[seed.id], method="direct")

@@ -53,7 +53,8 @@ def options_table(config) -> Table:
     table = Table(title=f"options beyond the paper's symbols (profile: {config.profile}; set with --set KEY=VALUE)")
     for column in ("key", "value", "origin", "paper value", "meaning"):
         table.add_column(column, overflow="fold")
-    sections = {"stages": config.stages, "novelty": config.novelty, "quality": config.quality}
+    sections = {"stages": config.stages, "novelty": config.novelty, "quality": config.quality,
+                "verify": config.verify}
     for section, settings in sections.items():
         for name, field in type(settings).model_fields.items():
             key = f"{section}.{name}"

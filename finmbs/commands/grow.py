@@ -42,6 +42,7 @@ def summary_table(metrics: RunMetrics, out: Path) -> Table:
         ("seed conversion", f"{metrics.seeds_converted} ({metrics.seed_conversion:.1%})"),
         ("rejected: answer leaks / novelty / not well-posed",
          f"{metrics.answer_leaks} / {metrics.novelty_rejected} / {metrics.not_well_posed}"),
+        ("rejected by program / qualified relabeled", f"{metrics.program_rejected} / {metrics.relabeled}"),
         *([("other nodes (keep all): calibrated / qualified", f"{metrics.other_descendants} / {metrics.other_qualified}")]
           if metrics.keep == "all" else []),
         *([("screen-Goldilocks roots out of the band on fresh draws",

@@ -15,6 +15,7 @@ import pyarrow as pa
 
 from finmbs.records import DifficultyReport, Problem
 from finmbs.mbs.solve import train_prompt
+from finmbs.verify.program import program_text
 
 DATA_SOURCES = {"math": "finmbs/math", "finance": "finmbs/finance"}
 
@@ -25,6 +26,9 @@ EXTRA_INFO = pa.struct([
     ("snippet_id", pa.string()), ("doc_id", pa.string()), ("document_sha256", pa.string()),
     ("policy", pa.string()), ("budget", pa.int64()), ("band", pa.string()), ("pass_rate", pa.float64()),
     ("rollouts", pa.int64()), ("correct", pa.int64()), ("in_budget", pa.bool_()), ("contamination", pa.string()),
+    # verify.programs: the program that computes the answer (with the children's functions it calls) and the
+    # answer stated before a relabel; null without programs
+    ("program", pa.string()), ("relabeled_from", pa.string()),
 ])
 
 SCHEMA = pa.schema([
@@ -96,6 +100,7 @@ def training_row(problem: Problem, index: int, split: str, contamination: str = 
             "band": report.band if report else None, "pass_rate": report.success_rate if report else None,
             "rollouts": report.n if report else None, "correct": report.k if report else None,
             "in_budget": report.in_budget if report else None, "contamination": contamination,
+            "program": program_text(problem.meta), "relabeled_from": problem.meta.get("relabeled_from"),
         },
     }
 

@@ -11,6 +11,7 @@ from pydantic import BaseModel, Field, create_model, field_validator
 
 from finmbs.mbs.context import Context, Ledger
 from finmbs.mbs.novelty import STAGE as NOVELTY, restated, unworkable
+from finmbs.mbs.programs import program_node, programs_on
 from finmbs.mbs.traces import teacher_trace
 from finmbs.records import Decision, Problem, Provenance, TreeNode
 
@@ -36,6 +37,28 @@ class WorkedProblem(BaseModel):
         return value
 
 
+@cache
+def with_program(reply: type[BaseModel]) -> type[BaseModel]:
+    """`reply` with every worked problem in it (itself, or the items of its list fields) carrying
+    `program` too (`verify.programs`): the Python that computes its answer, ending `answer = ...`."""
+    if issubclass(reply, WorkedProblem):
+        # no max_length: llama.cpp refuses a grammar that repeats a string rule thousands of times (the whole
+        # reply then goes unconstrained); the sandbox bounds a program's length (verify/program.py PROGRAM_CHARS)
+        program = (str, Field(min_length=1, description="Python that computes the answer and ends by binding answer"))
+        return create_model(reply.__name__, __base__=reply, __module__=reply.__module__, program=program)
+    fields = {}
+    for name, info in reply.model_fields.items():
+        args = getattr(info.annotation, "__args__", ())
+        if getattr(info.annotation, "__origin__", None) is list and args and issubclass(args[0], WorkedProblem):
+            fields[name] = (list[with_program(args[0])], info)  # type: ignore[valid-type]
+    return create_model(reply.__name__, __base__=reply, __module__=reply.__module__, **fields)
+
+
+def reply_model(ctx: Context, reply: type[BaseModel]) -> type[BaseModel]:
+    """The reply shape a teacher is asked for: with programs when `verify.programs` is on."""
+    return with_program(reply) if programs_on(ctx) else reply
+
+
 def placeholder(value: object) -> bool:
     """A field copied from a reply template: no word character, or a whole `<...>`."""
     text = str(value).strip()
@@ -58,7 +81,8 @@ def asking_for(reply: type[BaseModel], items: str, at_least: int, at_most: int |
     `items`, so a constrained teacher writes them all (asked for two variants, the 1.5B wrote one nearly
     every time); parsing still takes any non-empty list, since a placeholder item is dropped after."""
     bounds = {"minItems": at_least, **({"maxItems": at_most} if at_most is not None else {})}
-    field = (list[WorkedProblem], Field(min_length=1, json_schema_extra=bounds))
+    item = reply.model_fields[items].annotation.__args__[0]  # WorkedProblem, or with its program
+    field = (list[item], Field(min_length=1, json_schema_extra=bounds))  # type: ignore[valid-type]
     return create_model(reply.__name__, __base__=reply, __module__=reply.__module__, **{items: field})
 
 
@@ -71,7 +95,9 @@ def derive(
     origin: Problem, worked: WorkedProblem, *, id: str, stage: str, tree_path: str,
     parent_ids: list[str], method: str = "mbs",
 ) -> Problem:
-    """A new problem descended from `origin` (same domain, snippet and entity until re-grounded)."""
+    """A new problem descended from `origin` (same domain, snippet and entity until re-grounded); a
+    worked problem's program (`verify.programs`) goes to meta.program."""
+    program = getattr(worked, "program", None)
     return Problem(
         id=id, question=worked.question.strip(), answer=worked.answer.strip(), domain=origin.domain,
         snippet=origin.snippet, entity=origin.entity,
@@ -79,7 +105,8 @@ def derive(
             seed_id=origin.provenance.seed_id or origin.id, method=method, stage=stage,
             tree_path=tree_path, parent_ids=parent_ids,
         ),
-        meta={"data_source": f"finmbs/{origin.domain}", "teacher_solution": worked.solution},
+        meta={"data_source": f"finmbs/{origin.domain}", "teacher_solution": worked.solution,
+              **({"program": program} if program else {})},
     )
 
 
@@ -107,6 +134,8 @@ async def verified_node(
     if ctx.config.novelty.unworkable and (bad := unworkable(problem)):
         ledger.reject(problem, stage, bad[1], check=bad[0])
         return None
+    if programs_on(ctx):  # finmbs's layer: its program must compute the answer too (finmbs/mbs/programs.py)
+        return await program_node(ctx, problem, ledger, stage=stage, path=path, mirrors=mirrors)
     trace, why = await teacher_trace(ctx, problem, relabel=ctx.stages.relabel)
     if trace is None:
         ledger.reject(problem, stage, f"unverified: {why}")

@@ -22,9 +22,10 @@ from collections.abc import Awaitable
 from itertools import product
 
 
-from finmbs.mbs.candidates import WorkedProblem, derive, verified_node
+from finmbs.mbs.candidates import WorkedProblem, derive, reply_model, verified_node
 from finmbs.mbs.context import Context, Ledger, in_stage
 from finmbs.mbs.leaves import STAGE as LEAF, harder_leaves, screened
+from finmbs.mbs.programs import child_functions, program_prompt
 from finmbs.mbs.solve import document_block, worked_examples
 from finmbs.records import Decision, TreeNode
 from finmbs.resources import render_prompt
@@ -47,7 +48,7 @@ def trials(sizes: list[int], nc: int) -> list[tuple[int, ...]]:
     return [combos[t % len(combos)] for t in range(nc)]
 
 
-def compose_messages(node: TreeNode, chosen: list[TreeNode]) -> list[dict[str, str]]:
+def compose_messages(ctx: Context, node: TreeNode, chosen: list[TreeNode]) -> list[dict[str, str]]:
     pattern = "\n".join(
         render_prompt("pattern_child", question=c.problem.question, answer=c.problem.answer) for c in node.children
     )
@@ -56,7 +57,8 @@ def compose_messages(node: TreeNode, chosen: list[TreeNode]) -> list[dict[str, s
         parent_solution=node.trace.text if node.trace else "", original_children=pattern,
         synthetic_children=worked_examples([(c.problem, c.trace.text if c.trace else "") for c in chosen]),
     )
-    return [{"role": "user", "content": text}]
+    children = {f"child_{k}": c.problem.answer for k, c in enumerate(chosen, 1) if c.problem.meta.get("program")}
+    return [{"role": "user", "content": program_prompt(ctx, text, node.problem.domain, children)}]
 
 
 async def compose_trial(
@@ -64,7 +66,8 @@ async def compose_trial(
 ) -> TreeNode | None:
     teacher = ctx.teachers[t % len(ctx.teachers)] if ctx.stages.rotate_teachers else ctx.teachers[0]
     [reply] = await ctx.gateway.structured(  # trial t is sample t: a retried combination gets a fresh sample
-        teacher, ComposedParent, role="teacher", messages=compose_messages(node, chosen), first_index=t
+        teacher, reply_model(ctx, ComposedParent), role="teacher", messages=compose_messages(ctx, node, chosen),
+        first_index=t,
     )
     ctx.tick(STAGE)
     if reply is None:
@@ -72,6 +75,9 @@ async def compose_trial(
         return None
     problem = derive(node.problem, reply, id=f"{node.problem.id}.s{t}", stage=STAGE, tree_path=node.path,
                      parent_ids=[c.problem.id for c in chosen])
+    functions = child_functions(chosen)
+    if functions and "program" in problem.meta:  # its program may call child_k(), child k's program
+        problem.meta["program_functions"] = functions
     composed = await verified_node(ctx, problem, ledger, stage=STAGE, path=node.path, mirrors=node.problem.id)
     if composed is not None:
         composed.children = list(chosen)

@@ -22,9 +22,12 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from finmbs.config import Endpoint
 from finmbs.llm.structured import written_in_order
-from finmbs.mbs.candidates import WorkedProblem, asking_for, attempt_item, derive, verified_node, written_items
+from finmbs.mbs.candidates import (
+    WorkedProblem, asking_for, attempt_item, derive, reply_model, verified_node, written_items,
+)
 from finmbs.mbs.context import Context, Ledger
 from finmbs.mbs.novelty import reveals
+from finmbs.mbs.programs import program_prompt
 from finmbs.mbs.solve import document_block, student_accuracy
 from finmbs.records import Decision, Problem, TreeNode
 from finmbs.resources import render_prompt
@@ -103,8 +106,8 @@ async def propose(ctx: Context, node: TreeNode, attempt: int, failed: list) -> D
         solution=node.trace.text if node.trace else "", answer=node.problem.answer, failed=failed_context(failed),
     )
     [parsed] = await ctx.gateway.structured(  # attempt a is sample a: a retry never replays an earlier sample
-        teacher, asking_for(Decomposition, "subproblems", fewest_children(ctx.stages.K)), role="teacher",
-        messages=[{"role": "user", "content": text}], first_index=attempt,
+        teacher, asking_for(reply_model(ctx, Decomposition), "subproblems", fewest_children(ctx.stages.K)), role="teacher",
+        messages=[{"role": "user", "content": program_prompt(ctx, text, node.problem.domain)}], first_index=attempt,
     )
     ctx.tick(STAGE)
     return parsed

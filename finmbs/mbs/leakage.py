@@ -25,7 +25,8 @@ references. The rules, in the order they are checked:
    ("Consolidated EBITDA is $250,000,000 and Total Debt $1,000,000,000: the Consolidated Leverage
    Ratio?"). "How much interest on an overdue principal of $100,000 at a rate otherwise applicable of
    10%?" $10,000 uses no passage at all (the 1.5B wrote it, ignoring the 2% default margin its
-   passage states).
+   passage states). With `verify.programs`, a problem whose program ran says what it took from d': its
+   quote() calls (meta.quotes); it takes nothing when it quoted nothing, and rule 5 reads no guess.
 Small counts (integers up to 12) are never evidence either way.
 
 A seed term with an analogue in d' (`analogue`: one holds the other, "Post-Default Rate" and "Default
@@ -349,9 +350,11 @@ class Grounding:
                 pool.add(v)
         return pool
 
-    def check(self, question: str, answer: str, solution: str = "", *, paper: bool = False) -> str | None:
-        """None when the problem passes every rule, else the reason it is rejected; `paper`: rule 1 alone
-        (appendix D: no seed-document fact unless d' has it), rules 2-5 being finmbs's."""
+    def check(self, question: str, answer: str, solution: str = "", quotes: Sequence[object] | None = None, *,
+              paper: bool = False) -> str | None:
+        """None when the problem passes every rule, else the reason it is rejected; `quotes`: the figures
+        its program quoted from d' (rule 5 reads them when given); `paper`: rule 1 alone (appendix D: no
+        seed-document fact unless d' has it), rules 2-5 being finmbs's."""
         for text in (question, answer):
             if fact := self.seed_only(text):
                 return f"seed-only fact: {fact}"
@@ -370,7 +373,9 @@ class Grounding:
         missing = date_keys(answer) - self._passage_dates - date_keys(question)
         if missing:
             return f"answer date not in passage: {sorted(missing)[0]}"
-        if self.takes_nothing(question, answer):
+        if quotes is not None and not quotes:
+            return "takes nothing from the passage: its program quotes no figure of it"
+        if quotes is None and self.takes_nothing(question, answer):
             return "takes nothing from the passage: its answer follows from the question's own figures"
         return None
 

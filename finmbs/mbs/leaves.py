@@ -15,8 +15,11 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, Field, field_validator
 
-from finmbs.mbs.candidates import WorkedProblem, asking_for, attempt_item, derive, novel_problems, verified_node, written_items
+from finmbs.mbs.candidates import (
+    WorkedProblem, asking_for, attempt_item, derive, novel_problems, reply_model, verified_node, written_items,
+)
 from finmbs.mbs.context import Context, Ledger
+from finmbs.mbs.programs import program_prompt
 from finmbs.mbs.solve import document_block, student_accuracy
 from finmbs.records import Decision, Problem, TreeNode
 from finmbs.resources import render_prompt
@@ -88,8 +91,9 @@ async def leaf_round(ctx: Context, leaf: TreeNode, ledger: Ledger, r: int) -> Le
     params = ctx.stages
     teacher = ctx.teachers[r % len(ctx.teachers)]
     [reply] = await ctx.gateway.structured(
-        teacher, asking_for(LeafVariants, "variants", params.N_leaf, params.N_leaf), role="teacher",
-        messages=[{"role": "user", "content": leaf_prompt(ctx, leaf, ledger)}], first_index=r,
+        teacher, asking_for(reply_model(ctx, LeafVariants), "variants", params.N_leaf, params.N_leaf), role="teacher",
+        messages=[{"role": "user", "content": program_prompt(ctx, leaf_prompt(ctx, leaf, ledger), leaf.problem.domain)}],
+        first_index=r,
     )
     ctx.tick(STAGE)
     written = [

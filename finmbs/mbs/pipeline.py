@@ -31,6 +31,7 @@ from finmbs.mbs.compose import synthesize
 from finmbs.mbs.context import SECONDS, TARGET_ROLE, Context, Ledger, in_stage
 from finmbs.mbs.decompose import ANSWER_LEAK, STAGE as DECOMPOSE, decompose
 from finmbs.mbs.novelty import STAGE as NOVELTY
+from finmbs.mbs.programs import CHECK as PROGRAM_CHECK
 from finmbs.mbs.quality import STAGE as QUALITY
 from finmbs.mbs.outcome import SeedOutcome, finish, is_root, seed_root, synthetic_trees
 from finmbs.records import DecompositionTree, Problem, RoleUsage, RunMetrics, SyntheticTree, TreeNode, merge_usage
@@ -112,6 +113,7 @@ def count_rejections(metrics: RunMetrics, rows: list[dict[str, Any]]) -> None:
     metrics.not_well_posed = sum(n for (stage, _), n in checks.items() if stage == QUALITY)
     metrics.reground_unverified = checks[(REGROUND, "verify")]
     metrics.reground_too_easy = checks[(REGROUND, "screen")]
+    metrics.program_rejected = sum(n for (_, check), n in checks.items() if check == PROGRAM_CHECK)
 
 
 def screen_model(config: RunConfig) -> str | None:
@@ -166,6 +168,8 @@ def collect_metrics(
         metrics.descendants += len(roots)
         metrics.goldilocks += sum(r.band == "goldilocks" for r in roots)
         metrics.qualified += sum(r.qualified for r in roots)
+        metrics.relabeled += sum(bool(n.target and n.target.qualified and is_root(n) and "relabeled_from" in n.problem.meta)
+                                 for n in seen.values())
         metrics.seeds_converted += any(r.qualified for r in roots)
         metrics.other_descendants += len(others)
         metrics.other_goldilocks += sum(r.band == "goldilocks" for r in others)

@@ -33,11 +33,12 @@ from pydantic import BaseModel, ConfigDict, Field
 from finmbs.config import IndexSettings
 from finmbs.ingest import Index, find_verbatim, open_index
 from finmbs.llm.structured import written_in_order
-from finmbs.mbs.candidates import WorkedProblem
+from finmbs.mbs.candidates import WorkedProblem, reply_model
 from finmbs.mbs.context import Context, Ledger
 from finmbs.mbs.leakage import Grounding, analogue, entity_name, entity_renames, holds, quoted_terms, rename, term_words
 from finmbs.mbs.leaves import weakest_screen
 from finmbs.mbs.novelty import unworkable
+from finmbs.mbs.programs import PROGRAM_META, program_node, program_prompt, programs_on, quoted, recorded, run_for
 from finmbs.mbs.traces import teacher_trace
 from finmbs.records import Chunk, Decision, Document, Problem, Provenance, Snippet, SyntheticTree, TreeNode, shown_path
 from finmbs.resources import render_prompt, resource_dir
@@ -409,7 +410,10 @@ def grounded_problem(node: TreeNode, new: GroundedNode, ground: NewGround, tree:
     analogue is renamed (recorded in meta.renamed)."""
     old, renames = node.problem, renames or {}
     question, solution, answer = (rename(t.strip(), renames) for t in (new.question, new.solution, new.answer))
-    meta = {**old.meta, "teacher_solution": solution, "regrounded_from": old.id, "document": ground.document.doc_id}
+    meta = {k: v for k, v in old.meta.items() if k not in PROGRAM_META}  # the original's program is not d''s
+    meta.update(teacher_solution=solution, regrounded_from=old.id, document=ground.document.doc_id)
+    if program := getattr(new, "program", None):  # verify.programs: the new program, quoting d'
+        meta["program"] = program
     written = " ".join((new.question, new.solution, new.answer))
     if used := {seed_term: term for seed_term, term in renames.items() if rename(written, {seed_term: term}) != written}:
         meta["renamed"] = used
@@ -461,7 +465,7 @@ class Regrounder:
     def leak(self, problem: Problem, grounding: Grounding) -> str | None:
         """Why the mechanical grounding / leakage check rejects `problem`, or None."""
         return grounding.check(problem.question, problem.answer, problem.meta.get("teacher_solution", ""),
-                               paper=self.ctx.stages.leakage_rules == "paper")
+                               quotes=quoted(problem), paper=self.ctx.stages.leakage_rules == "paper")
 
     async def check(self, problem: Problem) -> bool:
         """The judge (after the mechanical check passed); a failure is recorded on the ledger."""
@@ -483,13 +487,21 @@ class Regrounder:
             return None
         if not await self.check(problem):
             return None
-        trace, why = await teacher_trace(self.ctx, problem)
-        if trace is None:
-            self.ledger.reject(problem, STAGE, f"unverified: {why}", check="verify", document=document)
-            return None
-        decision = Decision(stage=STAGE, outcome="accepted",
-                            reason=f"grounded on {document}; leakage check and judge passed; answer verified by {trace.model}")
-        new = TreeNode(problem=problem, path=node.path, mirrors=node.mirrors, decisions=[decision], trace=trace)
+        if programs_on(self.ctx):  # finmbs's layer: the program on d' computes the answer too (programs.py)
+            new = await program_node(self.ctx, problem, self.ledger, stage=STAGE, path=node.path, mirrors=node.mirrors,
+                                     relabel=False,  # a re-grounded answer is never relabeled, as without programs
+                                     unverified="verify", document=document)
+            if new is None:
+                return None
+            new.decisions[-1].reason = f"grounded on {document}; leakage check and judge passed; {new.decisions[-1].reason}"
+        else:
+            trace, why = await teacher_trace(self.ctx, problem)
+            if trace is None:
+                self.ledger.reject(problem, STAGE, f"unverified: {why}", check="verify", document=document)
+                return None
+            decision = Decision(stage=STAGE, outcome="accepted",
+                                reason=f"grounded on {document}; leakage check and judge passed; answer verified by {trace.model}")
+            new = TreeNode(problem=problem, path=node.path, mirrors=node.mirrors, decisions=[decision], trace=trace)
         alpha = {"leaf": self.ctx.stages.alpha_leaf, "compose": self.ctx.stages.alpha_parent}.get(
             node.problem.provenance.stage)
         if alpha is not None and not await weakest_screen(self.ctx, new, alpha, STAGE, self.ledger, check="screen",
@@ -503,11 +515,12 @@ class Regrounder:
         `vocabulary(tree, ...)` (attempt > 0: again, told why nodes failed)."""
         turn = (ground.slot + tree.index + attempt) if self.ctx.stages.rotate_teachers else 0
         teacher = self.ctx.teachers[turn % len(self.ctx.teachers)]
-        text = render_prompt(
+        text = program_prompt(self.ctx, render_prompt(
             "reground_tree", seed_entity=self.seed.entity or "", seed_passage=self.material[0], tree=tree_block(tree, renames),
             entity=ground.entity, passage=ground.snippet.text, vocabulary=told, feedback=feedback,
-        )
-        [reply] = await self.ctx.gateway.structured(teacher, GroundedTree, role="teacher", first_index=attempt,
+        ), "finance")
+        [reply] = await self.ctx.gateway.structured(teacher, reply_model(self.ctx, GroundedTree), role="teacher",
+                                                     first_index=attempt,
                                                      messages=[{"role": "user", "content": text}])
         self.ctx.tick(STAGE)
         return reply
@@ -553,6 +566,8 @@ class Regrounder:
             found = self.grounded(tree, todo, reply, ground, attempt, renames)
             failed = {}
             for path, problem in found.items():
+                if programs_on(self.ctx) and problem.meta.get("program"):  # its quotes decide rule 5
+                    problem = recorded(problem, await run_for(problem))
                 if why := self.leak(problem, grounding):
                     self.ledger.reject(problem, STAGE, why, check="leakage", document=ground.document.doc_id)
                     failed[path] = (problem, why)

@@ -35,7 +35,7 @@ from finmbs.config import IndexSettings
 from finmbs.ingest import ingest_paths
 from finmbs.mbs.leakage import quoted_terms, text_figures, trivial
 from finmbs.testing.server import Reply, Request
-from finmbs.testing.world import World, blocks, expression, norm, value
+from finmbs.testing.world import PROGRAM_MARKER, World, blocks, expression, norm, value
 
 FINANCE_MARKERS = {
     "extract": "find the analogous passage",
@@ -54,6 +54,17 @@ def whole_figures(text: str, small: bool = False) -> list[int]:
     found = [int(f.value) for f in text_figures(text)
              if f.value.denominator == 1 and f.value > 0 and (small or not trivial(f))]
     return list(dict.fromkeys(found))
+
+
+def quoting_program(expr: str, passage: str) -> str:
+    """verify.programs: "answer = EXPR" with each figure of the passage bound by quote(its text, value)."""
+    texts: dict[int, str] = {}
+    for fig in text_figures(passage):
+        if fig.value.denominator == 1 and fig.value > 0:
+            texts.setdefault(int(fig.value), fig.text.strip("()+ "))
+    quoted = re.sub(r"\d+", lambda m: f"quote({texts[int(m.group())]!r}, {m.group()})" if int(m.group()) in texts
+                    else m.group(), expr)
+    return f"answer = {quoted}"
 
 
 def stepwise(expr: str) -> str:
@@ -154,7 +165,8 @@ class FinanceWorld(World):
             new = re.sub(r"\d+", lambda m: str(mapping[int(m.group())]), expr) + (extra if i == 0 else "")
             replies.append({"path": f"{int(path.split('.')[-1]) + 1}" if self.mispath else path,
                             "question": f"For {entity}, using the passage: Compute {new}.",
-                            "solution": stepwise(new), "answer": str(value(new))})
+                            "solution": stepwise(new), "answer": str(value(new)),
+                            **({"program": quoting_program(new, passage)} if PROGRAM_MARKER in text else {})})
         return {"nodes": replies}
 
     def answerable(self, text: str) -> dict:

@@ -17,6 +17,9 @@ restates the leaf as its first variant); composition by
 substituting the synthetic children into the original parent; direct synthesis by renumbering the
 seed (a `parrot` teacher restates the seed: "Now, Compute EXPR."). Tasks in `malformed` first get unparseable JSON.
 The judge finds every problem well-posed but those whose expression is in `ill_posed`.
+Asked for programs (`verify.programs`), a teacher adds to every worked problem "answer = EXPR" (a
+composed parent calls `child_k()` for its synthetic children where the prompt offers them); with
+`wrong_programs` a program adds 1, with `bad_program` every program is that text instead.
 """
 
 from __future__ import annotations
@@ -38,7 +41,9 @@ TASK_MARKERS = {
     "direct": "novel and not a simple rewrite",
     "conditioned": "Study the solved child problems",
     "well_posed": "is the problem well-posed?",
+    "program_write": "Write a short Python program that solves",
 }
+PROGRAM_MARKER = '"program":'  # a reply template asking for programs (verify.programs)
 REPAIR_MARKER = "could not be used"
 _QUESTION = re.compile(r"Compute\s+(.+?)\.\s*$", re.MULTILINE)
 _OPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*"}
@@ -119,6 +124,8 @@ class World:
     malformed: set[str] = field(default_factory=set)
     ill_posed: set[str] = field(default_factory=set)  # normalized expressions the judge rejects
     trace_note: str = ""  # a sentence every solution writes before its answer (a figure its work mentions)
+    wrong_programs: bool = False
+    bad_program: str | None = None
 
     def __call__(self, request: Request) -> Reply:
         task_text = request.messages[0]["content"] if request.messages else request.text
@@ -128,7 +135,27 @@ class World:
             return self.solve(agent, request, task_text)
         if task in self.malformed and REPAIR_MARKER not in request.text:
             return Reply(texts=["{\"subproblems\": [oops"])
-        return Reply(texts=[json.dumps(getattr(self, task)(agent, task_text))])
+        reply = getattr(self, task)(agent, task_text)
+        if PROGRAM_MARKER in task_text and task != "program_write":
+            self.with_programs(reply)
+        return Reply(texts=[json.dumps(reply)])
+
+    # programs ---------------------------------------------------------------------------------
+    def program(self, expr: str) -> str:
+        if self.bad_program is not None:
+            return self.bad_program
+        return f"answer = {norm(expr)}" + (" + 1" if self.wrong_programs else "")
+
+    def with_programs(self, reply: dict) -> None:
+        """Every worked problem of `reply` gets its program (a composed one may have one already)."""
+        items = [reply] if "question" in reply else [i for v in reply.values() if isinstance(v, list) for i in v]
+        for item in items:
+            if isinstance(item, dict) and "question" in item:
+                program = item.get("program") or self.program(expression(item["question"]))
+                item["program"] = self.bad_program if self.bad_program is not None else program
+
+    def program_write(self, agent: Agent, text: str) -> dict:
+        return {"program": self.program(expression(blocks(text, "problem")[0]))}
 
     # solving ----------------------------------------------------------------------------------
     def solve(self, agent: Agent, request: Request, text: str) -> Reply:
@@ -183,12 +210,17 @@ class World:
         parent = norm(expression(blocks(pattern, "parent")[0]))
         originals = [norm(expression(b)) for b in blocks(pattern, "child")]
         synthetic = [norm(expression(b)) for b in blocks(text.split("</pattern>", 1)[1], "example")]
-        composed = parent
-        for original, new in zip(originals, synthetic):
+        composed = calls = parent
+        for k, (original, new) in enumerate(zip(originals, synthetic), 1):
             composed = composed.replace(original, f"({new})", 1)
+            calls = calls.replace(original, f"child_{k}()", 1)
         if composed == parent:
             composed = " + ".join(f"({s})" for s in synthetic)
-        return worked(composed)
+            calls = " + ".join(f"child_{k}()" for k in range(1, len(synthetic) + 1))
+        result = worked(composed)
+        if "child_1()" in text and PROGRAM_MARKER in text:  # the children's programs are offered as functions
+            result["program"] = f"answer = {calls}" + (" + 1" if self.wrong_programs else "")
+        return result
 
     def well_posed(self, agent: Agent, text: str) -> dict:
         expr = norm(expression(blocks(text, "question")[0]))
@@ -209,9 +241,11 @@ def renumber(expr: str, shift: int) -> str:
 
 
 def world_config(
-    base_url: str, teachers: list[str], students: list[str], target: str, cache_path: str, **stages: object
+    base_url: str, teachers: list[str], students: list[str], target: str, cache_path: str, *, programs: bool = True,
+    **stages: object,
 ) -> RunConfig:
-    """A RunConfig whose roles are endpoints of the world's server (chat, `n` supported)."""
+    """A RunConfig whose roles are endpoints of the world's server (chat, `n` supported); `programs`:
+    verify.programs (the teachers write programs; off: the paper's trace rule alone)."""
 
     def endpoint(name: str, **extra: object) -> dict:
         return dict(name=name, model=f"openai/{name}", api_base=base_url, max_concurrency=16, temperature=1.0,
@@ -228,5 +262,6 @@ def world_config(
         "stages": stages,
         "cache_path": cache_path,
         "seed_concurrency": 4,
+        "verify": {"programs": programs},
     })
 

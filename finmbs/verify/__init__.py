@@ -4,6 +4,9 @@ Math answers go through math-verify. Finance answers go through the deterministi
 finance-aware comparer first (`finmbs.verify.finance.compare`, equal / different / undecided)
 and, only where it cannot decide and a judge is given, the LLM judge
 (`finmbs.verify.judge.judge_equivalence`).
+
+Submodules are imported where used, so a light user of one (the program sandbox's worker reads
+`finance` and `quotes`) does not import the model gateway.
 """
 
 from __future__ import annotations
@@ -11,9 +14,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel
-
-from finmbs.verify.extract import extract_final_answer
-from finmbs.verify.math import math_equal
 
 if TYPE_CHECKING:
     from finmbs.config import Endpoint
@@ -44,6 +44,8 @@ async def verify_answer(
     if not predicted:
         return Verification(correct=False, extracted=predicted, decided_by="no_answer", reason="no final answer")
     if domain == "math":
+        from finmbs.verify.math import math_equal
+
         return Verification(correct=math_equal(predicted, ground_truth), extracted=predicted, decided_by="math")
     from finmbs.verify.finance import compare
 
@@ -70,6 +72,8 @@ async def verify_response(
     judge: Endpoint | None = None,
 ) -> Verification:
     """Extract the final answer of a full response, then verify it."""
+    from finmbs.verify.extract import extract_final_answer
+
     return await verify_answer(
         domain, extract_final_answer(response), ground_truth, question=question, gateway=gateway, judge=judge
     )

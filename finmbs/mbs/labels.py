@@ -1,0 +1,91 @@
+"""Auditing labels with programs (`finmbs verify FILE`): any problem file, each problem's stated answer
+checked by the same rule as a synthetic candidate (finmbs/mbs/programs.py with `verify.programs`,
+the teacher-trace rule alone without). A problem that carries no program (meta.program) gets one
+from the first teacher, written without seeing the stated answer."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from finmbs.mbs.candidates import verified_node
+from finmbs.mbs.context import Context, Ledger
+from finmbs.mbs.programs import programs_on, render_program_finance
+from finmbs.mbs.solve import document_block
+from finmbs.records import Problem
+from finmbs.resources import render_prompt
+
+STAGE = "verify"
+Outcome = Literal["verified", "relabeled", "rejected"]
+
+
+class WrittenProgram(BaseModel):
+    """The teacher's reply: a program for a problem that carries none."""
+
+    program: str = Field(min_length=1)  # unbounded in the schema (a llama.cpp grammar limit); the sandbox bounds it
+
+
+class LabelCheck(BaseModel):
+    """One problem's verdict: verified, relabeled (answer is the new label) or rejected, and why."""
+
+    id: str
+    outcome: Outcome
+    reason: str
+    check: str | None = None  # a rejection's check: "program" for the program layer's
+    stated: str
+    answer: str | None = None
+    program: str | None = None
+    program_written: bool = False
+    program_answer: str | None = None
+    program_error: str | None = None
+    quotes: list[dict[str, Any]] = Field(default_factory=list)
+    problem: Problem
+
+
+async def write_program(ctx: Context, problem: Problem) -> Problem:
+    """`problem` with a program by the first teacher in meta.program (unchanged when it has one or the reply failed)."""
+    if problem.meta.get("program"):
+        return problem
+    text = render_prompt("program_write", finance=render_program_finance(problem.domain),
+                         document=document_block(problem), question=problem.question)
+    [reply] = await ctx.gateway.structured(ctx.teachers[0], WrittenProgram, role="teacher",
+                                           messages=[{"role": "user", "content": text}])
+    ctx.tick(STAGE)
+    if reply is None:
+        return problem
+    return problem.model_copy(update={"meta": {**problem.meta, "program": reply.program, "program_written": True}})
+
+
+async def check_label(ctx: Context, problem: Problem) -> LabelCheck:
+    """The verdict on one problem's stated answer."""
+    if programs_on(ctx):
+        problem = await write_program(ctx, problem)
+    ledger = Ledger(problem.id)
+    node = await verified_node(ctx, problem, ledger, stage=STAGE, path="0")
+    final = node.problem if node else ledger.rejected[-1].problem
+    meta = final.meta
+    check = ledger.rejected[-1].data.get("check") if node is None else None
+    if node is None:
+        outcome, reason, answer = "rejected", ledger.rejected[-1].reason, None
+    else:
+        relabeled = "relabeled_from" in meta
+        outcome, reason, answer = ("relabeled" if relabeled else "verified"), node.decisions[-1].reason, final.answer
+    return LabelCheck(
+        id=problem.id, outcome=outcome, reason=reason, check=check, stated=problem.answer, answer=answer, program=meta.get("program"),
+        program_written=bool(meta.get("program_written")), program_answer=meta.get("program_answer"),
+        program_error=meta.get("program_error"), quotes=meta.get("quotes") or [], problem=final,
+    )
+
+
+async def check_labels(ctx: Context, problems: list[Problem], concurrency: int) -> list[LabelCheck]:
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(problem: Problem) -> LabelCheck:
+        async with gate:
+            result = await check_label(ctx, problem)
+        ctx.tick("problems")
+        return result
+
+    return list(await asyncio.gather(*(one(p) for p in problems)))

@@ -1,0 +1,165 @@
+"""Answers proven by programs (`verify.programs`, finmbs's layer, not in the paper; docs/programs.md).
+
+With it on, every teacher-written candidate (seed variant, subproblem, composed parent, direct-baseline
+problem) carries a small Python program that computes its answer; finance programs bind document
+figures with `quote(text, value)` checked against the passage. The paper's trace rule still holds
+underneath. The decision, for a candidate with stated answer A whose program gives v:
+
+- the program fails (sandbox rule, quote, non-number): rejected;
+- v = A and a teacher trace verifies A: verified;
+- v = A and the traces agree on another answer: rejected (program and traces disagree);
+- v = A and no trace verifies A: rejected by the trace rule, as without programs ("unverified: ...");
+- v != A and a trace verifies A: rejected (program and traces disagree);
+- v != A and the traces agree on v (the relabel consensus, or with `stages.relabel` a trace verifying
+  v): relabeled to v (`meta.relabeled_from`); without `stages.relabel`: rejected.
+
+Every other rejection here carries `check: program` (counted as `program_rejected`). The problem's meta
+records the program, what it gave and the figures it quoted (`program`, `program_answer`, `quotes`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from finmbs.mbs.context import Context, Ledger
+from finmbs.mbs.traces import teacher_trace
+from finmbs.records import Decision, Problem, Trace, TreeNode
+from finmbs.resources import render_prompt
+from finmbs.verify import verify_answer
+from finmbs.verify.program import ProgramResult, run_program_async
+
+CHECK = "program"  # the rejection check of this layer
+# what a program run records in a problem's meta (a re-grounded copy drops them: its program is new)
+PROGRAM_META = ("program", "program_functions", "program_answer", "program_error", "quotes", "verify_programs")
+STATED_FIELD = '"answer": "<the final answer alone>"'  # the reply templates' last field, followed by the program's
+
+
+def programs_on(ctx: Context) -> bool:
+    return ctx.config.verify.programs
+
+
+def program_prompt(ctx: Context, text: str, domain: str, functions: dict[str, str] | None = None) -> str:
+    """A teacher prompt asking for a program too (unchanged with programs off): the reply template gains
+    the `program` field, and the instructions (finance: quote(); composition: the children's functions)."""
+    if not programs_on(ctx):
+        return text
+    listed = ", ".join(f"{name}() returns {answer}" for name, answer in (functions or {}).items())
+    instructions = render_prompt(
+        "program", finance=render_program_finance(domain),
+        children=render_prompt("program_children", functions=listed).rstrip("\n") if listed else "",
+    )
+    text = text.replace(STATED_FIELD, render_prompt("program_field").strip())
+    head, sep, tail = text.rpartition("Reply with only one JSON object")
+    return f"{head.rstrip()}\n{instructions.strip()}\n\n{sep}{tail}" if sep else text + instructions
+
+
+def render_program_finance(domain: str) -> str:
+    """The quote() instructions, for finance."""
+    return render_prompt("program_finance").rstrip("\n") if domain == "finance" else ""
+
+
+def child_functions(children: list[TreeNode]) -> dict[str, Any]:
+    """child_k -> child k's program (with its own children's functions), for a composed parent's program."""
+    functions = {}
+    for k, child in enumerate(children, 1):
+        source = child.problem.meta.get("program")
+        if source:
+            own = child.problem.meta.get("program_functions")
+            functions[f"child_{k}"] = {"source": source, "functions": own} if own else source
+    return functions
+
+
+def passage(problem: Problem) -> str | None:
+    return problem.snippet.text if problem.snippet else None
+
+
+async def run_for(problem: Problem, source: str | None = None) -> ProgramResult:
+    """Run the problem's program (or `source`) against its passage, with its children's functions."""
+    return await run_program_async(source or problem.meta.get("program") or "", passage(problem),
+                                   functions=problem.meta.get("program_functions"))
+
+
+def recorded(problem: Problem, result: ProgramResult) -> Problem:
+    """`problem` with what its program gave in meta (the figures it quoted, for finance)."""
+    meta = {**problem.meta, "verify_programs": True, "program_answer": result.answer if result.ok else None}
+    if not result.ok:
+        meta["program_error"] = result.error
+    if result.quotes or problem.domain == "finance":
+        meta["quotes"] = [q.model_dump() for q in result.quotes]
+    return problem.model_copy(update={"meta": meta})
+
+
+def quoted(problem: Problem) -> list[dict[str, Any]] | None:
+    """The figures the problem's program quoted from its passage, when its program ran; None otherwise
+    (leakage rule 5 then reads the question's figures instead)."""
+    return problem.meta.get("quotes") if problem.meta.get("program_answer") is not None else None
+
+
+async def same(ctx: Context, problem: Problem, a: str, b: str) -> bool:
+    """a and b are the same answer under the domain comparer (finance: the judge where it cannot decide)."""
+    check = await verify_answer(problem.domain, a, b, question=problem.question, gateway=ctx.gateway,
+                                judge=ctx.config.roles.judge)
+    return check.correct
+
+
+def relabeled(problem: Problem, answer: str, trace: Trace) -> Problem:
+    meta = {**problem.meta, "relabeled_from": problem.answer, "teacher_solution": trace.text}
+    return problem.model_copy(update={"answer": answer, "meta": meta})
+
+
+async def program_node(
+    ctx: Context, problem: Problem, ledger: Ledger, *, stage: str, path: str, mirrors: str | None = None,
+    relabel: bool | None = None, unverified: str | None = None, **data: Any,
+) -> TreeNode | None:
+    """The node for a teacher-written candidate under the program rule (module docstring), or None
+    with the rejection on `ledger`; `relabel` (default `stages.relabel`): whether agreeing program and
+    traces may relabel it. A program that agrees with the stated answer no trace verifies fails the
+    trace rule, not the program: rejected as without programs ("unverified: ...", check `unverified`);
+    `data` goes on every rejection."""
+
+    def reject(reason: str, check: str | None = CHECK) -> None:
+        ledger.reject(problem, stage, reason, **({"check": check} if check else {}), **data)
+
+    if not problem.meta.get("program"):
+        reject("no program")
+        return None
+    result = await run_for(problem)
+    problem = recorded(problem, result)
+    if not result.ok:
+        reject(f"program failed: {result.error}")
+        return None
+    v, stated = result.answer or "", problem.answer
+    relabel = ctx.stages.relabel if relabel is None else relabel
+    agrees = await same(ctx, problem, v, stated)
+    if not agrees and not relabel:
+        reject(f"program gives {v}, stated answer {stated!r} (relabeling off)")
+        return None
+    trace, why = await teacher_trace(ctx, problem, relabel=relabel)
+    reason = None
+    if trace is not None and not why:  # a trace verifies the stated answer
+        if agrees:
+            reason = f"answer verified by its program and {trace.model}"
+        else:
+            reject(f"program and traces disagree: program gives {v}, a trace of {trace.model} verifies the stated "
+                   f"{stated!r}")
+            return None
+    elif trace is not None:  # the traces agree on another answer
+        if await same(ctx, problem, v, trace.answer):
+            reason = f"relabeled: stated {stated!r}; its program and all traces of {trace.model} give {trace.answer!r}"
+            problem = relabeled(problem, trace.answer, trace)
+        else:
+            reject(f"program and traces disagree: program gives {v}, traces agree on {trace.answer!r} (stated {stated!r})")
+            return None
+    elif agrees:
+        reject(f"unverified: {why}", check=unverified)
+        return None
+    else:  # relabel on, the program gives another answer: does a trace verify the program's? (cached samples first)
+        trace, why_v = await teacher_trace(ctx, problem.model_copy(update={"answer": v}))
+        if trace is None:
+            reject(f"program gives {v}, stated {stated!r}, no trace verifies either: {why}")
+            return None
+        reason = f"relabeled: stated {stated!r}; its program gives {v} and a trace of {trace.model} verifies it"
+        problem = relabeled(problem, v, trace)
+    decision = Decision(stage=stage, outcome="accepted", reason=reason, data={"program_answer": v})
+    return TreeNode(problem=problem, trace=trace, path=path, mirrors=mirrors, decisions=[decision])
+

@@ -1,0 +1,143 @@
+"""Answer programs in a sandbox that holds (`verify.programs`, finmbs's layer, not in the paper).
+
+A candidate's program is a small pure Python computation that ends by binding `answer`; finance
+programs bind document figures with `quote("verbatim text of the passage", value)`
+(`finmbs.verify.quotes`). `run_program` executes one in a separate process
+(`finmbs.verify.program_worker`): a fresh interpreter of this Python, in its own process group,
+with CPU-time, memory, file-descriptor and file-size limits set inside it, RestrictedPython's
+compile-time restrictions, imports limited to math, fractions, decimal, statistics and datetime,
+and a wall-clock limit here that kills the group. Whatever the program does (loops, allocates,
+forks, opens, imports, raises, prints too much, binds a string) comes back as a `ProgramResult`
+with `ok=False` and a one-line `error`; nothing is raised to the caller and nothing hangs.
+
+    FINMBS_PROGRAM_TIMEOUT_S   wall-clock limit per program, seconds (default 10; CPU limit the same)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+PROGRAM_TIMEOUT_S = float(os.environ.get("FINMBS_PROGRAM_TIMEOUT_S", "10"))
+START_S = 20.0  # starting the interpreter and its imports on a loaded machine; not the program's time
+MEMORY_MB = 256  # address space the program may add to the worker's own
+OUTPUT_CHARS = 65_536  # print() output one program may write
+REPLY_BYTES = 1_048_576  # what is read back from the worker at most
+PROGRAM_CHARS = 20_000  # a longer "program" is no small computation
+
+
+class Quote(BaseModel):
+    """One document figure a program bound with quote(): the verbatim text and the value it took."""
+
+    text: str
+    value: str | None = None
+
+
+class ProgramResult(BaseModel):
+    """What one program run gave: `ok` with `value` (the number) and `answer` (its text for the domain
+    comparer), or `error`, one line saying why it failed; `quotes` the figures it took from the passage."""
+
+    ok: bool
+    value: float | int | None = None
+    answer: str | None = None
+    error: str | None = None
+    quotes: list[Quote] = Field(default_factory=list)
+    output: str = ""
+
+    def brief(self) -> str:
+        return f"program gives {self.answer}" if self.ok else f"program failed: {self.error}"
+
+
+def _worker_env() -> dict[str, str]:
+    """This process's import path (a worktree's finmbs wins as here), nothing else that could matter."""
+    return {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
+            "PYTHONDONTWRITEBYTECODE": "1", "LANG": "C.UTF-8"}
+
+
+def run_program(
+    source: str,
+    passage: str | None = None,
+    timeout_s: float = PROGRAM_TIMEOUT_S,
+    functions: dict[str, Any] | None = None,
+) -> ProgramResult:
+    """Run `source` in the sandbox; `passage`: the text quote() checks against (finance d');
+    `functions`: name -> program of a function the program may call (a composed parent's children:
+    `child_1()` runs child 1's program and returns its answer), a source or {"source", "functions"}
+    for a child with children of its own."""
+    if not isinstance(source, str) or not source.strip():
+        return ProgramResult(ok=False, error="no program")
+    if len(source) > PROGRAM_CHARS:
+        return ProgramResult(ok=False, error=f"program longer than {PROGRAM_CHARS} characters")
+    request = {"source": source, "passage": passage, "functions": functions or {},
+               "limits": {"cpu_s": timeout_s, "memory_mb": MEMORY_MB, "output_chars": OUTPUT_CHARS}}
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-B", "-m", "finmbs.verify.program_worker"], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True, env=_worker_env(),
+            cwd="/",
+        )
+    except OSError as exc:
+        return ProgramResult(ok=False, error=f"sandbox did not start: {exc}")
+    try:
+        out, _ = proc.communicate(json.dumps(request).encode(), timeout=timeout_s + START_S)
+    except subprocess.TimeoutExpired:  # a loaded machine: the CPU limit had not struck yet
+        _kill(proc)
+        return ProgramResult(ok=False, error=f"the program was stopped: wall-time limit ({timeout_s + START_S:g} s)")
+    finally:
+        _kill(proc)
+    return _result(out, proc.returncode, timeout_s)
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    """Kill the worker's process group (anything it started dies with it) and reap it."""
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+def _result(out: bytes, returncode: int | None, timeout_s: float) -> ProgramResult:
+    if len(out) > REPLY_BYTES:
+        return ProgramResult(ok=False, error=f"output over {REPLY_BYTES} bytes")
+    if returncode and returncode < 0:
+        name = signal.Signals(-returncode).name if -returncode in signal.Signals._value2member_map_ else -returncode
+        why = f"CPU time limit ({timeout_s:g} s)" if name == "SIGXCPU" else f"killed by {name}"
+        return ProgramResult(ok=False, error=f"the program was stopped: {why}")
+    try:
+        data: dict[str, Any] = json.loads(out.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return ProgramResult(ok=False, error=f"the sandbox gave no result (exit status {returncode})")
+    if not data.get("ok"):
+        data.pop("value", None)
+        data["error"] = " ".join(str(data.get("error") or "failed").split())[:300]
+    return ProgramResult.model_validate(data)
+
+
+async def run_program_async(
+    source: str, passage: str | None = None, timeout_s: float = PROGRAM_TIMEOUT_S,
+    functions: dict[str, Any] | None = None,
+) -> ProgramResult:
+    """`run_program` off the event loop (the engine's stages are coroutines)."""
+    return await asyncio.to_thread(run_program, source, passage, timeout_s, functions)
+
+
+def program_text(meta: dict[str, Any]) -> str | None:
+    """A problem's program as shown beside it (export rows, the report): the source from its meta, and the
+    children's functions it calls, if any; None without one."""
+    source = meta.get("program")
+    if not source:
+        return None
+    functions = meta.get("program_functions")
+    return source if not functions else f"{source}\n# functions it calls: {json.dumps(functions)}"

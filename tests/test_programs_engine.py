@@ -1,0 +1,236 @@
+"""verify.programs in the engine, end to end through the scripted world on a real HTTP server: the
+decision rule (program vs stated answer vs traces, relabel on/off), composition by child functions,
+counted rejections, `finmbs verify FILE`, export rows, leakage rule 5 reading quotes, and the paper
+profile (programs off: prompts and reply schemas exactly as without the layer)."""
+
+from __future__ import annotations
+
+import json
+
+import yaml
+from typer.testing import CliRunner
+
+from finmbs.cli import app
+from finmbs.config import load_config
+from finmbs.export.rows import training_row
+from finmbs.export.trl import trl_row
+from finmbs.llm import Gateway
+from finmbs.mbs.context import Context, Ledger
+from finmbs.mbs.decompose import decompose
+from finmbs.mbs.leakage import Grounding
+from finmbs.mbs.pipeline import run_grow
+from finmbs.records import Problem, TreeNode
+from finmbs.resources import resource_dir
+from finmbs.runs import read_jsonl
+from finmbs.testing.world import PROGRAM_MARKER, Agent, World, world_config
+from finmbs.verify.program import run_program
+
+SEED = Problem(id="a", question="Compute (2 + 3) * (4 + 1).", answer="25")
+
+
+def setup(server, tmp_path, world: World, *, teacher: Agent | None = None, **stages):
+    world.agents = {"teacher": teacher or Agent(), "target": Agent(), "s": Agent(capacity=1, boost=2)}
+    server.handler = world
+    config = world_config(server.base_url, ["teacher"], ["s"], "target", str(tmp_path / "cache.sqlite"),
+                          **{"Nd": 0, "N": 4, **stages})
+    return Context(config=config, gateway=Gateway(cache_path=str(tmp_path / "cache.sqlite")))
+
+
+async def decomposed(server, tmp_path, world: World, **kw) -> tuple[TreeNode, Ledger]:
+    ctx = setup(server, tmp_path, world, **kw)
+    root, ledger = TreeNode(problem=SEED, path="0"), Ledger("a")
+    await decompose(ctx, root, ledger)
+    return root, ledger
+
+
+async def test_right_programs_verify_and_are_recorded(tmp_path, openai_server):
+    root, ledger = await decomposed(openai_server, tmp_path, World(agents={}))
+    assert ledger.rejected == [] and len(root.children) == 3
+    for child in root.children:
+        meta = child.problem.meta
+        assert meta["program"].startswith("answer = ") and meta["program_answer"] == child.problem.answer
+        assert child.decisions[0].reason == "answer verified by its program and teacher"
+        assert "relabeled_from" not in meta
+    asked = [r for r in openai_server.requests if "easier, independent" in r.text]
+    assert PROGRAM_MARKER in asked[0].text and "ends by binding the variable answer" in asked[0].text
+    schema = json.dumps(asked[0].body.get("response_format", {}))
+    assert '"program"' in schema
+
+
+async def test_wrong_stated_answers_relabeled_to_program_and_traces(tmp_path, openai_server):
+    # the teacher states each child's answer one too high; its programs and traces compute the true value
+    root, ledger = await decomposed(openai_server, tmp_path, World(agents={}, wrong_child_answers=True), relabel=True)
+    assert ledger.rejected == [] and len(root.children) == 3
+    for child in root.children:
+        stated, fixed = child.problem.meta["relabeled_from"], child.problem.answer
+        assert int(stated) == int(fixed) + 1 and child.problem.meta["program_answer"] == fixed
+        assert child.decisions[0].reason.startswith(f"relabeled: stated {stated!r}; its program and all traces")
+
+
+async def test_wrong_stated_answers_rejected_without_relabel(tmp_path, openai_server):
+    root, ledger = await decomposed(openai_server, tmp_path, World(agents={}, wrong_child_answers=True))
+    assert root.children == [] and len(ledger.rejected) == 3
+    for r in ledger.rejected:
+        assert r.data["check"] == "program"
+        assert r.reason == f"program gives {int(r.problem.answer) - 1}, stated answer {r.problem.answer!r} (relabeling off)"
+    # rejected before any trace: no solve request for the children
+    assert not [q for q in openai_server.requests if "<problem>" in q.text and "d0c" in q.text]
+
+
+async def test_program_disagreeing_with_stated_and_traces_rejected(tmp_path, openai_server):
+    for relabel in (False, True):
+        root, ledger = await decomposed(openai_server, tmp_path / str(relabel), World(agents={}, wrong_programs=True),
+                                        relabel=relabel)
+        assert root.children == [] and len(ledger.rejected) == 3
+        for r in ledger.rejected:
+            assert r.data["check"] == "program"
+            value = int(r.problem.answer)
+            if relabel:  # traces verify the stated answer, the program gives another: no relabel
+                assert r.reason == (f"program and traces disagree: program gives {value + 1}, a trace of teacher "
+                                    f"verifies the stated {str(value)!r}")
+            else:
+                assert r.reason.startswith(f"program gives {value + 1}, stated answer")
+
+
+async def test_program_agreeing_with_stated_but_not_traces_rejected(tmp_path, openai_server):
+    # a teacher that can no longer solve the children: all its traces agree on the answer plus one
+    root, ledger = await decomposed(openai_server, tmp_path, World(agents={}), teacher=Agent(capacity=0), relabel=True)
+    assert root.children == []
+    child_rejections = [r for r in ledger.rejected if r.problem.id.startswith("a.d0")]
+    assert len(child_rejections) == 3
+    for r in child_rejections:
+        value = int(r.problem.answer)
+        assert r.reason == (f"program and traces disagree: program gives {value}, traces agree on "
+                            f"{str(value + 1)!r} (stated {str(value)!r})")
+
+
+async def test_failing_programs_are_counted_rejections(tmp_path, openai_server):
+    for bad, why in (("import os\nanswer = os.getpid()", "import of 'os' is not allowed"),
+                     ("while True:\n    pass", "time limit"), ("answer = 'five'", "not a finite number")):
+        world = World(agents={}, bad_program=bad)
+        root, ledger = await decomposed(openai_server, tmp_path / str(abs(hash(bad))), world)
+        assert root.children == [] and len(ledger.rejected) == 3
+        assert all(r.reason.startswith("program failed: ") and why in r.reason and r.data["check"] == "program"
+                   for r in ledger.rejected)
+
+
+AGENTS = {
+    "weak-teacher": Agent(capacity=2), "strong-teacher": Agent(),
+    "s1": Agent(capacity=2, partial=0.5), "s2": Agent(capacity=1, boost=2, partial=0.875),
+    "target": Agent(capacity=6, partial=0.5),
+}
+
+
+def grow_config(server, tmp_path, world: World, **kw):
+    world.agents = dict(AGENTS)
+    server.handler = world
+    return world_config(server.base_url, ["weak-teacher", "strong-teacher"], ["s1", "s2"], "target",
+                        str(tmp_path / "cache.sqlite"), **{"Nt": 2, "N": 8, "N_leaf": 2, "L": 100, **kw})
+
+
+async def test_grow_composes_by_child_functions_and_reexecutes(tmp_path, openai_server):
+    out = tmp_path / "run"
+    metrics = await run_grow(grow_config(openai_server, tmp_path, World(agents={})), [SEED], out)
+    assert metrics.qualified == 1 and metrics.program_rejected == 0
+    [qualified] = [Problem.model_validate(r) for r in read_jsonl(out / "qualified.jsonl")]
+    assert "child_1()" in qualified.meta["program"] and set(qualified.meta["program_functions"]) == {"child_1", "child_2", "child_3"}
+    again = run_program(qualified.meta["program"], functions=qualified.meta["program_functions"])
+    assert again.ok and again.answer == qualified.answer == qualified.meta["program_answer"]
+    compose_prompt = next(r.text for r in openai_server.requests if "Combine the synthetic children" in r.text)
+    assert "child_1() returns" in compose_prompt
+    # export keeps the program beside the problem (veRL extra_info, TRL columns)
+    row = training_row(qualified, 0, "train")
+    assert row["extra_info"]["program"].startswith(qualified.meta["program"])
+    assert "child_1" in row["extra_info"]["program"] and trl_row(row)["program"] == row["extra_info"]["program"]
+
+
+async def test_grow_counts_program_rejections(tmp_path, openai_server):
+    out = tmp_path / "run"
+    metrics = await run_grow(grow_config(openai_server, tmp_path, World(agents={}, wrong_programs=True)), [SEED], out)
+    assert metrics.qualified == 0 and metrics.program_rejected >= 3
+    rows = list(read_jsonl(out / "rejected.jsonl"))
+    assert sum(r["data"].get("check") == "program" for r in rows) == metrics.program_rejected
+    assert json.loads((out / "metrics.json").read_text())["program_rejected"] == metrics.program_rejected
+
+
+async def test_programs_off_asks_exactly_as_before(tmp_path, openai_server):
+    out = tmp_path / "run"
+    await run_grow(grow_config(openai_server, tmp_path, World(agents={}), programs=False), [SEED], out)
+    teacher = [r for r in openai_server.requests if r.body.get("response_format")]
+    assert teacher and not any(PROGRAM_MARKER in r.text or "program" in json.dumps(r.body["response_format"])
+                               for r in teacher)
+    assert not any("program" in r["problem"]["meta"] for r in read_jsonl(out / "rejected.jsonl"))
+
+
+def test_paper_profile_has_programs_off_and_default_on():
+    configs = resource_dir("configs")
+    assert load_config(configs / "default.yaml").verify.programs is True
+    for name in ("paper-math.yaml", "paper-finance.yaml"):
+        assert load_config(configs / name).verify.programs is False
+
+
+def test_rule_5_reads_the_program_quotes():
+    passage = ("“Default Rate” means a rate per annum equal to two percent (2.0%) in excess of the rate otherwise "
+               "applicable.")
+    grounding = Grounding(passage, ["seed passage"], None)
+    question = "How much interest on an overdue principal of $100,000 if the rate otherwise applicable is 10% per annum?"
+    guessed = grounding.check(question, "$10,000")
+    assert guessed and guessed.startswith("takes nothing")
+    assert grounding.check(question, "$10,000", quotes=[]) == (
+        "takes nothing from the passage: its program quotes no figure of it")
+    assert grounding.check(question, "$12,000", quotes=[{"text": "two percent (2.0%)", "value": "0.02"}]) is None
+
+
+def write_config(server, tmp_path, world: World, **kw) -> str:
+    config = grow_config(server, tmp_path, world, **kw)
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config.model_dump(mode="json")))
+    return str(path)
+
+
+def test_verify_cli_verdicts_and_bad_line(tmp_path, openai_server):
+    problems = tmp_path / "labels.jsonl"
+    rows = [
+        {"id": "right", "question": "Compute 6 * 7 * 35 - 20.", "answer": str(6 * 7 * 35 - 20)},
+        {"id": "wrong", "question": "Compute 1470 - 25 * 58.", "answer": "21"},  # 20
+        {"id": "carried", "question": "Compute 3 * 4.", "answer": "12", "meta": {"program": "answer = 3 * 5"}},
+    ]
+    problems.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    config = write_config(openai_server, tmp_path, World(agents={}), relabel=True)
+    out = tmp_path / "out.jsonl"
+    result = CliRunner().invoke(app, ["verify", str(problems), "--config", config, "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    verdicts = {v["id"]: v for v in read_jsonl(out)}
+    assert verdicts["right"]["outcome"] == "verified" and verdicts["right"]["program_written"]
+    assert verdicts["wrong"]["outcome"] == "relabeled" and verdicts["wrong"]["answer"] == "20"
+    assert verdicts["carried"]["outcome"] == "rejected" and verdicts["carried"]["check"] == "program"
+    assert verdicts["carried"]["program_answer"] == "15" and not verdicts["carried"]["program_written"]
+    summary = json.loads(out.with_suffix(".summary.json").read_text())
+    assert (summary["verified"], summary["relabeled"], summary["rejected"], summary["rejected_by_program"]) == (1, 1, 1, 1)
+    assert summary["tokens"] > 0
+    # --no-relabel: the wrong label is rejected; --no-programs: the paper's trace rule alone
+    no_relabel = tmp_path / "strict.jsonl"
+    CliRunner().invoke(app, ["verify", str(problems), "--config", config, "--out", str(no_relabel), "--no-relabel"])
+    assert {v["id"]: v["outcome"] for v in read_jsonl(no_relabel)}["wrong"] == "rejected"
+    text_only = tmp_path / "text.jsonl"
+    CliRunner().invoke(app, ["verify", str(problems), "--config", config, "--out", str(text_only), "--no-programs"])
+    plain = {v["id"]: v for v in read_jsonl(text_only)}
+    assert plain["carried"]["outcome"] == "verified" and plain["right"]["program"] is None
+    # a bad line names the file and the line, and nothing is written
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps(rows[0]) + "\n{not json\n")
+    failed = CliRunner().invoke(app, ["verify", str(bad), "--config", config, "--out", str(tmp_path / "bad-out.jsonl")])
+    assert failed.exit_code != 0 and str(bad) in failed.output and "line 2" in failed.output
+    assert not (tmp_path / "bad-out.jsonl").exists()
+
+
+def test_program_field_fits_a_llama_cpp_grammar():
+    # llama.cpp refuses a grammar repeating one rule over 2,000 times (a string's maxLength): the whole reply
+    # then went unconstrained in the first embedded run with programs
+    from finmbs.mbs.candidates import with_program
+    from finmbs.mbs.compose import ComposedParent
+    from finmbs.mbs.labels import WrittenProgram
+
+    for model in (with_program(ComposedParent), WrittenProgram):
+        program = model.model_json_schema()["properties"]["program"]
+        assert program["type"] == "string" and program.get("maxLength", 0) <= 2000
