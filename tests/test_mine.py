@@ -19,7 +19,7 @@ from finmbs.llm import GatewayError
 from finmbs.mbs.pipeline import run_grow
 from finmbs.mine.company import document_company
 from finmbs.mine.passages import TYPES, plan, strong_figures
-from finmbs.mine.questions import Options
+from finmbs.mine.questions import Options, locate_evidence
 from finmbs.mine.run import MineError, run_mine
 from finmbs.records import Document
 from finmbs.runs import read_jsonl
@@ -124,6 +124,22 @@ def test_cross_passage_pairs_a_definition_with_the_provision_using_it():
     # asked for cross-passage questions only, a document without a pair gets none (no other type instead)
     blank = Document(doc_id="x", source_path="x", sha256="-")
     assert plan(blank, text, [c for c in chunks if c.kind != "definition"], 2, ["cross_passage"]) == []
+
+
+def test_evidence_is_located_inside_the_cited_passage():
+    doc, text, chunks = full_agreement(BF)
+    [(_, passage)] = plan(doc, text, chunks, 1, ["lookup"])
+    grid = passage.parts[0]
+    row = "Category 2 A+/A1/A+ 0.625%"
+    assert row in grid.text
+    found, why = locate_evidence([row.replace(" ", "\n  "), "“Term SOFR Margin”"], passage, text, chunks)
+    assert why is None and [q["text"] for q in found] == [row, "“Term SOFR Margin”"]
+    assert all(grid.char_start <= q["char_start"] < q["char_end"] <= grid.char_end for q in found)
+    assert found[0]["section_path"] == grid.section_path
+    assert "not verbatim" in locate_evidence([row.replace("0.625%", "0.650%")], passage, text, chunks)[1]
+    elsewhere = "IN WITNESS WHEREOF"
+    assert "outside the cited passage" in locate_evidence([elsewhere], passage, text, chunks)[1]
+    assert "under two words" in locate_evidence(["0.625%"], passage, text, chunks)[1]
 
 
 def test_document_company_from_the_opening(settings):

@@ -97,19 +97,19 @@ def home_chunk(chunks: list[Chunk], start: int) -> Chunk | None:
 
 
 def locate_evidence(quotes: list[str], passage: Passage, text: str, chunks: list[Chunk]) -> tuple[list[dict], str | None]:
-    """(the location of each quote, why the evidence fails or None): each quote must be verbatim in the
-    document and lie inside one excerpt of the cited passage."""
+    """(the location of each quote in the document, why the evidence fails or None): each quote must lie
+    inside one excerpt of the cited passage (found there first, so a phrase the document repeats is
+    located where the passage has it) and so be verbatim in the document."""
     found = []
     for quote in quotes:
         if len(quote.split()) < 2:
             return found, f"evidence {quote!r} is no quote of the passage (under two words)"
-        span = find_quote(quote, text)
+        span = next(((p.char_start + s, p.char_start + e) for p in passage.parts if p.char_start is not None
+                     for s, e in [find_quote(quote, p.text) or (-1, -1)] if s >= 0), None)
         if span is None:
-            return found, f"evidence not verbatim in the document: {quote[:120]!r}"
+            where = "in the document but outside the cited passage" if find_quote(quote, text) else "not verbatim in the document"
+            return found, f"evidence {where}: {quote[:120]!r}"
         start, end = span
-        inside = [p for p in passage.parts if p.char_start is not None and p.char_start <= start and end <= p.char_end]
-        if not inside and not any(find_quote(quote, p.text) for p in passage.parts):
-            return found, f"evidence is in the document but outside the cited passage: {quote[:120]!r}"
         home = home_chunk(chunks, start)
         found.append({"text": text[start:end], "char_start": start, "char_end": end,
                       "section_path": home.section_path if home else "", "page": home.page if home else None})
