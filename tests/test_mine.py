@@ -19,7 +19,7 @@ from finmbs.llm import GatewayError
 from finmbs.mbs.pipeline import run_grow
 from finmbs.mine.company import document_company
 from finmbs.mine.passages import TYPES, plan, strong_figures
-from finmbs.mine.questions import Options, locate_evidence
+from finmbs.mine.questions import MinedQuestion, Options, locate_evidence, short_name
 from finmbs.mine.run import MineError, run_mine
 from finmbs.records import Document
 from finmbs.runs import read_jsonl
@@ -140,6 +140,17 @@ def test_evidence_is_located_inside_the_cited_passage():
     elsewhere = "IN WITNESS WHEREOF"
     assert "outside the cited passage" in locate_evidence([elsewhere], passage, text, chunks)[1]
     assert "under two words" in locate_evidence(["0.625%"], passage, text, chunks)[1]
+
+
+def test_template_quotes_are_no_evidence_and_names_are_short():
+    reply = {"question": "Under Acme's agreement, what is the margin?", "solution": "The grid gives 2.00%.", "answer": "2.00%"}
+    with pytest.raises(ValueError, match="placeholder"):  # the 1.5B copied the reply template's quote
+        MinedQuestion.model_validate({**reply, "evidence": ["<a piece of the passage, copied exactly>"]})
+    kept = MinedQuestion.model_validate({**reply, "evidence": ["<a piece of the passage>", "Margin 2.00%"]})
+    assert kept.evidence == ["Margin 2.00%"]
+    assert list(MinedQuestion.model_json_schema()["properties"])[0] == "evidence"
+    assert short_name("AMAZON.COM, INC.") == "Amazon" and short_name("Brown-Forman Corporation") == "Brown-Forman"
+    assert short_name("Host Hotels & Resorts, L.P.") == "Host Hotels & Resorts"
 
 
 def test_document_company_from_the_opening(settings):

@@ -23,14 +23,15 @@ to add here, after `verify`, once they exist.
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from finmbs.export.decontaminate import Decontaminator
 from finmbs.ingest import find_verbatim
 from finmbs.mbs.calibrate import calibrate
-from finmbs.mbs.candidates import WorkedProblem, verified_node
+from finmbs.mbs.candidates import WorkedProblem, placeholder, verified_node
 from finmbs.mbs.context import Context, Ledger, in_stage
 from finmbs.mbs.leakage import entity_name
 from finmbs.mbs.novelty import STAGE as NOVELTY, names_its_entity, restated, unworkable
@@ -59,6 +60,16 @@ class MinedQuestion(WorkedProblem):
     model_config = ConfigDict(json_schema_extra=evidence_first)
 
     evidence: list[str] = Field(min_length=1, description="pieces of the passage copied exactly, holding the figures used")
+
+    @field_validator("evidence")
+    @classmethod
+    def _quoted(cls, quotes: list[str]) -> list[str]:
+        """A quote copied from the reply template ("<a piece of the passage, copied exactly>") is no quote: the
+        reply fails to parse and is asked again (the 1.5B wrote the template's quote in 2 of its first 6 replies)."""
+        real = [q for q in quotes if not placeholder(q)]
+        if not real:
+            raise ValueError("every evidence quote is a placeholder, not a piece of the passage")
+        return real
 
 
 class DocumentOutcome(Record):
@@ -96,6 +107,13 @@ def home_chunk(chunks: list[Chunk], start: int) -> Chunk | None:
                  and c.char_start <= start < c.char_end), None)
 
 
+def short_name(company: str) -> str:
+    """How a question names the company: without its legal form, an all-capitals name in title case and a
+    web suffix dropped ("AMAZON.COM, INC." -> "Amazon"; "Brown-Forman Corporation" -> "Brown-Forman")."""
+    name = entity_name(re.sub(r"\.com\b", "", company, flags=re.IGNORECASE)) or company
+    return re.sub(r"[A-Za-z][A-Za-z’']*", lambda m: m.group(0).capitalize(), name.lower()) if name.isupper() else name
+
+
 def locate_evidence(quotes: list[str], passage: Passage, text: str, chunks: list[Chunk]) -> tuple[list[dict], str | None]:
     """(the location of each quote in the document, why the evidence fails or None): each quote must lie
     inside one excerpt of the cited passage (found there first, so a phrase the document repeats is
@@ -131,7 +149,7 @@ class DocumentMiner:
         self.decontaminator = decontaminator
         self.ledger = Ledger(doc.doc_id)
         self.company = document_company(doc, text) or ""
-        self.name = entity_name(self.company) or self.company
+        self.name = short_name(self.company)
 
     def candidate(self, number: int, kind: str, passage: Passage, reply: MinedQuestion | None) -> Problem:
         """The candidate as a Problem (the reply's fields; empty ones when there is no reply)."""
@@ -174,7 +192,7 @@ class DocumentMiner:
             self.reject(problem, "evidence", why)
             return None
         problem.meta["evidence"] = evidence
-        if not names_its_entity(problem):
+        if not (names_its_entity(problem) or self.name.lower() in problem.question.lower()):
             self.reject(problem, "entity", f"the question does not name its company ({self.name!r}): "
                                            "not answerable out of context")
             return None
