@@ -137,6 +137,10 @@ def test_evidence_is_located_inside_the_cited_passage():
     assert all(grid.char_start <= q["char_start"] < q["char_end"] <= grid.char_end for q in found)
     assert found[0]["section_path"] == grid.section_path
     assert "not verbatim" in locate_evidence([row.replace("0.625%", "0.650%")], passage, text, chunks)[1]
+    # a definition quoted without the spaced curly quotes around its term: every word and figure is the document's
+    found, why = locate_evidence(["Applicable Rate means, for any day, with respect to any Term SOFR Loan"], passage, text, chunks)
+    assert why is None and found[0]["text"].startswith("Applicable Rate ” means, for any day")
+    assert "not verbatim" in locate_evidence(["Applicable Rate means, for each day"], passage, text, chunks)[1]
     elsewhere = "IN WITNESS WHEREOF"
     assert "outside the cited passage" in locate_evidence([elsewhere], passage, text, chunks)[1]
     assert "under two words" in locate_evidence(["0.625%"], passage, text, chunks)[1]

@@ -93,13 +93,23 @@ class Options(BaseModel):
     hard_only: bool = False
 
 
-# quote marks and dashes a teacher may write another way; mapped one character to one, so offsets hold
-_SAME = str.maketrans({"“": '"', "”": '"', "‘": "'", "’": "'", "–": "-", "—": "-", "\u00a0": " "})
+# quote marks (typographic or plain) read as spaces, dashes as one dash; one character to one, so offsets hold.
+# Agreements set defined terms in spaced curly quotes ("“ Cash Dominion Period ” shall mean"): the 1.5B
+# copied such definitions word for word without the quote marks.
+_SAME = str.maketrans({"“": " ", "”": " ", "‘": " ", "’": " ", '"': " ", "'": " ", "–": "-", "—": "-", "\u00a0": " "})
 
 
 def find_quote(quote: str, text: str) -> tuple[int, int] | None:
-    """(start, end) of `quote` in `text`, equal up to whitespace runs and the form of quote marks and dashes."""
-    return find_verbatim(quote, text) or find_verbatim(quote.translate(_SAME), text.translate(_SAME))
+    """(start, end) of `quote` in `text`, equal up to whitespace runs, quote marks and the form of dashes:
+    every word and figure as the document has it."""
+    if span := find_verbatim(quote, text):
+        return span
+    if (span := find_verbatim(quote.translate(_SAME), text.translate(_SAME))) is None:
+        return None
+    start, end = span
+    while start < end and text[start] in "“”‘’\"' ":  # a match opening on a quote mark read as a space
+        start += 1
+    return start, end
 
 
 def home_chunk(chunks: list[Chunk], start: int) -> Chunk | None:
