@@ -71,9 +71,10 @@ def config_for(server, tmp_path: Path, settings, *, target: Agent | None = None,
 
 
 def mine(config: RunConfig, tmp_path: Path, documents: list[str], *, per_document: int = 4, types=TYPES,
-         hard_only: bool = False, eval_data=None, run: str = "run"):
+         hard_only: bool = False, eval_data=None, run: str = "run", evidence: str = "quote"):
     out = tmp_path / f"{run}.jsonl"
-    metrics = asyncio.run(run_mine(config, Options(per_document=per_document, types=list(types), hard_only=hard_only),
+    options = Options(per_document=per_document, types=list(types), hard_only=hard_only, evidence=evidence)
+    metrics = asyncio.run(run_mine(config, options,
                                    out, tmp_path / run, documents=documents, eval_data=eval_data))
     rejected = list(read_jsonl(tmp_path / run / "rejected.jsonl"))
     return metrics, out, rejected
@@ -230,6 +231,21 @@ def test_each_bad_candidate_is_a_counted_rejection(tmp_path, openai_server, sett
     assert all(r["reason"] and r["stage"] == "mine" and r["data"]["type"] == "multi_step" for r in host)
     assert metrics.rejected_by_check[check] >= len(host)
     assert metrics.kept_by_document[BF] >= 1 and all(p.snippet.doc_id == BF for p in kept if not p.id.startswith(HOST))
+
+
+def test_selected_lines_are_verbatim_evidence(tmp_path, openai_server, settings):
+    config = config_for(openai_server, tmp_path, settings, mine_misquote={"Brown-Forman"})
+    metrics, out, rejected = mine(config, tmp_path, [HOST, BF], per_document=2, types=["multi_step"], evidence="select")
+    asked = [r.text for r in openai_server.requests if "a set of hard finance questions" in r.text]
+    assert asked and all("<passage>\n[1] " in t and "numbers of the passage's lines" in t for t in asked)
+    seeds = load_seeds(out)
+    assert [p.snippet.doc_id for p in seeds] == [HOST, HOST]
+    with open_index(settings) as index:
+        text = index.document_text(HOST)
+        for seed in seeds:
+            for quote in seed.meta["evidence"]:
+                assert text[quote["char_start"]:quote["char_end"]] == quote["text"] and quote["text"] in seed.snippet.text
+    assert checks(rejected) == ["evidence", "evidence"] and "names no line of the passage" in rejected[0]["reason"]
 
 
 def test_contaminated_question_rejected(tmp_path, openai_server, settings):

@@ -69,6 +69,9 @@ def register(app: typer.Typer) -> None:
                                                  "multi_step, cross_passage.")] = "lookup,one_step,multi_step,cross_passage",
         hard_only: Annotated[bool, typer.Option("--hard-only", help=(
             "Keep only questions the target policy fails in all N rollouts at L (the paper's seed criterion).")) ] = False,
+        evidence: Annotated[str, typer.Option(help=(
+            "quote: the teacher copies its evidence, proven verbatim in the document; select (finmbs's, for small "
+            "teachers that paraphrase their quotes): it names the passage's numbered lines, verbatim by construction."))] = "quote",
         eval_data: Annotated[list[Path] | None, typer.Option(metavar="PATH", help=(
             "Eval data folder or JSONL file a question must not overlap (n-gram decontamination as in export); "
             "repeatable. Default: $FINMBS_EVAL_DATA or ../shared/data when present."))] = None,
@@ -99,7 +102,7 @@ def register(app: typer.Typer) -> None:
         if index_path is not None:
             resolved = resolved.model_copy(update={"index": resolved.index.model_copy(update={"path": str(index_path)})})
         options = Options(per_document=per_document, types=[t.strip() for t in types.split(",") if t.strip()],
-                          hard_only=hard_only)
+                          hard_only=hard_only, evidence=evidence)
         run_dir = run_dir or Path("runs") / f"mine-{out.stem}"
         with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                       TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=console) as progress:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -72,6 +72,26 @@ class MinedQuestion(WorkedProblem):
         return real
 
 
+class MinedSelection(MinedQuestion):
+    """The reply with `--evidence select`: the evidence is the numbers of the passage's lines that hold it."""
+
+    evidence: list[int] = Field(min_length=1, description="numbers of the passage's lines holding the figures used")  # type: ignore[assignment]
+
+    @field_validator("evidence")
+    @classmethod
+    def _quoted(cls, numbers: list[int]) -> list[int]:
+        return numbers
+
+
+def passage_lines(passage: Passage) -> list[str]:
+    """The passage's non-empty lines, as `--evidence select` numbers them (each one the document's own text)."""
+    return [line.strip() for part in passage.parts for line in part.text.split("\n") if line.strip()]
+
+
+def numbered(passage: Passage) -> str:
+    return "\n".join(f"[{i}] {line}" for i, line in enumerate(passage_lines(passage), 1))
+
+
 class DocumentOutcome(Record):
     """One finished document: its kept seeds, its rejected candidates, and what it cost."""
 
@@ -91,6 +111,9 @@ class Options(BaseModel):
     per_document: int = Field(4, ge=1)
     types: list[str]
     hard_only: bool = False
+    evidence: Literal["quote", "select"] = Field(
+        "quote", description="quote: the teacher copies its evidence, proven verbatim (the issue's rule); select (not "
+                             "the issue's): it names the passage's numbered lines, verbatim by construction")
 
 
 # quote marks (typographic or plain) read as spaces, dashes as one dash; one character to one, so offsets hold.
@@ -180,11 +203,14 @@ class DocumentMiner:
 
     async def ask(self, number: int, kind: str, passage: Passage) -> MinedQuestion | None:
         teacher = self.ctx.teachers[number % len(self.ctx.teachers)]
+        select = self.options.evidence == "select"
         prompt = render_prompt(
             "mine_question", company=self.company, short=self.name, title=self.doc.title or self.doc.doc_id, type=kind,
-            type_rule=render_prompt(f"mine_type_{kind}").strip(), passage=passage.text,
+            type_rule=render_prompt(f"mine_type_{kind}").strip(), passage=numbered(passage) if select else passage.text,
+            evidence_rule=render_prompt(f"mine_evidence_{self.options.evidence}").strip(),
+            evidence_example="[1]" if select else '["<a piece of the passage, copied exactly>"]',
         )
-        [reply] = await self.ctx.gateway.structured(teacher, MinedQuestion, role="teacher",
+        [reply] = await self.ctx.gateway.structured(teacher, MinedSelection if select else MinedQuestion, role="teacher",
                                                      messages=[{"role": "user", "content": prompt}])
         self.ctx.tick(STAGE)
         return reply
@@ -197,7 +223,14 @@ class DocumentMiner:
         if reply is None:
             self.reject(problem, "reply", "the teacher's reply did not parse")
             return None
-        evidence, why = locate_evidence(reply.evidence, passage, self.text, self.chunks)
+        quotes: list[str] = reply.evidence  # type: ignore[assignment]
+        if isinstance(reply, MinedSelection):
+            lines = passage_lines(passage)
+            quotes = [lines[n - 1] for n in dict.fromkeys(reply.evidence) if 1 <= n <= len(lines)]
+            if not quotes:
+                self.reject(problem, "evidence", f"evidence names no line of the passage ({reply.evidence}; it has {len(lines)})")
+                return None
+        evidence, why = locate_evidence(quotes, passage, self.text, self.chunks)
         if why:
             self.reject(problem, "evidence", why)
             return None

@@ -126,7 +126,7 @@ def record_options(run: RunDir, options: Options) -> None:
     path = run.path(OPTIONS)
     new = options.model_dump(mode="json")
     if path.exists():
-        old = json.loads(path.read_text(encoding="utf-8"))
+        old = Options.model_validate(json.loads(path.read_text(encoding="utf-8"))).model_dump(mode="json")  # defaults filled
         if old != new:
             changed = "; ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in new if old.get(k) != new.get(k))
             raise ConfigError(f"{run.root} was mined with other options ({changed}): use a new --run-dir, or the same options")

@@ -183,6 +183,10 @@ class FinanceWorld(World):
         name = re.search(r"Name (.+?) in the question", text).group(1)  # type: ignore[union-attr]
         kind = re.search(r"Question type \((\w+)\)", text).group(1)  # type: ignore[union-attr]
         passage = blocks(text, "passage")[0]
+        select = passage.lstrip().startswith("[1] ")  # --evidence select: numbered lines, answered by number
+        if select:
+            passage = re.sub(r"(?m)^\[\d+\] ", "", passage)
+        all_lines = [line.strip() for line in passage.split("\n") if line.strip()]
         lines = [line for line in passage.split("\n") if whole_figures(line, small=True)]
         numbers = [n for n in whole_figures(passage, small=True) if n >= 2] or [13, 14, 15]
         a, b, c = (numbers * 3)[:3]
@@ -196,6 +200,9 @@ class FinanceWorld(World):
         if any(m in company for m in self.mine_misquote):
             changed = re.sub(r"\d", lambda m: str((int(m.group()) + 1) % 10), quotes[0], count=1)
             quotes[0] = changed if changed != quotes[0] else re.sub(r"\bthe\b", "such", quotes[0], count=1)
+        if select:  # the numbers of the quoted lines (misquote: a number no line has)
+            quotes = [len(all_lines) + 5] if any(m in company for m in self.mine_misquote) else [
+                all_lines.index(q.strip()) + 1 for q in quotes if q.strip() in all_lines] or [1]
         answer = value(expr) + (1 if any(m in company for m in self.mine_wrong) else 0)
         who = "the borrower" if any(m in company for m in self.mine_anonymous) else name
         return {"evidence": quotes, "question": f"Under {who}'s credit agreement, using the passage: Compute {expr}.",
