@@ -350,6 +350,18 @@ async def new_ground(
     return NewGround(slot, doc, located, entity)
 
 
+async def answerability(ctx: Context, problem: Problem) -> Answerability:
+    """The judge's verdict: is `problem` answerable from its passage alone, and is its answer supported
+    (also `finmbs seeds mine`'s check of a mined question)."""
+    text = render_prompt("judge_answerable", **delimited(
+        passage=problem.snippet.text if problem.snippet else "", question=problem.question, answer=problem.answer))
+    [verdict] = await ctx.gateway.structured(
+        ctx.config.roles.judge, Answerability, role="judge",
+        messages=[{"role": "user", "content": text}], temperature=0.0, last=True,
+    )
+    return verdict or Answerability(answerable=False, supported=False, reason="judge reply unparseable after repair")
+
+
 # 3. the tree on d' and e' ---------------------------------------------------------------------
 def node_texts(node: TreeNode) -> tuple[str, str, str]:
     """(question, worked solution, answer) of a synthetic node, as the re-grounding prompt shows them."""
@@ -454,13 +466,7 @@ class Regrounder:
         return self._groundings[ground.slot]
 
     async def judge(self, problem: Problem) -> Answerability:
-        text = render_prompt("judge_answerable", **delimited(
-            passage=problem.snippet.text if problem.snippet else "", question=problem.question, answer=problem.answer))
-        [verdict] = await self.ctx.gateway.structured(
-            self.ctx.config.roles.judge, Answerability, role="judge",
-            messages=[{"role": "user", "content": text}], temperature=0.0, last=True,
-        )
-        return verdict or Answerability(answerable=False, supported=False, reason="judge reply unparseable after repair")
+        return await answerability(self.ctx, problem)
 
     def leak(self, problem: Problem, grounding: Grounding) -> str | None:
         """Why the mechanical grounding / leakage check rejects `problem`, or None."""

@@ -14,7 +14,13 @@ seed answers the seed's real gold answer. Re-grounding tasks work on the real pa
   each operation; `plant`: for entities containing one of these strings, a figure of the seed passage
   is added to the root (a seed-only fact); `invent`: a figure found nowhere is added (the judge's case);
 - the answerability judge: answerable when every figure of the question is in the passage, supported
-  when the answer is the expression's value.
+  when the answer is the expression's value;
+- mining (`finmbs seeds mine`): the teacher asks "Under NAME's credit agreement, using the passage:
+  Compute EXPR." over the passage's first whole-number figures (lookup `a * 1`, one-step `a + b`,
+  multi-step and cross-passage `(a + b) * c`), quoting the passage lines that hold them; for companies
+  containing one of `mine_misquote` a quoted figure is altered, `mine_anonymous` the question names no
+  company, `mine_wrong` the stated answer is off by one, `mine_invent` a figure found nowhere is added,
+  `mine_repeat` every question of the document is the same one.
 
 `agreements_index` builds the small real index the tests and `bench/bench_finance.py` re-ground on:
 the opening articles (definitions with their pricing grids) of three real credit agreements from
@@ -43,6 +49,7 @@ FINANCE_MARKERS = {
     "reground": "re-ground a synthetic problem tree",
     "answerable": "the passage alone must suffice",
     "equivalence": "grading a financial question-answering",
+    "mine": "a set of hard finance questions",
 }
 INVENTED = 987654
 _NODE = re.compile(r'<node path="([^"]*)"[^>]*>\s*Problem:(.*?)\nSolution:', re.DOTALL)
@@ -98,6 +105,11 @@ class FinanceWorld(World):
     plant_once: bool = False  # plant only in a first re-grounding, not when told why it was rejected
     mispath: bool = False  # re-grounded nodes come back under paths the tree does not have ("1" for "0")
     seed_entity: set[str] = field(default_factory=set)  # documents for which step 1 names the seed's entity as e'
+    mine_misquote: set[str] = field(default_factory=set)  # mining, by company: these knobs (see the docstring)
+    mine_anonymous: set[str] = field(default_factory=set)
+    mine_wrong: set[str] = field(default_factory=set)
+    mine_invent: set[str] = field(default_factory=set)
+    mine_repeat: set[str] = field(default_factory=set)
 
     def __call__(self, request: Request) -> Reply:
         text = request.messages[0]["content"] if request.messages else request.text
@@ -176,6 +188,38 @@ class FinanceWorld(World):
         supported = blocks(text, "proposed_answer")[0].strip() == str(value(expr))
         reason = f"{missing[0]} is not in the passage" if missing else "every figure is in the passage"
         return {"answerable": not missing, "supported": supported, "reason": reason}
+
+    def mine(self, text: str) -> dict:
+        """One mined question over the passage's figures, with the passage lines holding them as evidence."""
+        company = blocks(text, "company")[0].strip()
+        name = re.search(r"Name (.+?) in the question", text).group(1)  # type: ignore[union-attr]
+        kind = re.search(r"Question type \((\w+)\)", text).group(1)  # type: ignore[union-attr]
+        passage = blocks(text, "passage")[0]
+        select = passage.lstrip().startswith("[1] ")  # --evidence select: numbered lines, answered by number
+        if select:
+            passage = re.sub(r"(?m)^\[\d+\] ", "", passage)
+        all_lines = [line.strip() for line in passage.split("\n") if line.strip()]
+        lines = [line for line in passage.split("\n") if whole_figures(line, small=True)]
+        numbers = [n for n in whole_figures(passage, small=True) if n >= 2] or [13, 14, 15]
+        a, b, c = (numbers * 3)[:3]
+        expr = {"lookup": f"{a} * 1", "one_step": f"{a} + {b}"}.get(kind, f"({a} + {b}) * {c}")
+        if any(m in company for m in self.mine_repeat):  # the same question whatever the passage
+            expr = "(2 + 3) * 4"
+        if any(m in company for m in self.mine_invent):
+            expr += f" + {INVENTED}"
+        quotes = list(dict.fromkeys(next((ln for ln in lines if n in whole_figures(ln, small=True)), "") for n in (a, b, c)))
+        quotes = [q.strip() for q in quotes if q.strip()] or [passage.strip()[:200]]
+        if any(m in company for m in self.mine_misquote):
+            changed = re.sub(r"\d", lambda m: str((int(m.group()) + 1) % 10), quotes[0], count=1)
+            quotes[0] = changed if changed != quotes[0] else re.sub(r"\bthe\b", "such", quotes[0], count=1)
+        if select:  # the numbers of the quoted lines (misquote: a number no line has)
+            quotes = [len(all_lines) + 5] if any(m in company for m in self.mine_misquote) else [
+                all_lines.index(q.strip()) + 1 for q in quotes if q.strip() in all_lines] or [1]
+        answer = value(expr) + (1 if any(m in company for m in self.mine_wrong) else 0)
+        who = "the borrower" if any(m in company for m in self.mine_anonymous) else name
+        return {"evidence": quotes, "question": f"Under {who}'s credit agreement, using the passage: Compute {expr}.",
+                "solution": stepwise(expr), "answer": str(answer),
+                **({"program": quoting_program(expr, passage)} if PROGRAM_MARKER in text else {})}
 
     def equivalence(self, text: str) -> dict:
         gold, predicted = blocks(text, "ground_truth")[0].strip(), blocks(text, "predicted")[0].strip()
