@@ -140,7 +140,7 @@ async def main(args: argparse.Namespace) -> int:
         print(f"skipped: GSM8K data not found at {data / 'gsm8k'} (../shared/data is absent); "
               "pass --data DIR holding gsm8k/test.jsonl")
         return 0
-    items, _ = load_items(load_benchmark("gsm8k"), data)
+    items, _ = load_items(load_benchmark("gsm8k"), data / "gsm8k")
     items = items[: args.limit]
     config = load_config(args.config, args.set or [])
     teacher = config.roles.teachers[0]
