@@ -39,7 +39,7 @@ from finmbs.verify.finance import compare
 from finmbs.verify.math import math_equal
 
 ROOT = Path(__file__).resolve().parents[1]
-MODES = {"programs": [], "no-programs": ["--no-programs"]}
+MODES = {"programs": ["--programs"], "no-programs": ["--no-programs"]}
 
 
 @dataclass
@@ -52,13 +52,16 @@ class Outcome:
 
 
 def outcome(row: dict[str, Any]) -> Outcome:
-    """Read one OUT row. The names follow `finmbs verify` on the programs branch (issue 36): a row is the
-    problem with its verdict under `meta.verify` ({status, answer, reason, ...}); the flat form
-    ({status, answer, reason}) is read too."""
-    verdict = (row.get("meta") or {}).get("verify") or row
-    status = str(verdict.get("status") or verdict.get("verdict") or "").lower()
-    answer = verdict.get("answer", row.get("answer"))
-    return Outcome(status=status, answer=None if answer is None else str(answer), reason=str(verdict.get("reason") or ""))
+    """Read one OUT row of `finmbs verify` (finmbs/mbs/labels.py `LabelCheck`: `outcome` verified | relabeled |
+    rejected, `answer` the label it keeps, `reason`, `check` the rejecting check, `program_answer`)."""
+    reason = str(row.get("reason") or "")
+    if row.get("check"):
+        reason = f"[{row['check']}] {reason}"
+    if row.get("program_answer") is not None or row.get("program_error"):
+        reason += f" (program: {row.get('program_answer') or row.get('program_error')})"
+    answer = row.get("answer")
+    return Outcome(status=str(row.get("outcome") or "").lower(), answer=None if answer is None else str(answer),
+                   reason=reason)
 
 
 def same(domain: str, a: str | None, b: str | None, question: str) -> bool:
@@ -133,13 +136,8 @@ def run_mode(mode: str, labels: Path, work: Path, overrides: list[str], timeout_
 
 
 def tokens_of(summary: dict) -> str:
-    """Total tokens from the summary (`tokens`, or prompt + completion), '?' when it does not say."""
-    for key in ("tokens", "total_tokens"):
-        if isinstance(summary.get(key), int):
-            return f"{summary[key]:,}"
-        if isinstance(summary.get(key), dict):
-            return f"{sum(v for v in summary[key].values() if isinstance(v, int)):,}"
-    return "?"
+    """Total tokens (prompt + completion) from the verify summary, '?' when it does not say."""
+    return f"{summary['tokens']:,}" if isinstance(summary.get("tokens"), int) else "?"
 
 
 def main() -> int:
@@ -154,7 +152,6 @@ def main() -> int:
     problems = load_seeds(args.labels)
     work = args.work or Path(tempfile.mkdtemp(prefix="finmbs-labels-"))
     work.mkdir(parents=True, exist_ok=True)
-    labels = args.labels.resolve()
     if args.limit:
         kept, seen = [], Counter()
         for p in problems:
@@ -162,8 +159,10 @@ def main() -> int:
             if seen[p.domain] <= args.limit:
                 kept.append(p)
         problems = kept
-        labels = work / "labels.jsonl"
-        labels.write_text("".join(p.model_dump_json(exclude_none=True) + "\n" for p in problems), encoding="utf-8")
+    # what `finmbs verify` reads: the problems without their labels (meta.label, right_answer, flaw)
+    labels = work / "problems.jsonl"
+    labels.write_text("".join(p.model_copy(update={"meta": {}}).model_dump_json(exclude_none=True) + "\n"
+                              for p in problems), encoding="utf-8")
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     unknown = [m for m in modes if m not in MODES]
     if unknown:

@@ -28,7 +28,8 @@ def labels():
 
 
 def verdict(status: str, answer: str | None, reason: str = "") -> dict:
-    return {"meta": {"verify": {"status": status, "answer": answer, "reason": reason}}}
+    """A row as `finmbs verify` writes it (finmbs/mbs/labels.py LabelCheck, the fields the bench reads)."""
+    return {"outcome": status, "answer": answer, "reason": reason, "check": None}
 
 
 def test_each_outcome_is_scored_against_the_label(labels):
@@ -53,10 +54,12 @@ def test_each_outcome_is_scored_against_the_label(labels):
     assert tallies["math"].counts["wrong"] == 2 and tallies["finance"].counts["right"] == 2
 
 
-def test_the_flat_row_form_reads_too():
+def test_a_rejection_names_its_check_and_the_program_result():
     b = bench("bench_labels")
-    got = b.outcome({"id": "x", "status": "Verified", "answer": 5, "reason": ""})
-    assert (got.status, got.answer) == ("verified", "5")
+    got = b.outcome({"id": "x", "outcome": "rejected", "answer": None, "reason": "program and traces disagree",
+                     "check": "program", "program_answer": "7.85%"})
+    assert (got.status, got.answer) == ("rejected", None)
+    assert got.reason == "[program] program and traces disagree (program: 7.85%)"
 
 
 def test_minimal_runner_returns_answer_and_contains_bad_programs():
