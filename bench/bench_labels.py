@@ -12,7 +12,9 @@ once per mode:
 
 Each mode gets a FRESH response cache of its own (WORK/MODE/cache.sqlite in a new WORK folder), so its
 tokens and wall time are what that mode costs from nothing, and neither mode reuses the other's samples.
-`--work DIR` with an existing folder reuses its caches (a rerun that costs nothing, for re-reading).
+`--work DIR`: a mode that already ran in DIR is read back, not run again, so the modes can run as
+separate jobs (`--modes programs --work DIR`, then `--modes no-programs --work DIR`) and a last call
+with `--work DIR` prints them side by side.
 
 Per mode and domain it prints: wrong labels accepted as stated (goal 0), wrong labels relabeled to the
 right answer (fixed), wrong labels relabeled to another wrong answer, wrong labels rejected, right
@@ -114,6 +116,9 @@ def run_mode(mode: str, labels: Path, work: Path, overrides: list[str], timeout_
     folder = work / mode
     folder.mkdir(parents=True, exist_ok=True)
     out = folder / "verified.jsonl"
+    done_file = folder / "bench.json"
+    if done_file.is_file() and out.is_file():  # this mode already ran in this work folder: read it back
+        return read_mode(out) + (json.loads(done_file.read_text())["seconds"], "")
     command = [sys.executable, "-c", "from finmbs.cli import app; app()", "verify", str(labels), "--out", str(out),
                *MODES[mode], "--set", f"cache_path={folder / 'cache.sqlite'}"]
     for override in overrides:
@@ -125,14 +130,19 @@ def run_mode(mode: str, labels: Path, work: Path, overrides: list[str], timeout_
     tail = (done.stdout + done.stderr)[-1500:]
     if done.returncode != 0 or not out.is_file():
         raise SystemExit(f"finmbs verify ({mode}) failed with exit {done.returncode}: {' '.join(command)}\n{tail}")
+    done_file.write_text(json.dumps({"seconds": round(seconds, 1), "command": command}))
+    return read_mode(out) + (seconds, tail)
+
+
+def read_mode(out: Path) -> tuple[dict, dict]:
+    """A mode's verdict rows by id and its summary."""
     rows = {}
     for line in out.read_text(encoding="utf-8").splitlines():
         if line.strip():
             row = json.loads(line)
             rows[str(row["id"])] = row
     summary_path = out.with_suffix(".summary.json")
-    summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
-    return rows, summary, seconds, tail
+    return rows, json.loads(summary_path.read_text()) if summary_path.is_file() else {}
 
 
 def tokens_of(summary: dict) -> str:
