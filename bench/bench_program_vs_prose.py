@@ -40,7 +40,7 @@ from finmbs.evaluate.benchmarks import load_benchmark
 from finmbs.evaluate.loaders import load_items
 from finmbs.llm import Gateway
 from finmbs.resources import render_prompt
-from finmbs.verify import extract_final_answer
+from finmbs.verify.extract import extract_final_answer
 from finmbs.verify.math import math_equal
 
 ROOT = Path(__file__).resolve().parents[1]
