@@ -1221,7 +1221,7 @@ def ranking_text(query: str, spans: Sequence[tuple[int, int]]) -> str:
         while at < len(query) and query[at] in "'’s" and query[at - 1] in "'’":  # "Kimco's": the possessive too
             at += 1
     out.append(query[at:])
-    text = re.sub(r"\s{2,}", " ", "".join(out)).strip(" ,;")
+    text = re.sub(r"\s+([?.!,;:])", r"\1", re.sub(r"\s{2,}", " ", "".join(out))).strip(" ,;")
     return text if re.search(r"\w", text) else query
 
 
