@@ -734,11 +734,11 @@ EMBEDDING = "embedding"  # a document record's layout label (which embedders mad
 
 
 def layout_for(settings: IndexSettings) -> Layout:
-    """The layout an ingest with these settings writes."""
+    """The layout an ingest with these settings writes (a static embedding_model is already the cheap one:
+    full, with nothing to re-rank with)."""
     embed = getattr(settings, "embed", "full")
-    if embed == "cascade" and settings.embedding_model.startswith(STATIC_PREFIX):
-        raise ConfigError(f"index.embed cascade re-scores with index.embedding_model, which must be a transformer, not "
-                          f"'{settings.embedding_model}' (use --embed full for a static-only index)", key="index.embed")
+    if settings.embedding_model.startswith(STATIC_PREFIX):
+        embed = "full"
     return Layout(embed, settings.embedding_model)
 
 
