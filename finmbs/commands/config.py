@@ -39,11 +39,13 @@ def options_table(config) -> Table:
     table = Table(title="finmbs options beyond the paper's symbols (set with --set KEY=VALUE)")
     for column in ("key", "value", "meaning"):
         table.add_column(column, overflow="fold")
-    sections = {"stages": config.stages, "novelty": config.novelty, "quality": config.quality}
+    sections = {"stages": config.stages, "novelty": config.novelty, "quality": config.quality, "index": config.index}
     for section, settings in sections.items():
         for name, field in type(settings).model_fields.items():
             if section == "stages" and name in SYMBOLS:
                 continue
+            if section == "index" and not (field.description or "").startswith("finmbs's"):
+                continue  # where the index lives and how it is built: plumbing, not behaviour
             table.add_row(f"{section}.{name}", str(getattr(settings, name)), field.description or "")
     return table
 
