@@ -227,18 +227,27 @@ CLAUSES = [  # (query, what the right chunk is, test on the chunk)
 
 def agreements(args: argparse.Namespace) -> None:
     files = sorted(AGREEMENTS.glob("*.*"))
+    if args.only_clause_docs:  # the agreements the clause queries point at, and as many others (smallest first)
+        named = [f for f in files if f.stem.startswith(("duck_creek", "host_hotels", "att_capital", "kimco_2024_term", "amazon"))]
+        others = sorted((f for f in files if f not in named), key=lambda f: f.stat().st_size)[: len(named)]
+        files = sorted(named + others)
     mb = sum(f.stat().st_size for f in files) / 2**20
-    r = resumable(Path(f"{args.index_path}.json"), f"{len(files)} agreements", lambda: measure("finmbs", files, args.index_path, args.workers))
-    print(f"credit agreements: {r['documents']} documents ({mb:.1f} MiB) in {r['seconds']:.0f} s: {r['chunks']} chunks "
-          f"({r['over_window']} over MiniLM's window), {r['definitions']} definitions, {r['tables']} tables; peak RSS {r['peak_rss_mb']:.0f} MiB")
-    with open_index(IndexSettings(path=args.index_path)) as index:
-        print(f"  {'query':52s} {'right chunk':34s} {'hybrid':>7s} {'dense':>7s}")
-        for query, label, right in CLAUSES:
-            ranks = []
-            for hybrid in (True, False):
-                hits = index.search(query, 20, hybrid=hybrid, metadata=hybrid, per_page=0)
-                ranks.append(next((str(i) for i, h in enumerate(hits, 1) if right(h.chunk)), ">20"))
-            print(f"  {query:52s} {label:34s} {ranks[0]:>7s} {ranks[1]:>7s}")
+    ranks: dict[str, list[str]] = {}
+    for profile in args.profiles.split(","):
+        embed, model = PROFILES[profile]
+        path = f"{args.index_path}-{profile}" if profile != "full" or args.profiles != "full" else args.index_path
+        r = resumable(Path(f"{args.index_path}.json"), f"{len(files)} agreements:{profile}",
+                      lambda: measure("finmbs", files, path, args.workers, model, embed))
+        print(f"credit agreements, {profile}: {r['documents']} documents ({mb:.1f} MiB) in {r['seconds']:.0f} s: {r['chunks']} chunks "
+              f"({r['over_window']} over MiniLM's window), {r['definitions']} definitions, {r['tables']} tables; peak RSS {r['peak_rss_mb']:.0f} MiB")
+        with open_index(IndexSettings(path=path, embedding_model=model, embed=embed)) as index:
+            for query, _, right in CLAUSES:
+                for mode, hybrid in (("hybrid", True), ("dense", False)):
+                    hits = index.search(query, 20, hybrid=hybrid, metadata=hybrid, per_page=0, context_tokens=0)
+                    ranks.setdefault(f"{profile} {mode}", []).append(next((str(i) for i, h in enumerate(hits, 1) if right(h.chunk)), ">20"))
+    print(f"  {'query':52s} {'right chunk':34s} " + " ".join(f"{c:>16s}" for c in ranks))
+    for i, (query, label, _) in enumerate(CLAUSES):
+        print(f"  {query:52s} {label:34s} " + " ".join(f"{ranks[c][i]:>16s}" for c in ranks))
 
 
 def _latency(store, name: str, vectors: list[list[float]], where: Where) -> list[float]:
@@ -298,6 +307,8 @@ def main() -> None:
     a = sub.add_parser("agreements")
     a.add_argument("--index-path", default=".finmbs/bench-agreements")
     a.add_argument("--workers", type=int, default=None)
+    a.add_argument("--profiles", default="full", help="comma-separated: full, cascade, static (each its own index DIR-PROFILE)")
+    a.add_argument("--only-clause-docs", action="store_true", help="only the agreements the clause queries point at, and as many small others")
     e = sub.add_parser("engines")
     e.add_argument("--points", type=int, default=100000)
     e.add_argument("--engines", default="qdrant-edge", help="comma-separated: qdrant-edge, qdrant-client local")
