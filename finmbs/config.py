@@ -204,7 +204,7 @@ class IndexSettings(Settings):
     pdf_tables: bool = Field(True, description="detect PDF tables (pymupdf find_tables, ~1 s per figure-heavy page)")
     max_file_mb: float = Field(100.0, gt=0, description="larger files are skipped, with the reason, to bound memory")
     embed: Literal["full", "cascade"] = Field(
-        "cascade", description="finmbs's (not in the paper): full: every chunk embedded by embedding_model at ingest; cascade: "
+        "full", description="finmbs's (not in the paper): full: every chunk embedded by embedding_model at ingest; cascade: "
         "ingest writes BM25 and a static embedder distilled from embedding_model, search re-ranks its top rerank_depth "
         "candidates with embedding_model and writes those vectors back (each chunk embedded at most once)")
     rerank_depth: int = Field(40, ge=1, description="cascade: first-stage candidates re-ranked with embedding_model per search")
