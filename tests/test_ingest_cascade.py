@@ -255,6 +255,7 @@ def test_aliases_from_legal_names_borrowers_and_first_words():
     assert table["kimcorealtyop"][0] == {"kimcorealtyop"}
     assert table["dnow"][0] == table["now"][0] == {"now"}
     assert "host" not in table and "american" not in table  # too common to stand for a company alone
+    assert table["now"] == ({"now"}, True)  # a company's whole name: "NOW" or "NOW's", not the first word "Now"
     assert "amber" not in table  # two unrelated companies share it
 
 
@@ -280,7 +281,7 @@ def test_a_company_named_by_alias_filters_and_leaves_the_ranking_text(indexes):
                            for h in hits[:3]), shown
         assert index.recognise("Quillon Pharma's leverage covenant").companies == ["quillontherapeutics"]
         assert index.recognise("what does larkspur mean here?").companies == []  # a one-word alias needs its capital
-        assert index.recognise("Larkspur flowers bloom").companies == []  # and is not merely a sentence's first word
+        assert index.recognise("Larkspur term loan maturity").companies == ["larkspurlogisticsholdings"]
 
 
 def test_a_recognised_company_with_few_hits_says_so_instead_of_filling(indexes):

@@ -1014,7 +1014,7 @@ class Index:
                 if found is None:
                     continue
                 keys, single = found
-                if single and j - i == 1 and not _written_as_name(words, i):
+                if single and j - i == 1 and not _written_as_name(words, i, phrase):
                     continue
                 if best is None or len(phrase) > best[0]:
                     best = (len(phrase), sorted(keys), (words[i][1], words[j - 1][2]))
@@ -1197,14 +1197,16 @@ class Index:
         return [(_document(payload), score) for score, payload in rows]
 
 
-def _written_as_name(words: list[tuple[str, int, int, str]], i: int) -> bool:
-    """Whether the one word at `i` is written as a name: with a capital, and not merely as the first word of
-    the query or of a sentence (then in capitals throughout, or as a possessive)."""
+def _written_as_name(words: list[tuple[str, int, int, str]], i: int, alias: str) -> bool:
+    """Whether the one word at `i` is written as a name: with a capital; and a common word ("Now" for NOW Inc.)
+    as the query's first word or anywhere only in capitals throughout, or as a possessive."""
     _, start, end, written = words[i]
     if not written[:1].isupper() and not written[:1].isdigit():
         return False
     bare = re.sub(r"['’]s?$", "", written)
-    return i > 0 or bare != written or (bare.isupper() and len(bare) > 1) or any(ch.isdigit() for ch in bare)
+    if alias not in _GENERIC:
+        return True
+    return bare != written or (bare.isupper() and len(bare) > 1) or any(ch.isdigit() for ch in bare)
 
 
 def ranking_text(query: str, spans: Sequence[tuple[int, int]]) -> str:
