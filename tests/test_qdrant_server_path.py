@@ -109,7 +109,8 @@ def documents(shared_data, tmp_path):
 
 
 @pytest.mark.filterwarnings("ignore:Payload indexes have no effect in the local Qdrant")  # the stand-in engine
-def test_ingest_and_search_through_the_server_code_path(documents, tmp_path, monkeypatch):
+@pytest.mark.parametrize("embed", ["full", "cascade"])
+def test_ingest_and_search_through_the_server_code_path(documents, tmp_path, monkeypatch, embed):
     clients = []
 
     def client(url=None, api_key=None):  # a server client, played by qdrant-client's embedded engine
@@ -129,24 +130,24 @@ def test_ingest_and_search_through_the_server_code_path(documents, tmp_path, mon
     monkeypatch.setenv("QDRANT_API_KEY", "cluster-key")
     url = "https://qdrant.cluster.example:6333"
     sets = [arg for key, value in SHARDING.items() for arg in ("--set", f"index.{key}={value}")]
-    result = runner.invoke(app, ["ingest", str(documents), "--qdrant-url", url, "--json", *sets])
+    result = runner.invoke(app, ["ingest", str(documents), "--qdrant-url", url, "--json", "--embed", embed, *sets])
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     assert report["documents"] == 2 and report["chunks"] >= 8 and not report["skipped"]
     assert set(clients) == {(url, "cluster-key")}
     assert created == {"finmbs_chunks": SHARDING, "finmbs_documents": SHARDING}
 
-    again = runner.invoke(app, ["ingest", str(documents), "--qdrant-url", url, "--json"])
+    again = runner.invoke(app, ["ingest", str(documents), "--qdrant-url", url, "--json", "--embed", embed])
     assert json.loads(again.stdout)["unchanged"] == 2  # idempotent on the server path too
 
     served = {}
     for query in (QUERY, CONCEPT_QUERY):
-        result = runner.invoke(app, ["search", query, "-k", "5", "--qdrant-url", url, "--json"])
+        result = runner.invoke(app, ["search", query, "-k", "5", "--qdrant-url", url, "--json", "--set", f"index.embed={embed}"])
         assert result.exit_code == 0, result.output
         served[query] = json.loads(result.stdout)
 
     # the same documents in the default embedded engine (Qdrant Edge) give the same hits
-    edge = IndexSettings(path=str(tmp_path / "edge"))
+    edge = IndexSettings(path=str(tmp_path / "edge"), embed=embed)
     ingest_paths([documents], edge, show_progress=False)
     with open_index(edge) as index:
         assert isinstance(index.store, EdgeStore)
@@ -156,7 +157,7 @@ def test_ingest_and_search_through_the_server_code_path(documents, tmp_path, mon
             # hybrid scores are reciprocal-rank-fusion sums; the two engines count ranks a hair differently
             assert all(abs(h["score"] - score) < 2e-3 for h, (_, score) in zip(hits, expected)), query
 
-    settings = load_config(None, [f"index.url={url}"]).index
+    settings = load_config(None, [f"index.url={url}", f"index.embed={embed}"]).index
     with open_index(settings) as index:
         top = index.search(QUERY, 3)[0]
         assert index.document_text(top.chunk.doc_id)[top.chunk.char_start:top.chunk.char_end] == top.chunk.text

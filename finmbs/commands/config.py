@@ -54,12 +54,14 @@ def options_table(config) -> Table:
     for column in ("key", "value", "origin", "paper value", "meaning"):
         table.add_column(column, overflow="fold")
     sections = {"stages": config.stages, "novelty": config.novelty, "quality": config.quality,
-                "verify": config.verify}
+                "verify": config.verify, "index": config.index}
     for section, settings in sections.items():
         for name, field in type(settings).model_fields.items():
             key = f"{section}.{name}"
             if section == "stages" and name in SYMBOLS:
                 continue
+            if section == "index" and key not in PAPER_VALUES:
+                continue  # where the index lives and how it is built: plumbing, not behaviour
             paper = str(PAPER_VALUES[key]) if key in PAPER_VALUES else "(unchanged)"
             table.add_row(key, str(getattr(settings, name)), origin(key), paper, field.description or "")
     return table

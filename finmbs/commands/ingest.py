@@ -45,13 +45,19 @@ def register(app: typer.Typer) -> None:
         index_path: IndexPathOption = None,
         summarize_with: Annotated[str | None, typer.Option(help="Role or endpoint name that writes document summaries (default: extractive).")] = None,
         workers: Annotated[int | None, typer.Option("--workers", min=1, help="Processes that parse files (default: the CPU cores).")] = None,
+        embed: Annotated[str | None, typer.Option("--embed", help="full: every chunk embedded by index.embedding_model now; cascade: "
+                                                  "BM25 and a static embedder now, the model re-ranks at search time (default: index.embed).")] = None,
         as_json: JsonOption = False,
     ) -> None:
         """Parse, chunk, summarize and index documents; unchanged files are skipped, changed ones replaced."""
         from finmbs.ingest import ingest_paths
 
+        if embed not in (None, "full", "cascade"):
+            raise UsageError(f"--embed must be full or cascade, not {embed!r}")
         resolved = resolve_config(config, set_) if summarize_with else load_config(config, set_ or [])
         settings = index_settings(resolved, qdrant_url, index_path)
+        if embed:
+            settings = settings.model_copy(update={"embed": embed})
         endpoint = resolved.roles.endpoint(summarize_with) if summarize_with else None
         gateway = Gateway.from_config(resolved) if endpoint else None
         report = ingest_paths(paths, settings, gateway, endpoint, show_progress=not as_json, console=console, workers=workers)
@@ -94,6 +100,9 @@ def register(app: typer.Typer) -> None:
             if not hits and not index.documents():
                 raise UsageError(f"the index at {store_url(settings) or settings.path} holds no documents: run "
                                  "`finmbs ingest PATH` first (or point --index-path / --qdrant-url at the index)")
+            for note in [index.upgrade_note(), *hits.notes]:
+                if note:
+                    console.print(f"[yellow]note:[/] {note}")
         if as_json:
             typer.echo(json.dumps([hit_json(rank, hit) for rank, hit in enumerate(hits, 1)], indent=2, ensure_ascii=False))
         elif not hits:

@@ -30,7 +30,7 @@ class IndexRetriever:
         hits = self.index.search(query, self.k, company=company) if company else []
         hits = hits or self.index.search(query, self.k)
         self.retrieved[query] = [(hit.chunk.doc_id, hit.chunk.page) for hit in hits]
-        return [passage(hit.chunk) for hit in hits]
+        return [passage(window) for window in windows(hits)]
 
     def found_evidence(self, item: EvalItem) -> bool | None:
         """Whether a retrieved passage lies on an evidence page (None: no page-level evidence, or not asked)."""
@@ -78,6 +78,19 @@ def oracle_context(item: EvalItem, pdf_dir: Path | None) -> str:
         page = "" if evidence.page is None else f", page {evidence.page + 1}"
         parts.append(f"[{evidence.doc_name or 'document'}{page}]\n{evidence_text(evidence, pdf_dir).strip()}")
     return "\n\n".join(parts)
+
+
+def windows(hits) -> list[Chunk]:
+    """Each hit's small-to-big window (its enclosing table or section, `index.context_tokens`), or the chunk
+    itself; a window inside an earlier one is left out, so no passage repeats another's text."""
+    kept: list[Chunk] = []
+    for hit in hits:
+        span = hit.context or hit.chunk
+        inside = any(w.doc_id == span.doc_id and None not in (w.char_start, span.char_start, w.char_end, span.char_end)
+                     and w.char_start <= span.char_start and span.char_end <= w.char_end for w in kept)
+        if not inside:
+            kept.append(span)
+    return kept
 
 
 def passage(chunk: Chunk) -> str:

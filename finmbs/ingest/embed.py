@@ -124,27 +124,96 @@ def over_window(name: str, texts: Sequence[str]) -> int:
     return sum(len(e.ids) > limit for e in tokenizer.encode_batch(list(texts)))
 
 
-class Embedder:
-    """Normalized sentence vectors (cosine = dot product) on the CPU."""
+Device = str  # "auto" | "cpu" | "cuda" (index.device)
 
-    def __init__(self, name: str):
+
+def cuda_available() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
+
+
+def resolve_device(device: Device = "auto", *, cuda: Callable[[], bool] = cuda_available) -> str:
+    """Where a transformer embedder runs: `cuda` when asked for (an error when there is none), `auto`: CUDA
+    when torch sees a GPU, else the CPU."""
+    if device not in ("auto", "cpu", "cuda"):
+        raise ConfigError(f"index.device must be auto, cpu or cuda, not {device!r}", key="index.device")
+    if device == "cuda" and not cuda():
+        raise ConfigError("index.device is cuda, but torch sees no CUDA device (use auto or cpu)", key="index.device")
+    if device == "auto":
+        return "cuda" if cuda() else "cpu"
+    return device
+
+
+def batch_size_for(device: str, name: str, *, free_bytes: Callable[[], int] | None = None) -> int:
+    """Texts per forward pass: 32 on the CPU (more only adds padding work); on a GPU as many as a slice of its
+    free memory holds (a 256-token MiniLM batch of 256 texts needs well under 1 GiB), from 64 to 512; a
+    static embedder (a lookup and a mean per text) 1024 anywhere."""
+    if name.startswith(STATIC):
+        return 1024
+    if device != "cuda":
+        return 32
+    if free_bytes is None:
+        import torch
+
+        free_bytes = lambda: torch.cuda.mem_get_info()[0]  # noqa: E731
+    per_text = 4 * 2**20  # activations of one 256-token text through a small BERT, generously
+    return int(max(64, min(512, free_bytes() // 8 // per_text)))
+
+
+class Embedder:
+    """Normalized sentence vectors (cosine = dot product), on the CPU or a CUDA device (`index.device`)."""
+
+    def __init__(self, name: str, device: Device = "cpu"):
         SentenceTransformer = integration("sentence_transformers").SentenceTransformer
 
         self.name = name
-        self.model = SentenceTransformer(str(model_dir(name)), device="cpu")
+        # a static embedder is a table lookup: the CPU is as fast and keeps the vectors bit-identical
+        self.device = "cpu" if name.startswith(STATIC) else resolve_device(device)
+        self.model = SentenceTransformer(str(model_dir(name)), device=self.device)
         dimension = getattr(self.model, "get_embedding_dimension", None) or self.model.get_sentence_embedding_dimension
         self.dim = int(dimension())
+        self.batch_size = batch_size_for(self.device, name)
 
-    def encode(self, texts: Sequence[str], batch_size: int = 32) -> list[list[float]]:
+    def encode(self, texts: Sequence[str], batch_size: int | None = None) -> list[list[float]]:
         if not texts:
             return []
-        if self.name.startswith(STATIC):
-            batch_size = max(batch_size, 1024)  # a lookup and a mean per text: large batches cost nothing
-        vectors = self.model.encode(list(texts), batch_size=batch_size, normalize_embeddings=True, show_progress_bar=False)
-        return vectors.tolist()
+        size = max(batch_size or 0, self.batch_size)
+        vectors = self.model.encode(list(texts), batch_size=size, normalize_embeddings=True, show_progress_bar=False,
+                                    convert_to_numpy=True)
+        return vectors.astype("float32").tolist()
 
 
 @functools.cache
-def embedder(name: str) -> Embedder:
-    """One loaded model per process."""
-    return Embedder(name)
+def embedder(name: str, device: Device = "cpu") -> Embedder:
+    """One loaded model per process and device."""
+    return Embedder(name, device)
+
+
+HEADER_TOKENS = 32  # document title + section path in front of each embedded chunk, at most
+
+
+def clipper(model: str) -> Callable[[str, int], str]:
+    """Cut a text after `n` word pieces of the model's tokenizer."""
+    offsets = token_offsets(model)
+
+    def clip(text: str, n: int) -> str:
+        pieces = offsets(text)
+        return text if len(pieces) <= n else text[: pieces[n - 1][1]]
+
+    return clip
+
+
+def embedding_header(document, chunk, clip: Callable[[str, int], str] | None = None) -> str:
+    """The passage context embedded with a chunk: its document title and section path, clipped to
+    HEADER_TOKENS word pieces so header and chunk fit the embedder's window together."""
+    header = f"{document.title}\n{chunk.section_path}"
+    return clip(header, HEADER_TOKENS) if clip else header
+
+
+def embedding_text(document, chunk, clip: Callable[[str, int], str] | None = None) -> str:
+    """What gets embedded (and BM25-indexed) for a chunk: header, then the chunk text. The same function
+    serves ingest and the cascade's query-time embedding, so both embed exactly the same text."""
+    return f"{embedding_header(document, chunk, clip)}\n{chunk.text}"

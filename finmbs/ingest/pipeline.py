@@ -29,7 +29,9 @@ from rich.text import Text
 
 from finmbs.config import Endpoint, IndexSettings
 from finmbs.ingest.chunk import VERSION as CHUNKER_VERSION, Chunker
-from finmbs.ingest.embed import over_window, special_tokens, token_counter, token_offsets, window
+from finmbs.ingest.embed import (  # noqa: F401 - embedding_header/embedding_text/clipper: pipeline's names too
+    HEADER_TOKENS, clipper, embedding_header, embedding_text, over_window, special_tokens, token_counter, token_offsets, window,
+)
 from finmbs.ingest.index import Index, open_index
 from finmbs.ingest.parse import PDF_EXTS, SUPPORTED_EXTS, ParseError, ParsedDocument, parse_file
 from finmbs.ingest.summarize import summarize
@@ -90,21 +92,6 @@ def _doc_id(path: Path, parsed: ParsedDocument, sha: str, index: Index, source: 
     return doc_id
 
 
-HEADER_TOKENS = 32  # document title + section path in front of each embedded chunk, at most
-
-
-def embedding_header(document: Document, chunk: Chunk, clip: Callable[[str, int], str] | None = None) -> str:
-    """The passage context embedded with a chunk: its document title and section path, clipped to
-    HEADER_TOKENS word pieces so header and chunk fit the embedder's window together."""
-    header = f"{document.title}\n{chunk.section_path}"
-    return clip(header, HEADER_TOKENS) if clip else header
-
-
-def embedding_text(document: Document, chunk: Chunk, clip: Callable[[str, int], str] | None = None) -> str:
-    """What gets embedded (and BM25-indexed) for a chunk: header, then the chunk text."""
-    return f"{embedding_header(document, chunk, clip)}\n{chunk.text}"
-
-
 def chunk_budget(settings: IndexSettings) -> int:
     """Chunk tokens that fit the embedder's window next to the header: at most `index.chunk_size`."""
     return max(16, min(settings.chunk_size, window(settings.embedding_model) - special_tokens(settings.embedding_model) - HEADER_TOKENS))
@@ -115,17 +102,6 @@ def chunking(settings: IndexSettings) -> str:
     ingested another way (an older finmbs, another chunk size) is ingested again, unchanged or not."""
     return f"chunker-v{CHUNKER_VERSION} size={chunk_budget(settings)} overlap={settings.chunk_overlap} " \
            f"pdf_tables={settings.pdf_tables}"
-
-
-def clipper(model: str) -> Callable[[str, int], str]:
-    """Cut a text after `n` word pieces of the model's tokenizer."""
-    offsets = token_offsets(model)
-
-    def clip(text: str, n: int) -> str:
-        pieces = offsets(text)
-        return text if len(pieces) <= n else text[: pieces[n - 1][1]]
-
-    return clip
 
 
 @dataclass

@@ -19,6 +19,7 @@ def hit_json(rank: int, hit: Hit) -> dict[str, Any]:
         "company": hit.document.company, "doc_type": hit.document.doc_type, "section": chunk.section_path,
         "page": chunk.page, "char_start": chunk.char_start, "char_end": chunk.char_end, "kind": chunk.kind,
         "term": chunk.term, "chunk_id": chunk.chunk_id, "source_path": shown_path(chunk.source_path) if chunk.source_path else None, "text": chunk.text,
+        "context": {"char_start": hit.context.char_start, "char_end": hit.context.char_end, "text": hit.context.text} if hit.context else None,
     }
 
 
