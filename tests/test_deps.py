@@ -70,3 +70,21 @@ def test_an_integration_that_fails_to_import_is_one_line_naming_package_and_fix(
     assert len(error) == 1, result.stderr
     assert "sentence-transformers 6.3.0 failed to import (ValueError: Either a revision or a version must be specified.)" in error[0]
     assert "Fix:" in error[0] and "pip install -r" in error[0]
+
+
+def test_every_dependency_pyproject_names_is_in_the_lock():
+    """A dependency added to pyproject.toml without re-running requirements/compile.sh would install in a
+    developer's environment and be missing from every fresh one (CI, a user's): the lock must pin it."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    wanted = list(project["dependencies"])
+    for extra, requirements in project["optional-dependencies"].items():
+        if extra != "vllm":  # its own lock (requirements/pyX.Y-vllm.txt)
+            wanted += requirements
+    pins = deps.locked()
+    missing = [spec for spec in wanted if canonicalize_name(Requirement(spec).name) not in pins]
+    assert not missing, f"not in {deps.lock_path()}: {missing}; run bash requirements/compile.sh"
