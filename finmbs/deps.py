@@ -87,7 +87,7 @@ def installed() -> dict[str, str]:
     return found
 
 
-def _release(version: str) -> str:
+def release(version: str) -> str:
     """A version without its local label (torch 2.13.0+cpu is the lock's 2.13.0)."""
     return version.split("+", 1)[0]
 
@@ -119,7 +119,7 @@ def drift(only: set[str] | None = None) -> list[Drift]:
         if got is None:
             if only is not None:
                 found.append(Drift(name, None, want, f"the lock has {want}"))
-        elif _release(got) != _release(want):
+        elif release(got) != release(want):
             found.append(Drift(name, got, want, f"the lock has {want}"))
     optional = _optional_of_locked()
     for name in sorted(set(have) - set(pins) - {"finmbs", "pip", "setuptools", "wheel"}):
@@ -147,12 +147,12 @@ def _optional_of_locked() -> dict[str, set[str]]:
     return names
 
 
-def fix() -> str:
-    """The commands that restore the locked set."""
+def fix(differs: list[Drift] | None = None) -> str:
+    """The commands that restore the locked set (`differs`: this environment's drift, when already known)."""
     path = lock_path()
     if path is None:
         return f"finmbs has no lock for Python {PYTHON}: use Python 3.11 (requirements/py3.11.txt)"
-    extra = sorted(d.name for d in drift() if d.locked is None)
+    extra = sorted(d.name for d in (drift() if differs is None else differs) if d.locked is None)
     remove = f"pip uninstall -y {' '.join(extra)} && " if extra else ""
     return f"{remove}pip install -r {_shown(path)} (the locked set), or a fresh virtual environment"
 
@@ -183,4 +183,4 @@ def import_failure(module: str, exc: BaseException) -> str:
     differs = drift()
     detail = "; ".join(d.line() for d in differs[:4]) or "every locked package is at its locked version"
     error = " ".join(str(exc).split())[:200]
-    return f"{what} failed to import ({type(exc).__name__}: {error}); {detail}. Fix: {fix()}"
+    return f"{what} failed to import ({type(exc).__name__}: {error}); {detail}. Fix: {fix(differs)}"

@@ -26,7 +26,7 @@ KEY_PACKAGES = (
 
 def versions_table() -> tuple[Table, int]:
     """The key packages: installed version, locked version, and whether they agree."""
-    from finmbs.deps import installed, locked
+    from finmbs.deps import installed, locked, release
 
     have, pins = installed(), locked()
     table = Table(title="packages", show_lines=False)
@@ -35,8 +35,7 @@ def versions_table() -> tuple[Table, int]:
     problems = 0
     for name in KEY_PACKAGES:
         got, want = have.get(name), pins.get(name)
-        ok = got is None and want is None or (got is not None and want is not None
-                                              and got.split("+")[0] == want.split("+")[0])
+        ok = got is None and want is None or (got is not None and want is not None and release(got) == release(want))
         if name == "verl" and got is not None:  # installed without its dependencies: not in the lock
             ok = True
         problems += not ok
@@ -122,7 +121,7 @@ def doctor(
     for item in differs:
         out.print(f"[red]differs from the lock:[/] {item.line()}", highlight=False)
     if differs or problems or lock is None:
-        out.print(f"fix: {fix()}", highlight=False)
+        out.print(f"fix: {fix(differs)}", highlight=False)
     if smoke_test:
         smoke(out)
     if differs or lock is None:
