@@ -16,9 +16,9 @@ import pytest
 import yaml
 
 from finmbs.config import ConfigError, RunConfig
-from finmbs.export.load import RunReadError, load_run
+from finmbs.runs.load import RunReadError, load_run
 from finmbs.llm import BudgetExceeded
-from finmbs.mbs.pipeline import run_grow
+from finmbs.runs.grow import run_grow
 from finmbs.runs import UsageLedger, read_jsonl
 from finmbs.seeds import load_seeds
 from finmbs.testing.world import Agent, World, world_config

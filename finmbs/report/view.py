@@ -8,10 +8,10 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from finmbs.export.load import Run, SeedTrees
 from finmbs.export.rows import difficulty
-from finmbs.records import DifficultyReport, Problem, RoleUsage, TreeNode
-from finmbs.runs import CONTAMINATION
+from finmbs.records import DifficultyReport, Problem, RoleUsage, SeedTrees, TreeNode
+from finmbs.runs.folder import CONTAMINATION
+from finmbs.runs.load import Run
 
 BANDS = ("hard", "goldilocks", "stale")
 

@@ -1,9 +1,8 @@
-"""Per-seed MBS orchestration and the run loop: seeds concurrently, the run folder, metrics, resume.
-
-`grow_seed(seed, ctx)` is one seed end to end (traces -> decompose -> leaves/compose -> calibrate);
-`run_grow` runs many seeds under `seed_concurrency`, saving each finished seed (tree file, qualified,
-rejected, done marker) so a killed run resumes where it was; unfinished seeds replay from the
-gateway cache.
+"""The run loop: many seeds under `seed_concurrency`, each saved as it finishes (tree file, qualified,
+rejected, done marker) so a killed run resumes where it was; unfinished seeds replay from the gateway
+cache. The one writer holds the folder's lock; the config is recorded (a changed one refused unless
+allowed); SIGTERM stops the run after the model calls in flight have returned, so every call the
+servers received is on the usage ledger.
 """
 
 from __future__ import annotations
@@ -14,7 +13,7 @@ import signal
 import time
 import warnings
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
@@ -22,160 +21,33 @@ from typing import Any
 
 import yaml
 
-from finmbs.baselines.direct import grow_seed_direct
 from finmbs.config import ConfigError, RunConfig, config_changes, dump_config
 from finmbs.executors import Executor, Tick, make_executor, no_tick
 from finmbs.llm import Gateway
 from finmbs.llm.gateway import budget_check
-from finmbs.mbs.compose import synthesize
-from finmbs.mbs.context import SECONDS, TARGET_ROLE, Context, Ledger, in_stage
-from finmbs.mbs.decompose import ANSWER_LEAK, STAGE as DECOMPOSE, decompose
-from finmbs.mbs.novelty import STAGE as NOVELTY
-from finmbs.mbs.programs import CHECK as PROGRAM_CHECK
-from finmbs.mbs.quality import STAGE as QUALITY
-from finmbs.mbs.outcome import SeedOutcome, finish, is_root, seed_root, synthetic_trees
-from finmbs.records import DecompositionTree, Problem, RoleUsage, RunMetrics, SyntheticTree, TreeNode, merge_usage
-from finmbs.runs import (
-    CONFIG, CONFIG_CHANGES, CONTAMINATION, METRICS, QUALIFIED, REJECTED, SEEDS, USAGE, JsonlLog, RunDir, UsageLedger,
-    atomic_write_json, atomic_write_text, file_name, read_jsonl,
+from finmbs.mbs.context import SECONDS, Context
+from finmbs.mbs.outcome import SeedOutcome
+from finmbs.mbs.pipeline import growers
+from finmbs.mbs.reground import excluded_documents, shared_index
+from finmbs.mbs.stages import Progress
+from finmbs.records import Problem, RoleUsage, RunMetrics, merge_usage
+from finmbs.runs.folder import (
+    CONFIG, CONFIG_CHANGES, CONTAMINATION, METRICS, QUALIFIED, QUALIFIED_NODES, REJECTED, SEEDS, USAGE, JsonlLog, RunDir,
+    UsageLedger, atomic_write_json, atomic_write_text, file_name,
 )
+from finmbs.runs.metrics import collect_metrics, screen_model
 
-Grower = Callable[[Problem, Context], Awaitable[SeedOutcome]]
 METRICS_EVERY_S = 30.0  # metrics.json refresh; usage itself reaches usage.jsonl with every call and seed
-
-
-async def grow_seed(seed: Problem, ctx: Context) -> SeedOutcome:
-    """MagicBeanStalk on one seed."""
-    ctx, ledger = ctx.for_seed(), Ledger(seed.id)
-    root = await seed_root(ctx, seed, ledger)
-    if root is None:
-        return await finish(ctx, seed, None, [], ledger.rejected[-1].reason, ledger)
-    tree = DecompositionTree(seed_id=seed.id, root=root)
-    with in_stage(DECOMPOSE):
-        effective = await decompose(ctx, root, ledger)
-    if not effective:
-        ledger.reject(seed, DECOMPOSE, root.decisions[-1].reason)
-        return await finish(ctx, seed, tree, [], root.decisions[-1].reason, ledger)
-    versions, orphans = await synthesize(ctx, root, ledger)
-    return await finish(ctx, seed, tree, synthetic_trees(seed.id, versions + orphans), None, ledger)
-
-
-def growers() -> dict[str, Grower]:
-    return {"mbs": grow_seed, "direct": grow_seed_direct}
-
-
-# run folder -----------------------------------------------------------------------------------
-REGROUND = "reground"  # reground.STAGE, named here so metrics need not import the index stack
-QUALIFIED_NODES = "qualified_nodes.jsonl"  # keep: all -- qualified non-root nodes, apart from qualified.jsonl
 
 
 def save_seed(run: RunDir, outcome: SeedOutcome, qualified: JsonlLog, rejected: JsonlLog) -> None:
     """Write one finished seed: tree file, qualified and rejected rows, then the done marker."""
-    atomic_write_json(run.tree_path(outcome.seed.id), outcome.tree_json())
+    atomic_write_json(run.tree_path(outcome.seed.id), outcome.tree_file())
     qualified.append(outcome.qualified)
     if outcome.qualified_nodes:
         JsonlLog(run.path(QUALIFIED_NODES)).append(outcome.qualified_nodes)
     rejected.append(outcome.rejected)
     run.mark_done(outcome.seed.id)
-
-
-def load_tree(path: Path) -> tuple[DecompositionTree | None, list[SyntheticTree], dict[str, int], dict[str, dict]]:
-    """(decomposition, synthetic trees, tokens per role, usage per stage) of one finished seed's tree file."""
-    data = json.loads(path.read_text(encoding="utf-8"))
-    tree = DecompositionTree.model_validate(data["decomposition"]) if data["decomposition"] else None
-    synthetic = [SyntheticTree.model_validate(t) for t in data["synthetic"]]
-    return tree, synthetic, data.get("tokens", {}), data.get("stages", {})
-
-
-def add_stage_usage(total: dict[str, dict[str, float]], seed: dict[str, dict[str, float]]) -> None:
-    """Sum one seed's per-stage requests, tokens and model seconds into the run's."""
-    for stage, counts in seed.items():
-        into = total.setdefault(stage, {})
-        for key, value in counts.items():
-            into[key] = round(into.get(key, 0) + value, 3)
-
-
-def decomposition_attempts(nodes: list[TreeNode]) -> tuple[int, int]:
-    """(effective, attempted) decomposition proposals recorded on these nodes."""
-    attempts = [d for n in nodes for d in n.decisions if d.stage == DECOMPOSE and "attempt" in d.data]
-    return sum(d.outcome == "accepted" for d in attempts), len(attempts)
-
-
-def too_easy(tree: DecompositionTree | None) -> bool:
-    return tree is not None and any(d.data.get("too_easy") for d in tree.root.decisions)
-
-
-def count_rejections(metrics: RunMetrics, rows: list[dict[str, Any]]) -> None:
-    """The counted rejections: answer leaks, novelty, quality control, re-grounded problems failing verification."""
-    checks = Counter((row["stage"], row.get("data", {}).get("check")) for row in rows)
-    metrics.answer_leaks = checks[(DECOMPOSE, ANSWER_LEAK)]
-    metrics.novelty_rejected = sum(n for (stage, _), n in checks.items() if stage == NOVELTY)
-    metrics.not_well_posed = sum(n for (stage, _), n in checks.items() if stage == QUALITY)
-    metrics.reground_unverified = checks[(REGROUND, "verify")]
-    metrics.reground_too_easy = checks[(REGROUND, "screen")]
-    metrics.program_rejected = sum(n for (_, check), n in checks.items() if check == PROGRAM_CHECK)
-
-
-def screen_model(config: RunConfig) -> str | None:
-    """The weakest student's name when it is the target policy's model (its alpha screen then measured
-    the target on the samples calibration must not reuse), else None."""
-    weakest, target = config.roles.students[-1], config.roles.target
-    return weakest.name if (weakest.model, weakest.api_base) == (target.model, target.api_base) else None
-
-
-def fresh_draws(metrics: RunMetrics, roots: list[TreeNode], screened_by: str | None) -> None:
-    """Count the roots whose alpha screen (on the target's own model) was Goldilocks, and how many of them
-    calibration's fresh draws put outside the band."""
-    if screened_by is None:
-        return
-    for node in roots:
-        acc = node.student_accuracy.get(screened_by)
-        if acc is not None and 0 < acc < 1 and node.target is not None:
-            metrics.screen_goldilocks += 1
-            metrics.screen_goldilocks_out += node.target.band != "goldilocks"
-
-
-def collect_metrics(
-    run: RunDir, seeds: list[Problem], method: str, keep: str = "roots", screened_by: str | None = None
-) -> RunMetrics:
-    """The paper's metrics over the synthetic roots of the finished seeds' tree files (other nodes,
-    calibrated with keep: all, counted apart) and the rejections in rejected.jsonl. The rates count the
-    roots the novelty guard or quality control rejected just before calibration among the candidates."""
-    metrics = RunMetrics(method=method, keep=keep, seeds_in=len(seeds))
-    rows = list(read_jsonl(run.path(REJECTED)))
-    count_rejections(metrics, rows)
-    metrics.gated_roots = sum(
-        1 for row in rows if row["stage"] in (NOVELTY, QUALITY) and row.get("data", {}).get("root"))
-    nodes: list[TreeNode] = [
-        TreeNode.model_validate(row["data"]["node"])
-        for row in rows if row["stage"] == DECOMPOSE and "node" in row.get("data", {})
-    ]
-    for seed in seeds:
-        path = run.tree_path(seed.id)
-        if not run.is_done(seed.id) or not path.exists():
-            continue
-        tree, synthetic, tokens, stages = load_tree(path)
-        metrics.seeds_done += 1
-        add_stage_usage(metrics.stages, stages)
-        metrics.seeds_with_trace += tree is not None
-        metrics.seeds_too_easy += too_easy(tree)
-        metrics.construction_tokens += sum(n for role, n in tokens.items() if role != TARGET_ROLE)
-        nodes.extend(tree.root.walk() if tree else [])
-        seen: dict[str, TreeNode] = {n.problem.id: n for t in synthetic for n in t.root.walk() if n.target}
-        roots = [n.target for n in seen.values() if n.target and is_root(n)]
-        others = [n.target for n in seen.values() if n.target and not is_root(n)]
-        fresh_draws(metrics, [n for n in seen.values() if is_root(n)], screened_by)
-        metrics.descendants += len(roots)
-        metrics.goldilocks += sum(r.band == "goldilocks" for r in roots)
-        metrics.qualified += sum(r.qualified for r in roots)
-        metrics.relabeled += sum(bool(n.target and n.target.qualified and is_root(n) and "relabeled_from" in n.problem.meta)
-                                 for n in seen.values())
-        metrics.seeds_converted += any(r.qualified for r in roots)
-        metrics.other_descendants += len(others)
-        metrics.other_goldilocks += sum(r.band == "goldilocks" for r in others)
-        metrics.other_qualified += sum(r.qualified for r in others)
-    metrics.decompositions_effective, metrics.decompositions_attempted = decomposition_attempts(nodes)
-    return metrics
 
 
 def previous_totals(run: RunDir, ledger: UsageLedger) -> tuple[dict[str, RoleUsage], float, Counter[str]]:
@@ -234,8 +106,6 @@ def regrounds(config: RunConfig, seeds: list[Problem], method: str) -> bool:
 def record_exclusions(run: RunDir, config: RunConfig, seeds: list[Problem]) -> frozenset[str]:
     """The documents no seed is re-grounded on (every seed's own, every held-out one), written to
     contamination.json; a holdout entry that names no indexed document is warned about once."""
-    from finmbs.mbs.reground import excluded_documents, shared_index
-
     with shared_index(config.index) as index:
         found = excluded_documents(index, seeds, config.index.holdout)
         docs = {d.doc_id: d for d in index.documents()}
@@ -308,7 +178,7 @@ async def _grow_locked(
         save_seed(run, outcome, qualified, rejected)
         seconds.update({stage: c.get(SECONDS, 0.0) for stage, c in outcome.stages.items()})
         ledger.write(executor.usage)
-        tick("seeds")
+        tick(Progress.SEEDS)
         if time.monotonic() - last_metrics > METRICS_EVERY_S:
             last_metrics = time.monotonic()
             write_metrics()
@@ -316,7 +186,7 @@ async def _grow_locked(
     excluded = record_exclusions(run, config, seeds) if regrounds(config, seeds, method) else frozenset()
     todo = [s for s in seeds if not run.is_done(s.id)]
     if len(todo) < len(seeds):
-        tick("seeds", len(seeds) - len(todo))  # finished by an earlier run: progress counts them done
+        tick(Progress.SEEDS, len(seeds) - len(todo))  # finished by an earlier run: progress counts them done
     try:
         with sigterm_as_interrupt():
             await executor.map(partial(grow_work, config=config, method=method, excluded=excluded), todo,
