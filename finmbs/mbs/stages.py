@@ -21,6 +21,7 @@ class Stage(StrEnum):
     QUALITY = "quality"  # quality control: math problems that are not well-posed (quality.py)
     CALIBRATE = "calibrate"  # final calibration on the target policy (calibrate.py)
     VERIFY = "verify"  # `finmbs verify`: stated labels checked (labels.py)
+    MINE = "mine"  # `finmbs mine`: questions written from a document's passages
     JUDGE = "judge"  # `finmbs mine`: the answerability judge
     OTHER = "other"  # model calls made outside every stage
 
@@ -59,3 +60,9 @@ def progress(method: str, reground: bool) -> list[str]:
     if method == "mbs":
         stages.insert(1, Progress.STUDENTS)
     return [Progress.SEEDS, *stages]
+
+
+def in_order(name: str) -> tuple[int, str]:
+    """Sort key: the declared stages in their order (MBS's, then the others), any other name after them."""
+    order = list(dict.fromkeys([*METHOD_STAGES["mbs"], *Stage]))
+    return (order.index(Stage(name)), "") if name in Stage._value2member_map_ else (len(order), name)

@@ -252,7 +252,7 @@ async def _mine_locked(run: RunDir, config: RunConfig, options: Options, out: Pa
         tick("documents")
 
     try:
-        with sigterm_as_interrupt():
+        with sigterm_as_interrupt(gateway):
             await first_failure([one(i, doc) for i, doc in enumerate(chosen) if doc.doc_id not in done])
     finally:
         ledger.write(gateway.usage)

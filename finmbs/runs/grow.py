@@ -38,6 +38,9 @@ from finmbs.runs.folder import (
 from finmbs.runs.metrics import collect_metrics, screen_model
 
 METRICS_EVERY_S = 30.0  # metrics.json refresh; usage itself reaches usage.jsonl with every call and seed
+# SIGTERM: the longest wait for the model calls in flight, well inside the grace period schedulers give
+# before SIGKILL (30 s for Kubernetes and Slurm's default KillWait), leaving time to write the folder
+DRAIN_S = 20.0
 
 
 def save_seed(run: RunDir, outcome: SeedOutcome, qualified: JsonlLog, rejected: JsonlLog) -> None:
@@ -135,9 +138,9 @@ async def run_grow(
 
     Seeds run on `executor` (default: this process, through `gateway`); this process alone writes the
     run folder, and holds its lock meanwhile. A BudgetExceeded or GatewayError stops the run after
-    saving metrics; finished seeds stay done. SIGTERM stops it like Ctrl-C (KeyboardInterrupt), with
-    everything paid for counted. The budget covers every run on the folder: a rerun whose folder has
-    spent it stops before any call.
+    saving metrics; finished seeds stay done. SIGTERM stops it like Ctrl-C (KeyboardInterrupt) once the
+    model calls in flight have returned (`sigterm_as_interrupt`), with everything paid for counted. The
+    budget covers every run on the folder: a rerun whose folder has spent it stops before any call.
     """
     growers()[method]  # an unknown method fails before any work
     config.check_environment()
@@ -188,7 +191,7 @@ async def _grow_locked(
     if len(todo) < len(seeds):
         tick(Progress.SEEDS, len(seeds) - len(todo))  # finished by an earlier run: progress counts them done
     try:
-        with sigterm_as_interrupt():
+        with sigterm_as_interrupt(local_gateway):
             await executor.map(partial(grow_work, config=config, method=method, excluded=excluded), todo,
                                concurrency=config.seed_concurrency, on_result=on_result, tick=tick)
     finally:
@@ -202,14 +205,26 @@ async def _grow_locked(
 
 
 @contextmanager
-def sigterm_as_interrupt() -> Iterator[None]:
-    """In the main thread's event loop: SIGTERM (how schedulers stop jobs) cancels the current task and
-    surfaces as KeyboardInterrupt, so it stops the run exactly like Ctrl-C."""
+def sigterm_as_interrupt(gateway: Gateway | None = None) -> Iterator[None]:
+    """In the main thread's event loop: SIGTERM (how schedulers stop jobs) stops the run like Ctrl-C
+    (KeyboardInterrupt). With the run's in-process `gateway`, no new model call is sent from then on and
+    the calls in flight are awaited (up to DRAIN_S) before the current task is cancelled, so every call a
+    server received is answered and on the usage ledger; without one (work on Ray), or at a second
+    SIGTERM, the task is cancelled at once."""
     loop, task, terminated = asyncio.get_running_loop(), asyncio.current_task(), []
+    draining: list[asyncio.Task[None]] = []
+
+    async def drain_then_cancel(gateway: Gateway) -> None:
+        await gateway.drain(DRAIN_S)
+        if task is not None:
+            task.cancel()
 
     def stop() -> None:
+        first = not terminated
         terminated.append(True)
-        if task is not None:
+        if first and gateway is not None:
+            draining.append(loop.create_task(drain_then_cancel(gateway)))
+        elif task is not None:
             task.cancel()
 
     try:
@@ -226,3 +241,7 @@ def sigterm_as_interrupt() -> Iterator[None]:
     finally:
         if installed:
             loop.remove_signal_handler(signal.SIGTERM)
+        for pending in draining:
+            pending.cancel()
+        if gateway is not None:
+            gateway.draining = False
