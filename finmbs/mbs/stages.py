@@ -7,8 +7,8 @@ from enum import StrEnum
 
 
 class Stage(StrEnum):
-    """A stage of the paper's pipeline (section 3) or of finmbs's around it; model calls are accounted to
-    one (`context.in_stage`) and every rejection names one."""
+    """A stage of the paper's pipeline (section 3) or of finmbs's around it, in the order a seed meets
+    them; model calls are accounted to one (`context.in_stage`) and every rejection names one."""
 
     TRACES = "traces"  # stage 1: rejection-sampled teacher traces (traces.py)
     DECOMPOSE = "decompose"  # stage 2: decomposition (decompose.py)
@@ -63,6 +63,7 @@ def progress(method: str, reground: bool) -> list[str]:
 
 
 def in_order(name: str) -> tuple[int, str]:
-    """Sort key: the declared stages in their order (MBS's, then the others), any other name after them."""
-    order = list(dict.fromkeys([*METHOD_STAGES["mbs"], *Stage]))
+    """Sort key: the declared stages in their declaration order (a seed's way through them), any other
+    name after them."""
+    order = list(Stage)
     return (order.index(Stage(name)), "") if name in Stage._value2member_map_ else (len(order), name)
