@@ -40,7 +40,8 @@ def import_graph(root: Path = ROOT) -> dict[str, set[str]]:
     for module, path in files.items():
         deps = set()
         tree = ast.parse(path.read_text(encoding="utf-8"))
-        typing_only = {id(n) for block in ast.walk(tree) if isinstance(block, ast.If) and "TYPE_CHECKING" in ast.unparse(block.test)
+        typing_only = {id(n) for block in ast.walk(tree)
+                       if isinstance(block, ast.If) and "TYPE_CHECKING" in ast.unparse(block.test)
                        for stmt in block.body for n in ast.walk(stmt)}
         for node in ast.walk(tree):
             if id(node) in typing_only:
@@ -132,7 +133,8 @@ def longest_function(root: Path = ROOT) -> tuple[int, str]:
 
 def largest_file(root: Path = ROOT) -> tuple[int, str]:
     """(lines, path) of the largest Python file under finmbs/."""
-    return max((len(p.read_text(encoding="utf-8").splitlines()), str(p.relative_to(root))) for p in module_files(root).values())
+    files = module_files(root).values()
+    return max((len(p.read_text(encoding="utf-8").splitlines()), str(p.relative_to(root))) for p in files)
 
 
 def figures(root: Path = ROOT) -> dict[str, object]:

@@ -5,7 +5,6 @@ world's rules (finmbs/testing/world.py). The package's import graph: tests/test_
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import yaml
@@ -21,10 +20,12 @@ from finmbs.mbs.decompose import ANSWER_LEAK, decompose
 from finmbs.mbs.leaves import harder_leaves, leaf_prompt
 from finmbs.mbs.candidates import ANSWER_CHARS, WorkedProblem, verified_node
 from finmbs.mbs.novelty import gives_own_answer, restated, reveals, similarity, unworkable
-from finmbs.runs.grow import run_grow
 from finmbs.mbs.traces import teacher_trace
-from finmbs.records import Problem, Snippet, TreeNode
+from finmbs.records import Problem, SeedCounts, Snippet, TreeNode
 from finmbs.runs import read_jsonl
+from finmbs.runs.folder import RunDir
+from finmbs.runs.grow import run_grow
+from finmbs.runs.metrics import collect_metrics
 from finmbs.testing.world import TASK_MARKERS, Agent, World, world_config
 
 SEED = Problem(id="a", question="Compute (2 + 3) * (4 + 1).", answer="25")
@@ -385,7 +386,12 @@ async def test_novelty_guard_can_be_turned_off(tmp_path, openai_server):
     _, config = context(openai_server, tmp_path, agents, N_leaf=2, Nc=3, N=8, L=100, compose_all_trials=True)
     guarded = await run_grow(config, [SEED], tmp_path / "on")
     # three identical composed roots: the first is calibrated, the other two restate it
-    assert (guarded.descendants, guarded.novelty_rejected) == (1, 2)
+    assert (guarded.descendants, guarded.novelty_rejected, guarded.gated_roots) == (1, 2, 2)
+    # a folder whose tree files predate the stored counts: its rejection rows, replayed, give the same counts
+    for path in (tmp_path / "on" / "trees").iterdir():
+        path.write_text(json.dumps({k: v for k, v in json.loads(path.read_text()).items() if k != "counts"}))
+    older, fields = collect_metrics(RunDir(tmp_path / "on"), [SEED], "mbs"), set(SeedCounts.model_fields)
+    assert older.model_dump(include=fields) == guarded.model_dump(include=fields)
     off = config.model_copy(update={"novelty": NoveltySettings(enabled=False)})
     unguarded = await run_grow(off, [SEED], tmp_path / "off")
     assert (unguarded.descendants, unguarded.novelty_rejected) == (3, 0)

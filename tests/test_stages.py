@@ -18,7 +18,8 @@ def test_names_on_disk_are_the_plain_strings():
     rejection = Rejection(problem=problem("a"), stage=Stage.NOVELTY, reason="restates its seed")
     assert json.loads(rejection.model_dump_json())["stage"] == "novelty"
     assert Rejection.model_validate_json(rejection.model_dump_json()).stage == Stage.NOVELTY
-    assert [str(s) for s in METHOD_STAGES["direct"]] == ["traces", "direct", "reground", "novelty", "quality", "calibrate"]
+    direct = ["traces", "direct", "reground", "novelty", "quality", "calibrate"]
+    assert [str(s) for s in METHOD_STAGES["direct"]] == direct
 
 
 def test_progress_bars_per_method():

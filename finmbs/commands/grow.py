@@ -109,8 +109,9 @@ def register(app: typer.Typer) -> None:
             def tick(stage: str, advance: int = 1) -> None:
                 if stage in tasks:
                     progress.advance(tasks[stage], advance)
-                if stage == stages.Progress.SEEDS and not progress.console.is_terminal:  # a log file gets a line per seed
-                    done = next(t.completed for t in progress.tasks if t.id == tasks[stages.Progress.SEEDS])
+                seeds = stages.Progress.SEEDS
+                if stage == seeds and not progress.console.is_terminal:  # a log file gets a line per seed
+                    done = next(t.completed for t in progress.tasks if t.id == tasks[seeds])
                     progress.console.print(f"seeds finished: {done:.0f} of {len(problems)} "
                                            f"({time.monotonic() - started:.0f} s)")
 

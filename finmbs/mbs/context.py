@@ -144,7 +144,8 @@ class Ledger:
         rejects among the candidates (`gated_roots`)."""
         for rejection in self.rejected[since:]:
             root = rejection.data["root"] = roots is None or rejection.problem.id in roots
-            if root and rejection.stage in (Stage.NOVELTY, Stage.QUALITY) and self.first.get(rejection.problem.id) is rejection:
+            counted = self.first.get(rejection.problem.id) is rejection
+            if root and counted and rejection.stage in (Stage.NOVELTY, Stage.QUALITY):
                 self.counts.gated_roots += 1
 
     def count_decompositions(self, tree: DecompositionTree | None) -> None:

@@ -322,7 +322,8 @@ def build_view(run: Run) -> ReportView:
                for group, found in reports.items()},
         unknown_band={"seeds": len(run.seeds) - len(reports["seeds"])},
         pass_rates=pass_rates, rollouts=n, other_n=sum(r.n != n for r in synthetic),
-        stages=[(stage, sum(c.values()), reason_counts(c, stage)) for stage, c in sorted(reasons.items(), key=lambda item: in_order(item[0]))],
+        stages=[(stage, sum(c.values()), reason_counts(c, stage))
+                for stage, c in sorted(reasons.items(), key=lambda item: in_order(item[0]))],
         usage=[(role, RoleUsage.model_validate(u)) for role, u in sorted(run.metrics.get("usage", {}).items())],
         tables=metric_tables(run.metrics), seeds=seed_views(run), status=status,
         contamination=contamination(run),

@@ -32,8 +32,8 @@ from finmbs.mbs.reground import excluded_documents, shared_index
 from finmbs.mbs.stages import Progress
 from finmbs.records import Problem, RoleUsage, RunMetrics, merge_usage
 from finmbs.runs.folder import (
-    CONFIG, CONFIG_CHANGES, CONTAMINATION, METRICS, QUALIFIED, QUALIFIED_NODES, REJECTED, SEEDS, USAGE, JsonlLog, RunDir,
-    UsageLedger, atomic_write_json, atomic_write_text, file_name,
+    CONFIG, CONFIG_CHANGES, CONTAMINATION, METRICS, QUALIFIED, QUALIFIED_NODES, REJECTED, SEEDS, USAGE, JsonlLog,
+    RunDir, UsageLedger, atomic_write_json, atomic_write_text, file_name,
 )
 from finmbs.runs.metrics import collect_metrics, screen_model
 
