@@ -24,7 +24,7 @@ from finmbs.executors import ExecutorError, make_executor
 from finmbs.executors.local import LocalExecutor
 from finmbs.executors.ray import RayExecutor, budget_share, endpoint_share
 from finmbs.llm import BudgetExceeded, Gateway
-from finmbs.mbs.pipeline import run_grow
+from finmbs.runs.grow import run_grow
 from finmbs.records import Problem
 from finmbs.runs import read_jsonl
 from finmbs.testing.server import Request, ScriptedOpenAIServer

@@ -11,7 +11,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from finmbs.baselines.direct import BUDGET_STAGES_OUT, budget_tokens, construction_budgets
+from finmbs.mbs.direct import BUDGET_STAGES_OUT, budget_tokens
+from finmbs.runs.budgets import construction_budgets
 from finmbs.cli import app
 from finmbs.config import PAPER_VALUES, ConfigError, RunConfig, load_config
 from finmbs.ingest.parse import ParsedDocument, cover_page
@@ -20,7 +21,8 @@ from finmbs.mbs.compose import synthesize
 from finmbs.mbs.context import Context, Ledger
 from finmbs.mbs.decompose import ANSWER_LEAK, decompose
 from finmbs.mbs.novelty import reveals
-from finmbs.mbs.pipeline import grow_seed, run_grow
+from finmbs.mbs.pipeline import grow_seed
+from finmbs.runs.grow import run_grow
 from finmbs.mbs.reground import held_out
 from finmbs.mbs.solve import train_prompt
 from finmbs.mbs.traces import teacher_trace

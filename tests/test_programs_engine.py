@@ -18,7 +18,7 @@ from finmbs.llm import Gateway
 from finmbs.mbs.context import Context, Ledger
 from finmbs.mbs.decompose import decompose
 from finmbs.mbs.leakage import Grounding
-from finmbs.mbs.pipeline import run_grow
+from finmbs.runs.grow import run_grow
 from finmbs.records import Problem, TreeNode
 from finmbs.resources import resource_dir
 from finmbs.runs import read_jsonl

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from finmbs.config import Endpoint
 from finmbs.evaluate import EvalError
@@ -27,23 +27,13 @@ from finmbs.evaluate.results import percent
 from finmbs.llm import Gateway
 from finmbs.llm.structured import written_in_order
 from finmbs.mbs.solve import document_block
-from finmbs.records import DecompositionTree, Problem, Record, RoleUsage, SyntheticTree
+from finmbs.records import Problem, Record, RoleUsage, SeedTrees
 from finmbs.resources import render_prompt
-from finmbs.runs import QUALIFIED, TREES, read_jsonl
+from finmbs.runs.folder import QUALIFIED
+from finmbs.runs.load import RunReadError, load_run as read_run
 
 ROLE = "judge"
 Tick = Callable[[], None]
-
-
-class TreeFile(BaseModel):
-    """trees/SEED.json as the engine writes it."""
-
-    model_config = ConfigDict(extra="ignore")
-
-    seed: Problem
-    decomposition: DecompositionTree | None = None
-    synthetic: list[SyntheticTree] = Field(default_factory=list)
-    dropped: str | None = None
 
 
 class Candidate(Record):
@@ -66,34 +56,28 @@ class RunData(Record):
     """What the audit reads from one run folder."""
 
     name: str
-    trees: dict[str, TreeFile]
+    trees: dict[str, SeedTrees]
     candidates: list[Candidate]
 
 
 def load_run(root: Path) -> RunData:
-    """The seed trees and qualified problems of a run folder; a bad file is named."""
+    """The seed trees and qualified problems of a run folder (read by the run loader); a bad file is named."""
     if not (root / QUALIFIED).is_file():
         raise FileNotFoundError(f"{root} is not a finished run folder: no {QUALIFIED}")
-    trees = {}
-    for path in sorted((root / TREES).glob("*.json")):
-        try:
-            tree = TreeFile.model_validate_json(path.read_text(encoding="utf-8"))
-        except ValidationError as exc:
-            raise EvalError(f"{path}: not a seed tree file: {exc.errors()[0]['msg']}") from None
-        trees[tree.seed.id] = tree
+    try:
+        run = read_run(root)
+    except RunReadError as exc:
+        raise EvalError(str(exc)) from None
     solutions = {
         node.problem.id: node.trace.text
-        for tree in trees.values() for synthetic in tree.synthetic for node in synthetic.root.walk() if node.trace
+        for tree in run.trees.values() for synthetic in tree.synthetic for node in synthetic.root.walk() if node.trace
     }
-    candidates = []
-    for number, row in enumerate(read_jsonl(root / QUALIFIED), 1):
-        try:
-            problem = Problem.model_validate(row)
-        except ValidationError as exc:
-            raise EvalError(f"{root / QUALIFIED}:line {number}: not a Problem: {exc.errors()[0]['msg']}") from None
-        solution = str(problem.meta.get("teacher_solution") or solutions.get(problem.id, ""))
-        candidates.append(Candidate(problem=problem, label=problem.provenance.method, solution=solution))
-    return RunData(name=root.name, trees=trees, candidates=candidates)
+    candidates = [
+        Candidate(problem=problem, label=problem.provenance.method,
+                  solution=str(problem.meta.get("teacher_solution") or solutions.get(problem.id, "")))
+        for problem in run.qualified
+    ]
+    return RunData(name=root.name, trees=run.trees, candidates=candidates)
 
 
 def label_runs(runs: Sequence[RunData]) -> list[Candidate]:
@@ -171,7 +155,7 @@ class PanelVotes(Record):
     verdicts: dict[str, str]
 
 
-async def extract_blueprint(gateway: Gateway, judge: Endpoint, tree: TreeFile) -> str:
+async def extract_blueprint(gateway: Gateway, judge: Endpoint, tree: SeedTrees) -> str:
     """The seed's fixed reasoning blueprint, from the seed, its verified solution and answer."""
     root = tree.decomposition.root if tree.decomposition else None
     prompt = render_prompt(
@@ -184,7 +168,7 @@ async def extract_blueprint(gateway: Gateway, judge: Endpoint, tree: TreeFile) -
 
 
 async def score_candidate(
-    gateway: Gateway, judge: Endpoint, tree: TreeFile, blueprint: str, candidate: Candidate
+    gateway: Gateway, judge: Endpoint, tree: SeedTrees, blueprint: str, candidate: Candidate
 ) -> ScoredPair:
     """Blind 1-5 preservation and novelty scores: the prompt names neither the method nor the run."""
     problem = candidate.problem

@@ -15,9 +15,10 @@ from finmbs.executors import Executor, Tick, make_executor
 from finmbs.llm import Gateway
 from finmbs.mbs.context import Context
 from finmbs.mbs.solve import CALIBRATE_PURPOSE, rollouts
+from finmbs.mbs.stages import Stage
 from finmbs.records import DifficultyReport, Problem, Rollout
 
-STAGE = "calibrate"
+STAGE = Stage.CALIBRATE
 
 
 def difficulty(samples: list[Rollout], policy: str, budget: int) -> DifficultyReport:

@@ -29,11 +29,12 @@ from finmbs.mbs.context import Context, Ledger
 from finmbs.mbs.novelty import reveals
 from finmbs.mbs.programs import program_prompt
 from finmbs.mbs.solve import document_block, student_accuracy
+from finmbs.mbs.stages import Check, Stage
 from finmbs.records import Decision, Problem, TreeNode
 from finmbs.resources import render_prompt
 
-STAGE = "decompose"
-ANSWER_LEAK = "answer_leak"  # the rejection check of a subproblem revealing its parent's answer
+STAGE = Stage.DECOMPOSE
+ANSWER_LEAK = Check.ANSWER_LEAK  # the rejection check of a subproblem revealing its parent's answer
 
 
 class Decomposition(BaseModel):
@@ -210,7 +211,7 @@ async def decompose(ctx: Context, node: TreeNode, ledger: Ledger, depth: int = 0
                 break
             reason = f"ineffective: {effect(base, cond)} when conditioned"
             for child in children:
-                ledger.reject(child.problem, "effectivity", reason)
+                ledger.reject(child.problem, Stage.EFFECTIVITY, reason)
         node.decisions.append(Decision(stage=STAGE, outcome="rejected", reason=reason, data=data))
         failed.append((outcomes(node, attempt, proposal, children, ledger), reason))
     else:

@@ -14,10 +14,11 @@ from finmbs.mbs.candidates import verified_node
 from finmbs.mbs.context import Context, Ledger
 from finmbs.mbs.programs import programs_on, render_program_finance
 from finmbs.mbs.solve import document_block
+from finmbs.mbs.stages import Progress, Stage
 from finmbs.records import Problem
 from finmbs.resources import render_prompt
 
-STAGE = "verify"
+STAGE = Stage.VERIFY
 Outcome = Literal["verified", "relabeled", "rejected"]
 
 
@@ -85,7 +86,7 @@ async def check_labels(ctx: Context, problems: list[Problem], concurrency: int) 
     async def one(problem: Problem) -> LabelCheck:
         async with gate:
             result = await check_label(ctx, problem)
-        ctx.tick("problems")
+        ctx.tick(Progress.PROBLEMS)
         return result
 
     return list(await asyncio.gather(*(one(p) for p in problems)))

@@ -21,10 +21,11 @@ from finmbs.mbs.candidates import (
 from finmbs.mbs.context import Context, Ledger
 from finmbs.mbs.programs import program_prompt
 from finmbs.mbs.solve import document_block, student_accuracy
+from finmbs.mbs.stages import Stage
 from finmbs.records import Decision, Problem, TreeNode
 from finmbs.resources import render_prompt
 
-STAGE = "leaf"
+STAGE = Stage.LEAF
 
 
 class LeafVariants(BaseModel):

@@ -24,12 +24,13 @@ from fractions import Fraction
 
 from finmbs.config import NoveltySettings
 from finmbs.mbs.leakage import entity_name, from_question
+from finmbs.mbs.stages import Stage
 from finmbs.ngrams import NgramIndex, Reference
 from finmbs.records import Problem
 from finmbs.verify.finance import compare, compare_figures, figures
 from finmbs.verify.math import math_equal
 
-STAGE = "novelty"
+STAGE = Stage.NOVELTY
 _TOKEN = re.compile(r"\w+|[^\w\s]")
 SHORT_COUNT = 9  # finance: a whole number up to this is too common in text to count as stating an answer
 # math numbers as written: \frac{a}{b} (\dfrac, \tfrac), a/b, 1,470 and plain integers and decimals

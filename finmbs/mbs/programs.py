@@ -22,13 +22,14 @@ from __future__ import annotations
 from typing import Any
 
 from finmbs.mbs.context import Context, Ledger
+from finmbs.mbs.stages import Check
 from finmbs.mbs.traces import teacher_trace
 from finmbs.records import Decision, Problem, Trace, TreeNode
 from finmbs.resources import render_prompt
 from finmbs.verify import verify_answer
 from finmbs.verify.program import ProgramResult, run_program_async
 
-CHECK = "program"  # the rejection check of this layer
+CHECK = Check.PROGRAM  # the rejection check of this layer
 # what a program run records in a problem's meta (a re-grounded copy drops them: its program is new)
 PROGRAM_META = ("program", "program_functions", "program_answer", "program_error", "quotes", "verify_programs")
 STATED_FIELD = '"answer": "<the final answer alone>"'  # the reply templates' last field, followed by the program's

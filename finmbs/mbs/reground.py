@@ -39,12 +39,13 @@ from finmbs.mbs.leakage import Grounding, analogue, entity_name, entity_renames,
 from finmbs.mbs.leaves import weakest_screen
 from finmbs.mbs.novelty import unworkable
 from finmbs.mbs.programs import PROGRAM_META, program_node, program_prompt, programs_on, quoted, recorded, run_for
+from finmbs.mbs.stages import Check, Stage
 from finmbs.mbs.traces import teacher_trace
 from finmbs.records import Chunk, Decision, Document, Problem, Provenance, Snippet, SyntheticTree, TreeNode, shown_path
 from finmbs.resources import render_prompt, resource_dir
 from finmbs.verify.judge import delimited
 
-STAGE = "reground"
+STAGE = Stage.REGROUND
 EXCERPT_CHUNKS = 6
 
 
@@ -503,14 +504,14 @@ class Regrounder:
         else:
             trace, why = await teacher_trace(self.ctx, problem)
             if trace is None:
-                self.ledger.reject(problem, STAGE, f"unverified: {why}", check="verify", document=document)
+                self.ledger.reject(problem, STAGE, f"unverified: {why}", check=Check.VERIFY, document=document)
                 return None
             decision = Decision(stage=STAGE, outcome="accepted",
                                 reason=f"grounded on {document}; leakage check and judge passed; answer verified by {trace.model}")
             new = TreeNode(problem=problem, path=node.path, mirrors=node.mirrors, decisions=[decision], trace=trace)
         alpha = {"leaf": self.ctx.stages.alpha_leaf, "compose": self.ctx.stages.alpha_parent}.get(
             node.problem.provenance.stage)
-        if alpha is not None and not await weakest_screen(self.ctx, new, alpha, STAGE, self.ledger, check="screen",
+        if alpha is not None and not await weakest_screen(self.ctx, new, alpha, STAGE, self.ledger, check=Check.SCREEN,
                                                           document=document):
             return None
         return new
