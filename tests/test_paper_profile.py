@@ -54,7 +54,7 @@ def test_paper_profile_sets_every_addition_to_the_papers_value():
         section, name = key.split(".")
         assert getattr(getattr(paper, section), name) == value, key
     # the default (finmbs) profile has additions on: the profile changes something
-    assert finmbs.novelty.enabled and finmbs.novelty.unworkable and finmbs.stages.relabel
+    assert finmbs.novelty.enabled and finmbs.novelty.unworkable and finmbs.verify.programs
     assert finmbs.stages.extract == "retrieve" and finmbs.stages.leakage_rules == "all"
     # every key of the table is a real setting with a description (so `config explain` can say what it is)
     for key in PAPER_VALUES:
@@ -81,8 +81,8 @@ def test_a_key_contradicting_the_paper_profile_is_one_error(tmp_path):
     message = str(err.value)
     assert "novelty.enabled is False" in message and str(path) in message and "key novelty.enabled" in message
     # an override too, and a config built in code
-    with pytest.raises(ConfigError, match="stages.relabel is False"):
-        load_config(overrides=["profile=paper"])  # in the file's own layer: default.yaml sets relabel: true
+    with pytest.raises(ConfigError, match="stages.extract is 'copy'"):
+        load_config(overrides=["profile=paper"])  # in the file's own layer: default.yaml sets extract: retrieve
     with pytest.raises(ConfigError, match="stages.keep is 'roots'"):
         load_config(overrides=["stages.keep=all"], profile="paper")  # --profile paper --set stages.keep=all
     with pytest.raises(ConfigError, match="unknown profile"):
@@ -96,7 +96,7 @@ def test_a_key_contradicting_the_paper_profile_is_one_error(tmp_path):
 
 
 def test_cli_profile_option_and_explain(tmp_path):
-    config = resource_dir("configs") / "default.yaml"  # relabel, extract: retrieve ...: --profile paper overrides them
+    config = resource_dir("configs") / "default.yaml"  # extract: retrieve, programs ...: --profile paper overrides them
     result = CliRunner().invoke(app, ["config", "explain", "--config", str(config), "--profile", "paper"],
                                 env={"COLUMNS": "250"})
     assert result.exit_code == 0, result.output
