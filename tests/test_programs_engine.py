@@ -15,14 +15,15 @@ from finmbs.config import load_config
 from finmbs.export.rows import training_row
 from finmbs.export.trl import trl_row
 from finmbs.llm import Gateway
-from finmbs.mbs.context import Context, Ledger
+from finmbs.mbs.context import Context, Ledger, in_stage
 from finmbs.mbs.decompose import decompose
 from finmbs.mbs.leakage import Grounding
+from finmbs.mbs.programs import composed_parent
 from finmbs.mbs.pipeline import run_grow
-from finmbs.records import Problem, TreeNode
+from finmbs.records import Problem, Snippet, TreeNode
 from finmbs.resources import resource_dir
 from finmbs.runs import read_jsonl
-from finmbs.testing.world import PROGRAM_MARKER, Agent, World, world_config
+from finmbs.testing.world import PROGRAM_MARKER, TASK_MARKERS, Agent, World, world_config
 from finmbs.verify.program import run_program
 
 SEED = Problem(id="a", question="Compute (2 + 3) * (4 + 1).", answer="25")
@@ -234,3 +235,80 @@ def test_program_field_fits_a_llama_cpp_grammar():
     for model in (with_program(ComposedParent), WrittenProgram):
         program = model.model_json_schema()["properties"]["program"]
         assert program["type"] == "string" and program.get("maxLength", 0) <= 2000
+
+
+# a decomposition's parent program: the children's programs compose to the parent's verified answer ---------------
+def parent_asks(server) -> list:
+    return [r for r in server.requests if TASK_MARKERS["program_parent"] in r.text]
+
+
+async def test_parent_program_over_the_children_is_recorded(tmp_path, openai_server):
+    root, ledger = await decomposed(openai_server, tmp_path, World(agents={}))
+    assert ledger.rejected == [] and len(root.children) == 3
+    meta = root.problem.meta  # the seed carried no program: the decomposition's is its program now
+    assert meta["program"] == "answer = (child_1()) * (child_2())" and meta["program_answer"] == "25"
+    assert set(meta["program_functions"]) == {"child_1", "child_2", "child_3"} and "own_program" not in meta
+    again = run_program(meta["program"], functions=meta["program_functions"])
+    assert again.ok and again.answer == "25"
+    [accepted] = [d for d in root.decisions if d.outcome == "accepted"]
+    assert accepted.data["parent_program"] == meta["program"] and accepted.data["parent_program_answer"] == "25"
+    # asked once, with the children's functions and answers, never with the parent's answer or solution
+    [ask] = parent_asks(openai_server)
+    assert "- child_1() returns 5; its problem: Compute 2 + 3." in ask.text and "- child_3() returns 30" in ask.text
+    assert "25" not in ask.text and "<answer>" not in ask.text and "verified_solution" not in ask.text
+    assert SEED.meta == {}  # the seed record itself is left alone
+
+
+async def test_parent_program_disagreeing_rejects_the_attempt(tmp_path, openai_server):
+    root, ledger = await decomposed(openai_server, tmp_path, World(agents={}, wrong_parent_programs=True))
+    assert root.children == [] and "program" not in root.problem.meta
+    reason = "parent program gives 26, the parent's answer is '25'"
+    [attempt, gave_up] = root.decisions[-2:]
+    assert attempt.outcome == "rejected" and attempt.reason == reason and attempt.data["check"] == "program"
+    assert attempt.data["parent_program"] == "answer = (child_1()) * (child_2()) + 1" and gave_up.outcome == "rejected"
+    # every verified child of the attempt is a counted program rejection; no student was conditioned on them
+    assert len(ledger.rejected) == 3 and all(r.reason == reason and r.data["check"] == "program" for r in ledger.rejected)
+    assert not any(TASK_MARKERS["conditioned"] in r.text for r in openai_server.requests)
+
+
+async def test_parent_program_failing_in_the_sandbox_rejects_the_attempt(tmp_path, openai_server):
+    # a retry is told why: the second attempt's prompt carries the first's reason as negative context
+    world = World(agents={})
+    ctx = setup(openai_server, tmp_path, world, Nd=1)
+    world.program_parent = lambda agent, text: {"program": "answer = child_1() / (child_2() - 5)"}
+    root, ledger = TreeNode(problem=SEED, path="0"), Ledger("a")
+    assert await decompose(ctx, root, ledger) is False
+    reasons = [d.reason for d in root.decisions if "attempt" in d.data]
+    assert reasons == ["parent program failed: raised ZeroDivisionError: division by zero"] * 2
+    retry = [r.text for r in openai_server.requests if TASK_MARKERS["decompose"] in r.text][-1]
+    assert "parent program failed: raised ZeroDivisionError" in retry
+
+
+async def test_parent_program_is_one_decompose_call_and_none_without_programs(tmp_path, openai_server):
+    usage = {}
+    for programs in (True, False):
+        openai_server.reset()
+        world = World(agents={})
+        ctx = setup(openai_server, tmp_path / str(programs), world).for_seed()
+        ctx.config.verify.programs = programs
+        with in_stage("decompose"):
+            assert await decompose(ctx, TreeNode(problem=SEED, path="0"), Ledger("a")) is True
+        assert set(ctx.stage_usage()) == {"decompose"}
+        usage[programs] = ctx.stage_usage()["decompose"]["requests"]
+        assert len(parent_asks(openai_server)) == (1 if programs else 0)
+    assert usage[True] == usage[False] + 1
+
+
+async def test_composed_parent_keeps_a_nodes_own_program_and_quotes_its_passage(tmp_path, openai_server):
+    ctx = setup(openai_server, tmp_path, World(agents={}))
+    text = "Interest accrues at a rate per annum equal to two percent (2.0%) on the principal."
+    node = Problem(id="f", question="What is a year's interest on a principal of $100,000?", answer="$2,000",
+                   domain="finance", snippet=Snippet(text=text), meta={"program": "answer = 100000 * 0.02"})
+    functions = {"child_1": "answer = 100000"}
+    source = 'answer = child_1() * quote("two percent (2.0%)", 0.02)'
+    parent, why = await composed_parent(ctx, node, source, functions)
+    assert why is None and parent.meta["own_program"] == "answer = 100000 * 0.02"
+    assert parent.meta["program"] == source and parent.meta["program_answer"] == "2000"
+    assert parent.meta["quotes"] == [{"text": "two percent (2.0%)", "value": "0.02"}]
+    _, why = await composed_parent(ctx, node, source.replace("two percent", "three percent"), functions)
+    assert why == "parent program failed: raised ProgramError: quote not in the passage: 'three percent (2.0%)'"

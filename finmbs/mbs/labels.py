@@ -12,19 +12,13 @@ from pydantic import BaseModel, Field
 
 from finmbs.mbs.candidates import verified_node
 from finmbs.mbs.context import Context, Ledger
-from finmbs.mbs.programs import programs_on, render_program_finance
+from finmbs.mbs.programs import WrittenProgram, programs_on, render_program_finance
 from finmbs.mbs.solve import document_block
 from finmbs.records import Problem
 from finmbs.resources import render_prompt
 
 STAGE = "verify"
 Outcome = Literal["verified", "relabeled", "rejected"]
-
-
-class WrittenProgram(BaseModel):
-    """The teacher's reply: a program for a problem that carries none."""
-
-    program: str = Field(min_length=1)  # unbounded in the schema (a llama.cpp grammar limit); the sandbox bounds it
 
 
 class LabelCheck(BaseModel):
