@@ -17,6 +17,7 @@ from finmbs.export.trl import trl_row
 from finmbs.llm import Gateway
 from finmbs.mbs.context import Context, Ledger, in_stage
 from finmbs.mbs.decompose import decompose
+from finmbs.mbs.labels import check_labels
 from finmbs.mbs.leakage import Grounding
 from finmbs.mbs.programs import composed_parent
 from finmbs.mbs.pipeline import run_grow
@@ -312,3 +313,34 @@ async def test_composed_parent_keeps_a_nodes_own_program_and_quotes_its_passage(
     assert parent.meta["quotes"] == [{"text": "two percent (2.0%)", "value": "0.02"}]
     _, why = await composed_parent(ctx, node, source.replace("two percent", "three percent"), functions)
     assert why == "parent program failed: raised ProgramError: quote not in the passage: 'three percent (2.0%)'"
+
+
+# finmbs verify: the program writer falls back to the next teacher while a written program does not run ------------
+async def checked(server, tmp_path, teachers: dict[str, Agent], problem: Problem):
+    server.reset()
+    server.handler = World(agents={**teachers, "target": Agent(), "s": Agent()})
+    config = world_config(server.base_url, list(teachers), ["s"], "target", str(tmp_path / "cache.sqlite"), N=4)
+    [verdict] = await check_labels(Context(config=config, gateway=Gateway(cache_path=str(tmp_path / "cache.sqlite"))),
+                                   [problem], concurrency=1)
+    return verdict, [r.model.split("/")[-1] for r in server.requests if TASK_MARKERS["program_write"] in r.text]
+
+
+async def test_verify_asks_the_next_teacher_when_a_written_program_fails(tmp_path, openai_server):
+    problem = Problem(id="p", question="Compute 1470 - 25 * 58.", answer="20")
+    broken = {"broken": Agent(program="import os\nanswer = 20"), "teacher": Agent()}
+    verdict, asked = await checked(openai_server, tmp_path / "one", broken, problem)
+    assert asked == ["broken", "teacher"] and verdict.outcome == "verified"
+    assert verdict.program_writer == "teacher" and verdict.program == "answer = 1470 - 25 * 58"
+    assert verdict.program_attempts == [
+        "broken: program failed: raised ImportError: import of 'os' is not allowed (only math, fractions, decimal, statistics, datetime)"]
+    # every teacher's program fails: the last is kept and rejected, every attempt recorded
+    words = {"broken": Agent(program="import os\nanswer = 20"), "words": Agent(program="answer = 'twenty'")}
+    verdict, asked = await checked(openai_server, tmp_path / "all", words, problem)
+    assert asked == ["broken", "words"] and verdict.outcome == "rejected" and verdict.check == "program"
+    assert verdict.program_writer == "words" and verdict.reason.startswith("program failed: answer is not a finite number")
+    assert [a.split(":")[0] for a in verdict.program_attempts] == ["broken", "words"]
+    # a program that runs but gives another answer is the verdict, never a reason to ask the next teacher
+    other = {"first": Agent(program="answer = 21"), "teacher": Agent()}
+    verdict, asked = await checked(openai_server, tmp_path / "runs", other, problem)
+    assert asked == ["first"] and verdict.program_writer == "first" and verdict.program_attempts == []
+    assert verdict.outcome == "rejected" and verdict.check == "program"

@@ -101,6 +101,7 @@ class Agent:
     table: dict[int, float] = field(default_factory=dict)
     lazy: bool = False
     parrot: bool = False
+    program: str | None = None  # the program this agent writes when asked for one alone (program_write)
 
     def accuracy(self, ops: int, covered: bool) -> float:
         if ops in self.table:
@@ -159,6 +160,8 @@ class World:
                 item["program"] = self.bad_program if self.bad_program is not None else program
 
     def program_write(self, agent: Agent, text: str) -> dict:
+        if agent.program is not None:
+            return {"program": agent.program}
         return {"program": self.program(expression(blocks(text, "problem")[0]))}
 
     def program_parent(self, agent: Agent, text: str) -> dict:
