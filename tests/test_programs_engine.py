@@ -5,7 +5,10 @@ profile (programs off: prompts and reply schemas exactly as without the layer)."
 
 from __future__ import annotations
 
+import asyncio
+import importlib.util
 import json
+from pathlib import Path
 
 import yaml
 from typer.testing import CliRunner
@@ -19,7 +22,7 @@ from finmbs.mbs.context import Context, Ledger, in_stage
 from finmbs.mbs.decompose import decompose
 from finmbs.mbs.labels import check_labels
 from finmbs.mbs.leakage import Grounding
-from finmbs.mbs.programs import composed_parent
+from finmbs.mbs.programs import composed_parent, reexecute_all
 from finmbs.mbs.pipeline import run_grow
 from finmbs.records import Problem, Snippet, TreeNode
 from finmbs.resources import resource_dir
@@ -344,3 +347,33 @@ async def test_verify_asks_the_next_teacher_when_a_written_program_fails(tmp_pat
     verdict, asked = await checked(openai_server, tmp_path / "runs", other, problem)
     assert asked == ["first"] and verdict.program_writer == "first" and verdict.program_attempts == []
     assert verdict.outcome == "rejected" and verdict.check == "program"
+
+
+# every qualified problem's program re-executes to its answer, apart from the run (bench/bench_reexec.py) ----------
+async def test_qualified_programs_reexecute_to_their_answers(tmp_path, openai_server, capsys):
+    out = tmp_path / "run"
+    await run_grow(grow_config(openai_server, tmp_path, World(agents={})), [SEED], out)
+    qualified = [Problem.model_validate(r) for r in read_jsonl(out / "qualified.jsonl")]
+    assert qualified and [r.outcome for r in await reexecute_all(qualified)] == ["agree"] * len(qualified)
+    # a wrong answer, a program that no longer runs, no program: each said, and the bench exits 1
+    [good] = qualified[:1]
+    wrong = good.model_copy(update={"id": "wrong", "answer": str(int(good.answer) + 1)})
+    broken = good.model_copy(update={"id": "broken", "meta": {**good.meta, "program": "answer = child_9()"}})
+    bare = Problem(id="bare", question="Compute 1 + 1.", answer="2")
+    results = {r.id: r for r in await reexecute_all([good, wrong, broken, bare])}
+    assert [results[i].outcome for i in (good.id, "wrong", "broken", "bare")] == ["agree", "mismatch", "failed", "no_program"]
+    assert results["wrong"].program_answer == good.answer and "child_9" in results["broken"].detail
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_text("".join(p.model_dump_json() + "\n" for p in (good, wrong, broken, bare)))
+    reexec = bench_module("bench_reexec")
+    assert await asyncio.to_thread(reexec.main, [str(out)]) == 0  # a script: its own event loop
+    assert await asyncio.to_thread(reexec.main, [str(mixed)]) == 1
+    printed = capsys.readouterr().out
+    assert "mismatch: wrong: answer" in printed and "failed: broken" in printed
+
+
+def bench_module(name: str):
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parents[1] / "bench" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

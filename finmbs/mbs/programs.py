@@ -19,7 +19,8 @@ records the program, what it gave and the figures it quoted (`program`, `program
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -197,3 +198,40 @@ async def program_node(
     decision = Decision(stage=stage, outcome="accepted", reason=reason, data={"program_answer": v})
     return TreeNode(problem=problem, trace=trace, path=path, mirrors=mirrors, decisions=[decision])
 
+
+
+class Reexecution(BaseModel):
+    """A kept problem's recorded program run again: `agree` (its result is the answer under the domain
+    comparer), `mismatch`, `undecided` (the finance comparer cannot tell without the judge), `failed`
+    (the program no longer runs) or `no_program`."""
+
+    id: str
+    outcome: Literal["agree", "mismatch", "undecided", "failed", "no_program"]
+    answer: str
+    program_answer: str | None = None
+    detail: str = ""
+
+
+async def reexecute(problem: Problem) -> Reexecution:
+    """`problem`'s meta.program run again in the sandbox (its passage, its children's functions) and its
+    result compared with the answer by the domain comparer alone (no model call)."""
+    if not problem.meta.get("program"):
+        return Reexecution(id=problem.id, outcome="no_program", answer=problem.answer)
+    result = await run_for(problem)
+    if not result.ok:
+        return Reexecution(id=problem.id, outcome="failed", answer=problem.answer, detail=result.error or "")
+    check = await verify_answer(problem.domain, result.answer, problem.answer, question=problem.question)
+    outcome = "agree" if check.correct else "undecided" if check.decided_by == "undecided" else "mismatch"
+    return Reexecution(id=problem.id, outcome=outcome, answer=problem.answer, program_answer=result.answer,
+                       detail=check.reason or "")
+
+
+async def reexecute_all(problems: list[Problem], concurrency: int = 4) -> list[Reexecution]:
+    """`reexecute` over `problems`, at most `concurrency` sandboxes at once, in order."""
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(problem: Problem) -> Reexecution:
+        async with gate:
+            return await reexecute(problem)
+
+    return list(await asyncio.gather(*(one(p) for p in problems)))
