@@ -179,3 +179,10 @@ def test_quote_of_basis_points_in_words_computes() -> None:
     program = "step_up = quote('fifty basis points', 0.005)\nanswer = 2000000 * step_up"
     result = run_program(program, passage=passage)
     assert result.ok and result.answer == "10000", result.error
+
+
+def test_one_basis_point_in_words_is_a_unit_not_a_figure() -> None:
+    # "Absolute Rate" (a real agreement's definition): the singular is the unit of precision, not a rate
+    passage = "“Absolute Rate” means a fixed rate of interest expressed in multiples of 1/100th of one basis point."
+    assert "states no figure" in check_quote("one basis point", 0.0001, passage)
+    assert check_quote("1 basis point", 0.0001, "an increase of 1 basis point") is None  # a numeral still reads

@@ -104,8 +104,10 @@ _WORD_BELOW_100 = (
 )
 # one to ninety-nine, and hundreds: "one hundred fifty", "two hundred and twenty-five"
 _WORDNUM = rf"(?:{_WORD_UNITS})\s+hundred(?:\s+(?:and\s+)?(?:{_WORD_BELOW_100})\b)?|{_WORD_BELOW_100}|zero|hundred"
-# what a word number must stand before to be read as a figure ("fifty basis points", never "fifty Lenders")
-_WORD_UNIT_AHEAD = (r"%|percent|per\s+cent|basis\s+points?|bps?\b|million|billion|thousand|times|days?|months?"
+# what a word number must stand before to be read as a figure ("fifty basis points", never "fifty Lenders"); basis
+# points plural only: agreements write the singular as a unit of precision ("in multiples of 1/100th of one basis
+# point", "rounded to the nearest one basis point"), never as a rate anyone is asked about
+_WORD_UNIT_AHEAD = (r"%|percent|per\s+cent|basis\s+points\b|bps\b|million|billion|thousand|times|days?|months?"
                     r"|years?|weeks?|business\s+days?")
 _CUR = r"US\$|U\.S\.\s?\$|C\$|USD|EUR|GBP|CAD|JPY|[$€£¥]"
 _SCALE_RE = r"thousand|millions?|billions?|trillions?|mm|mn|mil|bn|tn|k|m|b"
