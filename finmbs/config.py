@@ -219,8 +219,9 @@ class VerifySettings(Settings):
     programs: bool = Field(
         True, description="every teacher-written candidate carries a Python program whose executed result must equal its "
                           "answer, in a sandbox (finance figures bound by quote() from the passage); program and traces "
-                          "agreeing on another answer relabel it (with stages.relabel), disagreeing reject it (not in "
-                          "the paper: its traces alone verify)")
+                          "agreeing on another answer relabel it (with stages.relabel), disagreeing reject it; a "
+                          "decomposition's parent program, calling its verified children's, must give the parent's "
+                          "answer (not in the paper: its traces alone verify)")
 
 
 class Budget(Settings):
