@@ -26,11 +26,11 @@ from finmbs.evaluate import EvalError
 from finmbs.evaluate.results import percent
 from finmbs.llm import Gateway
 from finmbs.llm.structured import written_in_order
-from finmbs.mbs.solve import document_block
 from finmbs.records import Problem, Record, RoleUsage, SeedTrees
 from finmbs.resources import render_prompt
 from finmbs.runs.folder import QUALIFIED
 from finmbs.runs.load import RunReadError, load_run as read_run
+from finmbs.verify.judge import delimited
 
 ROLE = "judge"
 Tick = Callable[[], None]
@@ -155,14 +155,26 @@ class PanelVotes(Record):
     verdicts: dict[str, str]
 
 
+def document_text(problem: Problem) -> str:
+    return problem.snippet.text if problem.snippet else ""
+
+
+def fenced_document(tag: str, problem: Problem, nonce: str) -> str:
+    """A problem's document as a fenced block of an audit prompt (`delimited`'s tags); empty in math."""
+    return render_prompt("audit_document", tag=tag, nonce=nonce, text=problem.snippet.text) if problem.snippet else ""
+
+
 async def extract_blueprint(gateway: Gateway, judge: Endpoint, tree: SeedTrees) -> str:
-    """The seed's fixed reasoning blueprint, from the seed, its verified solution and answer."""
+    """The seed's fixed reasoning blueprint, from the seed, its verified solution and answer (fenced:
+    the texts are data to the judge, never instructions)."""
     root = tree.decomposition.root if tree.decomposition else None
-    prompt = render_prompt(
-        "audit_blueprint", document=document_block(tree.seed), question=tree.seed.question,
+    fields = delimited(
+        document=document_text(tree.seed), question=tree.seed.question,
         solution=root.trace.text if root and root.trace else "(no verified solution recorded)",
         answer=tree.seed.answer,
     )
+    document = fenced_document("document", tree.seed, fields["nonce"])
+    prompt = render_prompt("audit_blueprint", **{**fields, "document": document})
     [sample] = await gateway.generate(judge, role=ROLE, messages=[{"role": "user", "content": prompt}], temperature=0.0)
     return sample.text.strip()
 
@@ -170,15 +182,22 @@ async def extract_blueprint(gateway: Gateway, judge: Endpoint, tree: SeedTrees) 
 async def score_candidate(
     gateway: Gateway, judge: Endpoint, tree: SeedTrees, blueprint: str, candidate: Candidate
 ) -> ScoredPair:
-    """Blind 1-5 preservation and novelty scores: the prompt names neither the method nor the run."""
+    """Blind 1-5 preservation and novelty scores: the prompt names neither the method nor the run. The
+    texts are fenced and the scores are the reply's last JSON object."""
     problem = candidate.problem
-    prompt = render_prompt(
-        "audit_score", seed_document=document_block(tree.seed), seed_question=tree.seed.question,
-        blueprint=blueprint, candidate_document=document_block(problem) if problem.snippet != tree.seed.snippet else "",
-        question=problem.question, solution=candidate.solution or "(none recorded)", answer=problem.answer,
+    own_document = problem.snippet != tree.seed.snippet
+    fields = delimited(
+        seed_document=document_text(tree.seed), seed_question=tree.seed.question, blueprint=blueprint,
+        candidate_document=document_text(problem) if own_document else "", question=problem.question,
+        solution=candidate.solution or "(none recorded)", answer=problem.answer,
     )
+    nonce = fields["nonce"]
+    prompt = render_prompt("audit_score", **{
+        **fields, "seed_document": fenced_document("seed_document", tree.seed, nonce),
+        "candidate_document": fenced_document("generated_document", problem, nonce) if own_document else "",
+    })
     [scores] = await gateway.structured(
-        judge, BlueprintScores, role=ROLE, messages=[{"role": "user", "content": prompt}], temperature=0.0
+        judge, BlueprintScores, role=ROLE, messages=[{"role": "user", "content": prompt}], temperature=0.0, last=True
     )
     return ScoredPair(
         seed_id=candidate.seed_id, candidate_id=problem.id, label=candidate.label,
@@ -188,14 +207,15 @@ async def score_candidate(
 
 
 async def panel_votes(gateway: Gateway, panel: dict[str, Endpoint], candidate: Candidate) -> PanelVotes:
-    """Each panel judge's verdict (an unusable reply counts as uncertain)."""
+    """Each panel judge's verdict (an unusable reply counts as uncertain); the texts are fenced and the
+    verdict is the reply's last JSON object."""
     problem = candidate.problem
-    prompt = render_prompt(
-        "audit_correctness", document=document_block(problem), question=problem.question, answer=problem.answer
-    )
+    fields = delimited(document=document_text(problem), question=problem.question, answer=problem.answer)
+    document = fenced_document("document", problem, fields["nonce"])
+    prompt = render_prompt("audit_correctness", **{**fields, "document": document})
     replies = await asyncio.gather(*(
         gateway.structured(judge, PanelVerdict, role=ROLE, messages=[{"role": "user", "content": prompt}],
-                           temperature=0.0)
+                           temperature=0.0, last=True)
         for judge in panel.values()
     ))
     verdicts = {name: reply.verdict if reply else "uncertain" for name, [reply] in zip(panel, replies)}

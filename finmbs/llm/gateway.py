@@ -376,7 +376,7 @@ class Gateway:
         `response_format` (a llama.cpp grammar for embedded models, guided decoding on vLLM and
         llama.cpp servers, structured outputs on hosted APIs). A sample that still fails to parse
         (`structured_output: none`, a backend that ignores the schema) gets one repair re-ask. A
-        constrained sample cut off at `max_tokens` (a small model looping inside a string) cannot be
+        constrained sample cut off at `max_tokens` (a model looping inside a string) cannot be
         repaired: it is drawn again instead (sample index `REDRAW + i`, so the cache keeps both). One
         still unparseable comes back as None. Failures and second asks (`repairs`) are counted.
         `last`: read the reply's last JSON value, not its first (verdicts).

@@ -195,8 +195,8 @@ def grounded_apart(a: Problem, b: Problem) -> bool:
     """Whether two problems ask about different documents: grounded on different ones, and either each
     question names its own entity or each answer takes something from its passage. The same lookup
     about another agreement (a re-grounded lookup whose figure happens to match) asks about other facts;
-    a question that names no entity and holds all it needs is the same problem on any document (the 1.5B
-    "re-grounded" such a question onto two other agreements by copying it)."""
+    a question that names no entity and holds all it needs is the same problem on any document (copied
+    onto another agreement, it is "re-grounded" without change)."""
     docs = [p.snippet.doc_id or p.snippet.source_path if p.snippet else None for p in (a, b)]
     if None in docs or docs[0] == docs[1]:
         return False

@@ -322,7 +322,7 @@ async def new_ground(
     else:
         reply = await ask_ground(ctx, seed, slot, doc, chunks)
     named = reply.entity.strip() if reply else ""
-    # the 1.5B named the seed's own borrower for a new document: e' is then the document's company
+    # a teacher may name the seed's own borrower as a new document's entity: e' is then the document's company
     seed_name = (entity_name(seed.entity) or "").lower()
     seed_named = bool(seed_name) and (entity_name(named) or "").lower() == seed_name
     if not ctx.stages.rename:  # the paper: e' is the teacher's; a seed name then fails the leakage check
@@ -399,8 +399,7 @@ def tree_renames(tree: SyntheticTree, grounding: Grounding, seed_entity: str | N
 def vocabulary(tree: SyntheticTree, grounding: Grounding, renames: dict[str, str] | None = None) -> str:
     """The `{{vocabulary}}` slot: the new passage's own defined terms, the seed terms renamed to them, and
     the seed-only facts the tree's questions and answers still use (what the leakage check would reject),
-    named before the teacher writes: a small teacher told only afterwards wrote the seed's "Undrawn Fee"
-    again."""
+    named before the teacher writes (told only afterwards, a teacher can write the seed's terms again)."""
     renames = renames or {}
     carried = dict.fromkeys(f for n in tree.root.walk() for text in (n.problem.question, n.problem.answer)
                             for f in grounding.seed_facts(rename(text, renames)))

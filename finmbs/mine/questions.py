@@ -67,7 +67,7 @@ class MinedQuestion(WorkedProblem):
     @classmethod
     def _quoted(cls, quotes: list[str]) -> list[str]:
         """A quote copied from the reply template ("<a piece of the passage, copied exactly>") is no quote: the
-        reply fails to parse and is asked again (the 1.5B wrote the template's quote in 2 of its first 6 replies)."""
+        reply fails to parse and is asked again."""
         real = [q for q in quotes if not placeholder(q)]
         if not real:
             raise ValueError("every evidence quote is a placeholder, not a piece of the passage")
@@ -119,8 +119,8 @@ class Options(BaseModel):
 
 
 # quote marks (typographic or plain) read as spaces, dashes as one dash; one character to one, so offsets hold.
-# Agreements set defined terms in spaced curly quotes ("“ Cash Dominion Period ” shall mean"): the 1.5B
-# copied such definitions word for word without the quote marks.
+# Agreements set defined terms in spaced curly quotes ("“ Cash Dominion Period ” shall mean"); a teacher may copy
+# such a definition word for word without the quote marks.
 _SAME = str.maketrans({"“": " ", "”": " ", "‘": " ", "’": " ", '"': " ", "'": " ", "–": "-", "—": "-", "\u00a0": " "})
 
 

@@ -160,10 +160,10 @@ async def _grow_locked(
     budget_check(config.budget, *spent(usage_before))
     own_executor = executor is None
     executor = executor or make_executor("local", config, gateway=gateway)
+    executor.on_usage = lambda: ledger.write(executor.usage)  # every paid call reaches the ledger, wherever it ran
     local_gateway: Gateway | None = getattr(executor, "gateway", None)
-    if local_gateway is not None:  # in-process work: every paid call reaches the ledger at once
+    if local_gateway is not None:
         local_gateway.spent_before = spent(usage_before)
-        local_gateway.on_usage = lambda: ledger.write(local_gateway.usage)
     qualified, rejected = JsonlLog(run.path(QUALIFIED)), JsonlLog(run.path(REJECTED), key="problem.id")
     start = last_metrics = time.monotonic()
 
@@ -196,8 +196,7 @@ async def _grow_locked(
                                concurrency=config.seed_concurrency, on_result=on_result, tick=tick)
     finally:
         ledger.write(executor.usage)
-        if local_gateway is not None:
-            local_gateway.on_usage = None
+        executor.on_usage = None
         metrics = write_metrics()
         if own_executor:
             executor.close()
