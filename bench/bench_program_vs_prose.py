@@ -27,7 +27,6 @@ import argparse
 import asyncio
 import json
 import math
-import re
 import subprocess
 import sys
 import time
@@ -42,10 +41,10 @@ from finmbs.llm import Gateway
 from finmbs.resources import render_prompt
 from finmbs.verify.extract import extract_final_answer
 from finmbs.verify.math import math_equal
+from finmbs.verify.program import program_in
 
 ROOT = Path(__file__).resolve().parents[1]
 PROGRAM_TIMEOUT_S = 10.0
-_CODE = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.DOTALL)
 
 # The minimal runner's child: execute the program with no input, print `answer` as JSON on the last line.
 _CHILD = r"""
@@ -69,14 +68,6 @@ class Run:
     ok: bool
     value: object = None
     error: str = ""
-
-
-def program_of(reply: str) -> str | None:
-    """The last ```python block of a reply, or the whole reply when it has no fence but binds `answer`."""
-    blocks = _CODE.findall(reply or "")
-    if blocks:
-        return blocks[-1]
-    return reply if re.search(r"^\s*answer\s*=", reply or "", re.MULTILINE) else None
 
 
 def minimal_run(source: str, timeout_s: float = PROGRAM_TIMEOUT_S) -> Run:
@@ -165,7 +156,7 @@ async def main(args: argparse.Namespace) -> int:
     for item, (p_text, _, _), (g_text, _, _) in zip(items, prose_replies, program_replies):
         p_answer = extract_final_answer(p_text)
         p_ok = bool(p_answer) and math_equal(p_answer, item.answer)
-        source = program_of(g_text)
+        source = program_in(g_text)
         if source is None:
             result, g_answer = Run(False, error="no code block"), None
         else:

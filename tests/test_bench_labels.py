@@ -72,8 +72,11 @@ def test_minimal_runner_returns_answer_and_contains_bad_programs():
 
 def test_program_and_answer_read_from_a_reply():
     b = bench("bench_program_vs_prose")
+    from finmbs.verify.program import program_in
+
     reply = "Here it is:\n```python\nx = 2\nanswer = x + 1\n```\nThe answer is 3."
-    assert b.program_of(reply) == "x = 2\nanswer = x + 1\n"
-    assert b.program_of("The answer is 3.") is None
+    assert program_in(reply) == "x = 2\nanswer = x + 1"
+    assert program_in("```py\n    x = 2\n    answer = x\n```") == "x = 2\nanswer = x"  # an indented block is dedented
+    assert program_in("The answer is 3.") is None and program_in("answer = 4") == "answer = 4"
     assert [b.as_answer(v) for v in (12.0, 2.5, 1 / 3, "1,200", True, float("nan"))] == \
         ["12", "2.5", "0.333333", "1200", None, None]

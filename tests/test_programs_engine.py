@@ -234,7 +234,7 @@ def test_program_field_fits_a_llama_cpp_grammar():
     # then went unconstrained in the first embedded run with programs
     from finmbs.mbs.candidates import with_program
     from finmbs.mbs.compose import ComposedParent
-    from finmbs.mbs.labels import WrittenProgram
+    from finmbs.mbs.programs import WrittenProgram
 
     for model in (with_program(ComposedParent), WrittenProgram):
         program = model.model_json_schema()["properties"]["program"]

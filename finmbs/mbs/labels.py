@@ -13,11 +13,12 @@ from pydantic import BaseModel, Field
 
 from finmbs.mbs.candidates import verified_node
 from finmbs.mbs.context import Context, Ledger
-from finmbs.mbs.programs import WrittenProgram, programs_on, render_program_finance, run_for
+from finmbs.mbs.programs import programs_on, render_program_finance, run_for
 from finmbs.mbs.solve import document_block
 from finmbs.mbs.stages import Progress, Stage
 from finmbs.records import Problem
 from finmbs.resources import render_prompt
+from finmbs.verify.program import program_in
 
 STAGE = Stage.VERIFY
 Outcome = Literal["verified", "relabeled", "rejected"]
@@ -55,14 +56,14 @@ async def write_program(ctx: Context, problem: Problem) -> Problem:
                          document=document_block(problem), question=problem.question)
     written, failed = problem, []
     for teacher in ctx.teachers:
-        [reply] = await ctx.gateway.structured(teacher, WrittenProgram, role="teacher",
-                                               messages=[{"role": "user", "content": text}])
+        # a plain-text reply with a ```python block: inside a JSON string, the program's own quotes ended it
+        [reply] = await ctx.gateway.generate(teacher, role="teacher", messages=[{"role": "user", "content": text}])
         ctx.tick(STAGE)
-        if reply is None:
-            failed.append(f"{teacher.name}: reply did not parse")
+        if (source := program_in(reply.text)) is None:
+            failed.append(f"{teacher.name}: reply holds no ```python block")
             continue
         written = problem.model_copy(update={"meta": {
-            **problem.meta, "program": reply.program, "program_written": True, "program_writer": teacher.name}})
+            **problem.meta, "program": source, "program_written": True, "program_writer": teacher.name}})
         if (result := await run_for(written)).ok:
             break
         failed.append(f"{teacher.name}: program failed: {result.error}")

@@ -141,6 +141,8 @@ class World:
         if task in self.malformed and REPAIR_MARKER not in request.text:
             return Reply(texts=["{\"subproblems\": [oops"])
         reply = getattr(self, task)(agent, task_text)
+        if task == "program_write":  # asked for a plain ```python block, not JSON
+            return Reply(texts=[f"Here is the program:\n```python\n{reply['program']}\n```"])
         if PROGRAM_MARKER in task_text and task not in ("program_write", "program_parent"):
             self.with_programs(reply)
         return Reply(texts=[json.dumps(reply)])

@@ -18,9 +18,11 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
+import textwrap
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -131,6 +133,18 @@ async def run_program_async(
 ) -> ProgramResult:
     """`run_program` off the event loop (the engine's stages are coroutines)."""
     return await asyncio.to_thread(run_program, source, passage, timeout_s, functions)
+
+
+_CODE = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.DOTALL)
+
+
+def program_in(reply: str | None) -> str | None:
+    """The last ```python block of a plain-text reply, or the whole reply when it has no fence but binds
+    `answer`; None when it holds no program."""
+    blocks = _CODE.findall(reply or "")
+    if blocks:
+        return textwrap.dedent(blocks[-1]).strip("\n")
+    return reply.strip("\n") if reply and re.search(r"^\s*answer\s*=", reply, re.MULTILINE) else None
 
 
 def program_text(meta: dict[str, Any]) -> str | None:
