@@ -377,3 +377,19 @@ def bench_module(name: str):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def test_a_program_that_binds_a_literal_proves_nothing():
+    from finmbs.verify.program import computes_nothing
+
+    assert computes_nothing("answer = 0") and computes_nothing("x = 3\nanswer = x") and computes_nothing("answer = -5")
+    assert not computes_nothing("answer = 8 - 4 * 2") and not computes_nothing("answer = quote('2.0%', 0.02)")
+    assert not computes_nothing("answer = child_1()") and not computes_nothing("answer = (")  # the sandbox's to reject
+    assert not computes_nothing("answer = 'five'") and not computes_nothing("while True:\n    pass")  # the sandbox's too
+
+
+async def test_verify_rejects_a_label_whose_program_computes_nothing(tmp_path, openai_server):
+    problem = Problem(id="p", question="Compute 8 - 4 * 2.", answer="0")
+    verdict, _ = await checked(openai_server, tmp_path, {"teacher": Agent(program="answer = 0")}, problem)
+    assert verdict.outcome == "rejected" and verdict.check == "program"
+    assert verdict.reason == "the program computes nothing: it binds the answer to a literal"

@@ -30,7 +30,7 @@ from finmbs.mbs.traces import teacher_trace
 from finmbs.records import Decision, Problem, Trace, TreeNode
 from finmbs.resources import render_prompt
 from finmbs.verify import verify_answer
-from finmbs.verify.program import ProgramResult, run_program_async
+from finmbs.verify.program import ProgramResult, computes_nothing, run_program_async
 
 CHECK = Check.PROGRAM  # the rejection check of this layer
 # what a program run records in a problem's meta (a re-grounded copy drops them: its program is new)
@@ -158,6 +158,9 @@ async def program_node(
 
     if not problem.meta.get("program"):
         reject("no program")
+        return None
+    if computes_nothing(problem.meta["program"]):
+        reject("the program computes nothing: it binds the answer to a literal")
         return None
     result = await run_for(problem)
     problem = recorded(problem, result)

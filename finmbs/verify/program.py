@@ -15,6 +15,7 @@ with `ok=False` and a one-line `error`; nothing is raised to the caller and noth
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import json
 import os
@@ -133,6 +134,21 @@ async def run_program_async(
 ) -> ProgramResult:
     """`run_program` off the event loop (the engine's stages are coroutines)."""
     return await asyncio.to_thread(run_program, source, passage, timeout_s, functions)
+
+
+def computes_nothing(source: str) -> bool:
+    """True for a program that only binds literals (`answer = 0`, `x = 3; answer = x`): its result proves
+    nothing about the answer. A program that does not parse is the sandbox's to reject."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return False
+    work = (ast.BinOp, ast.Call, ast.AugAssign, ast.BoolOp, ast.Compare, ast.Subscript, ast.IfExp, ast.While, ast.For,
+            ast.Import, ast.ImportFrom)
+    nodes = list(ast.walk(tree))
+    numbers = [n for n in nodes if isinstance(n, ast.Constant)]
+    return not any(isinstance(n, work) for n in nodes) and all(
+        isinstance(n.value, (int, float)) and not isinstance(n.value, bool) for n in numbers)
 
 
 _CODE = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.DOTALL)
