@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from finmbs.ingest.index import ClientStore, EdgeStore, Where, company_key, doc_type_key, periods, point_id
+from finmbs.ingest.query import company_key, doc_type_key, periods
+from finmbs.ingest.store import ClientStore, EdgeStore, Where, point_id
 
 
 @pytest.fixture(params=["edge", "client-local"])

@@ -89,7 +89,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Ranked chunks with document, section, page and score."""
         from finmbs.ingest import open_index
-        from finmbs.ingest.index import store_url
+        from finmbs.ingest.store import store_url
         from finmbs.ingest.search import hit_json, hits_table
 
         settings = index_settings(load_config(config, set_ or []), qdrant_url, index_path)

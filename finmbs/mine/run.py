@@ -28,7 +28,9 @@ from finmbs.config import ConfigError, IndexSettings, RunConfig
 from finmbs.executors import Tick, no_tick
 from finmbs.executors.local import first_failure
 from finmbs.export.decontaminate import Decontaminator, load_eval_sets
-from finmbs.ingest.index import Index, company_key, store_url
+from finmbs.ingest.index import Index
+from finmbs.ingest.query import company_key
+from finmbs.ingest.store import store_url
 from finmbs.llm import Gateway
 from finmbs.llm.gateway import budget_check
 from finmbs.mbs.context import TARGET_ROLE, Context
