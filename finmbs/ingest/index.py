@@ -6,15 +6,16 @@ the query's company and year as filters (`query`), the cascade re-ranking and sm
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 from finmbs.config import ConfigError, IndexSettings
 from finmbs.ingest.concepts import expansion
 from finmbs.ingest.query import (
-    Recognised, _query_words, _written_as_name, _year_spans, _ticker_spans, abbreviates, alias_table, company_key,
-    doc_type_key, periods, query_terms, ranking_text,
+    Recognised, abbreviates, alias_table, company_key, doc_type_key, periods, query_terms, query_words, ranking_text,
+    ticker_spans, written_as_name, year_spans,
 )
 from finmbs.ingest.store import Also, Dense, Sparse, Store, Where, open_store, point_id, store_url
 from finmbs.records import Chunk, Document, Record
@@ -361,7 +362,7 @@ class Index:
         with where the query names them."""
         catalogue = self.catalogue()
         terms = query_terms(query, self.terms())
-        words = _query_words(query)
+        words = query_words(query)
         best: tuple[int, list[str], tuple[int, int]] | None = None
         for i in range(len(words)):
             for j in range(i + 1, min(i + 6, len(words) + 1)):
@@ -370,12 +371,12 @@ class Index:
                 if found is None:
                     continue
                 keys, single = found
-                if single and j - i == 1 and not _written_as_name(words, i, phrase):
+                if single and j - i == 1 and not written_as_name(words, i, phrase):
                     continue
                 if best is None or len(phrase) > best[0]:
                     best = (len(phrase), sorted(keys), (words[i][1], words[j - 1][2]))
         named: list[tuple[list[str], tuple[int, int]]] = [(best[1], best[2])] if best else []
-        for word, span in _ticker_spans(query):
+        for word, span in ticker_spans(query):
             if word.upper() in self._tickers:
                 named.append(([self._tickers[word.upper()]], span))
             elif len(short := [key for key, name in self._names.items() if abbreviates(word, name)]) == 1:
@@ -385,7 +386,7 @@ class Index:
         companies = named[0][0]
         spans = [span for keys, span in named if keys == companies]
         years: dict[str, list[tuple[int, int]]] = {}
-        for year, span in _year_spans(query):
+        for year, span in year_spans(query):
             if any(year in catalogue.get(key, ()) for key in companies):
                 years.setdefault(year, []).append(span)
         period = max(years) if years else None
@@ -581,3 +582,23 @@ def _document(payload: dict[str, Any]) -> Document:
 def open_index(settings: IndexSettings) -> Index:
     """The index named by the settings (see `open_store`)."""
     return Index(open_store(settings), settings)
+
+
+_SHARED: dict[str, list] = {}  # settings (as JSON) -> [the open index, how many users hold it]
+
+
+@contextmanager
+def shared_index(settings: IndexSettings) -> Iterator[Index]:
+    """The index of `settings`, opened once per process while any user holds it (an embedded Qdrant Edge
+    folder admits one opener at a time: the seeds of a run share one), closed when the last one lets go."""
+    key = settings.model_dump_json()
+    entry = _SHARED.setdefault(key, [None, 0])
+    if entry[0] is None:
+        entry[0] = open_index(settings)
+    entry[1] += 1
+    try:
+        yield entry[0]
+    finally:
+        entry[1] -= 1
+        if entry[1] == 0:
+            _SHARED.pop(key)[0].close()

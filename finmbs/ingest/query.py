@@ -69,17 +69,17 @@ _YEAR = re.compile(r"\b(?:FY|fiscal(?: year)?\s*)?'?((?:19|20)\d\d)\b|\bFY\s?'?(
 
 def query_years(query: str) -> list[str]:
     """Years a query names: '2022', 'FY2022', 'FY22', 'fiscal 2022'."""
-    return [year for year, _ in _year_spans(query)]
+    return [year for year, _ in year_spans(query)]
 
 
-def _year_spans(query: str) -> list[tuple[str, tuple[int, int]]]:
+def year_spans(query: str) -> list[tuple[str, tuple[int, int]]]:
     return [(match[1] or f"20{match[2]}", match.span()) for match in _YEAR.finditer(query)]
 
 
 _WORD = re.compile(r"[A-Za-z0-9&]+(?:['’][A-Za-z0-9&]+)*['’]?")
 
 
-def _query_words(query: str) -> list[tuple[str, int, int, str]]:
+def query_words(query: str) -> list[tuple[str, int, int, str]]:
     """(company-key spelling, start, end, as written) of each word: lower case, a possessive dropped ("Amcor's",
     "Express'")."""
     out = []
@@ -92,17 +92,17 @@ def _query_words(query: str) -> list[tuple[str, int, int, str]]:
 
 def query_phrases(query: str) -> set[str]:
     """Runs of up to five consecutive words, joined as company keys are ('american express' -> 'americanexpress')."""
-    words = [w for w, *_ in _query_words(query)]
+    words = [w for w, *_ in query_words(query)]
     return {"".join(words[i : j]) for i in range(len(words)) for j in range(i + 1, min(i + 6, len(words) + 1))}
 
 
 def query_tickers(query: str) -> list[str]:
     """Words a query may write as a trading symbol: two to five capitals ("JPM"; "FL" only so; not the word
     "A"), or three letters or more with a capital inside ("JnJ" for JNJ; never "key", "Key" or "all")."""
-    return [word.upper() for word, _ in _ticker_spans(query)]
+    return [word.upper() for word, _ in ticker_spans(query)]
 
 
-def _ticker_spans(query: str) -> list[tuple[str, tuple[int, int]]]:
+def ticker_spans(query: str) -> list[tuple[str, tuple[int, int]]]:
     return [(m[0], m.span()) for m in re.finditer(r"\b[A-Za-z]{2,5}(?:\.[A-Z])?\b", query)
             if m[0].isupper() or (len(m[0]) >= 3 and not m[0].islower() and not m[0].istitle())]
 
@@ -176,7 +176,7 @@ def alias_table(names: dict[str, set[str]]) -> dict[str, tuple[set[str], bool]]:
 
 
 
-def _written_as_name(words: list[tuple[str, int, int, str]], i: int, alias: str) -> bool:
+def written_as_name(words: list[tuple[str, int, int, str]], i: int, alias: str) -> bool:
     """Whether the one word at `i` is written as a name: with a capital; and a common word ("Now" for NOW Inc.)
     as the query's first word or anywhere only in capitals throughout, or as a possessive."""
     _, start, end, written = words[i]

@@ -28,14 +28,13 @@ from finmbs.config import ConfigError, IndexSettings, RunConfig
 from finmbs.executors import Tick, no_tick
 from finmbs.executors.local import first_failure
 from finmbs.export.decontaminate import Decontaminator, load_eval_sets
-from finmbs.ingest.index import Index
+from finmbs.ingest.index import Index, shared_index
 from finmbs.ingest.query import company_key
 from finmbs.ingest.store import store_url
 from finmbs.llm import Gateway
 from finmbs.llm.gateway import budget_check
 from finmbs.mbs.context import TARGET_ROLE, Context
 from finmbs.mbs.pipeline import add_stage_usage, previous_totals, record_config, sigterm_as_interrupt, spent
-from finmbs.mbs.reground import shared_index
 from finmbs.mine.company import document_company
 from finmbs.mine.passages import TYPES, plan
 from finmbs.mine.questions import DocumentMiner, DocumentOutcome, Options, seed_row
