@@ -11,6 +11,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from finmbs.errors import FinmbsError
 from finmbs.records import first_error
 from finmbs.resources import resource_dir
 
@@ -18,7 +19,7 @@ EMBEDDED_MODEL = "embedded/qwen2.5-coder-0.5b-instruct"
 _ENV_REF = re.compile(r"\$\{(\w+)\}")
 
 
-class ConfigError(ValueError):
+class ConfigError(FinmbsError, ValueError):
     """A run config problem, named by file and key."""
 
     def __init__(self, message: str, *, source: str | None = None, key: str | None = None):

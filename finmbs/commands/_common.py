@@ -11,12 +11,9 @@ from typing import Annotated, Any, Literal, TypeVar
 import typer
 from rich.console import Console
 
-from finmbs.config import ConfigError, RunConfig, load_config
-from finmbs.deps import DependencyError
-from finmbs.executors import ExecutorError, ExecutorName
-from finmbs.llm.types import GatewayError
-from finmbs.runs import RunFolderBusy
-from finmbs.seeds import SeedsError
+from finmbs.config import RunConfig, load_config
+from finmbs.errors import FinmbsError
+from finmbs.executors import ExecutorName
 
 F = TypeVar("F", bound=Callable[..., Any])
 console = Console(stderr=True)
@@ -45,7 +42,7 @@ RayWorkersOption = Annotated[
 ]
 
 
-class UsageError(ValueError):
+class UsageError(FinmbsError, ValueError):
     """Bad input from the user (a file, a line, an argument), reported in one line."""
 
 
@@ -62,8 +59,9 @@ def cli_errors(func: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return func(*args, **kwargs)
-        except (ConfigError, GatewayError, UsageError, ExecutorError, SeedsError, FileNotFoundError, NotADirectoryError,
-                RunFolderBusy, DependencyError) as exc:
+        except FinmbsError as exc:  # every error finmbs raises on purpose: its message and its exit code
+            fail(str(exc), exc.exit_code)
+        except (FileNotFoundError, NotADirectoryError) as exc:
             fail(str(exc))
         except KeyboardInterrupt:
             console.print("interrupted; finished work is saved, rerun the same command to resume")

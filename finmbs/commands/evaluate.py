@@ -22,7 +22,6 @@ from finmbs.commands._common import (
 )
 from finmbs.commands.calibrate import policy_endpoint
 from finmbs.config import ConfigError, Endpoint, RunConfig
-from finmbs.evaluate import EvalError
 from finmbs.evaluate.audit import audit, audit_markdown, load_run
 from finmbs.evaluate.benchmarks import Mode, known_benchmarks, load_benchmark
 from finmbs.evaluate.compare import compare_results, comparison_markdown
@@ -46,7 +45,7 @@ def resolve_endpoint(config: RunConfig, name: str, api_base: str | None = None, 
 
 
 def eval_errors(func: Callable[..., Any]) -> Callable[..., Any]:
-    """cli_errors, plus EvalError and invalid option values as one-line usage errors."""
+    """cli_errors, plus invalid option values as one-line usage errors."""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -55,8 +54,6 @@ def eval_errors(func: Callable[..., Any]) -> Callable[..., Any]:
         except ValidationError as exc:
             err = exc.errors()[0]
             raise UsageError(f"invalid {'.'.join(map(str, err['loc']))}: {err['msg']}") from None
-        except EvalError as exc:
-            raise UsageError(str(exc)) from None
 
     return cli_errors(wrapper)
 

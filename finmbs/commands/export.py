@@ -10,7 +10,8 @@ import typer
 from rich.progress import track
 from rich.table import Table
 
-from finmbs.commands._common import UsageError, cli_errors, console, fail
+from finmbs.commands._common import UsageError, cli_errors, console
+from finmbs.errors import FinmbsError
 from finmbs.export.splits import DEFAULT_SPLIT
 
 
@@ -93,8 +94,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Export a run's qualified problems for training (veRL or TRL parquet, Hugging Face dataset, or JSONL),
         split train/test by seed lineage, with a dataset card (README.md)."""
-        from finmbs.export import EmptyExport, RunReadError, export_run
-        from finmbs.export.hub import HubError, push_export
+        from finmbs.export import export_run
+        from finmbs.export.hub import push_export
 
         try:
             report = export_run(
@@ -103,17 +104,14 @@ def register(app: typer.Typer) -> None:
                 nodes=nodes.value,
                 track=lambda items, what: track(items, description=what, console=console, transient=True),
             )
-        except EmptyExport as exc:
-            fail(str(exc), code=1)
-        except (RunReadError, ValueError, FileExistsError) as exc:
+        except FinmbsError:
+            raise  # one line and its exit code (nothing to export: 1; a bad run file: 2)
+        except (ValueError, FileExistsError) as exc:
             raise UsageError(str(exc)) from None
         console.print(report_table(report))
         for warning in report.warnings:
             console.print(f"[yellow]warning:[/] {warning}", highlight=False)
         console.print(f"wrote {len(report.files)} files and export_report.json to {report.out}", highlight=False)
         if push_to_hub:
-            try:
-                url = push_export(Path(report.out), report.format, push_to_hub)
-            except HubError as exc:
-                fail(str(exc), code=1)
+            url = push_export(Path(report.out), report.format, push_to_hub)  # HubError: one line, exit 1
             console.print(f"pushed to {url}", highlight=False)

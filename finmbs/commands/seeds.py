@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from finmbs.commands._common import ConfigOption, SetOption, cli_errors, console, fail, resolve_config
-from finmbs.convert import SeedFormatError, from_csv, from_financebench, write_seeds
+from finmbs.convert import from_csv, from_financebench, write_seeds
 
 OutOption = Annotated[Path, typer.Option("--out", "-o", help="Seeds JSONL to write (replaced atomically).")]
 
@@ -31,10 +31,7 @@ def register(app: typer.Typer) -> None:
         pdf_dir: Annotated[Path | None, typer.Option(help="Folder of DOC_NAME.pdf files, recorded as source_path.")] = None,
     ) -> None:
         """FinanceBench JSONL -> seeds (snippet = the evidence text, entity = the company)."""
-        try:
-            _write(from_financebench(path, pdf_dir), out)
-        except SeedFormatError as exc:
-            fail(str(exc))
+        _write(from_financebench(path, pdf_dir), out)
 
     @seeds_app.command("from-csv")
     @cli_errors
@@ -48,11 +45,8 @@ def register(app: typer.Typer) -> None:
         doc_col: Annotated[str, typer.Option(help="Document id/path column (optional in the file).")] = "doc",
     ) -> None:
         """Plain CSV -> seeds; a malformed row stops with its file and line."""
-        try:
-            seeds = from_csv(path, question_col=question_col, answer_col=answer_col, snippet_col=snippet_col,
-                             entity_col=entity_col, doc_col=doc_col)
-        except SeedFormatError as exc:
-            fail(str(exc))
+        seeds = from_csv(path, question_col=question_col, answer_col=answer_col, snippet_col=snippet_col,
+                         entity_col=entity_col, doc_col=doc_col)
         _write(seeds, out)
 
     @seeds_app.command("mine")
@@ -96,7 +90,7 @@ def register(app: typer.Typer) -> None:
         from finmbs.export.exporter import default_eval_data
         from finmbs.llm import BudgetExceeded, GatewayError
         from finmbs.mine.questions import Options
-        from finmbs.mine.run import MineError, run_mine
+        from finmbs.mine.run import run_mine
 
         resolved = resolve_config(config, set_)
         if index_path is not None:
@@ -119,8 +113,6 @@ def register(app: typer.Typer) -> None:
                     resolved, options, out, run_dir, documents=documents, companies=companies,
                     eval_data=default_eval_data() if eval_data is None else eval_data, tick=tick,
                     allow_config_change=allow_config_change, on_start=lambda n: progress.update(docs, total=n)))
-            except MineError as exc:
-                fail(str(exc))
             except BudgetExceeded as exc:
                 fail(f"{exc}; finished documents are saved in {run_dir}: raise budget.max_tokens and rerun to continue", code=3)
             except GatewayError as exc:

@@ -11,12 +11,13 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from finmbs import runs
+from finmbs.errors import FinmbsError
 from finmbs.records import DecompositionTree, Problem, Record, Rejection, SyntheticTree, first_error
 
 M = TypeVar("M", bound=BaseModel)
 
 
-class RunReadError(ValueError):
+class RunReadError(FinmbsError, ValueError):
     """A run file that cannot be read; the message names the file and the line or record."""
 
 

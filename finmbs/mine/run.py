@@ -25,6 +25,7 @@ from typing import Any
 from pydantic import Field
 
 from finmbs.config import ConfigError, IndexSettings, RunConfig
+from finmbs.errors import FinmbsError
 from finmbs.executors import Tick, no_tick
 from finmbs.executors.local import first_failure
 from finmbs.export.decontaminate import Decontaminator, load_eval_sets
@@ -47,7 +48,7 @@ OPTIONS = "options.json"
 DOCUMENTS = "documents"
 
 
-class MineError(ValueError):
+class MineError(FinmbsError, ValueError):
     """Bad input to a mining run (no index, no documents, an unknown document), in one line."""
 
 
