@@ -67,27 +67,27 @@ def options_table(config) -> Table:
     return table
 
 
+def explain(config: ConfigOption = None, set_: SetOption = None, profile: ProfileOption = None) -> None:
+    """The stage symbols (N, Nt, K, Nd, D, N_leaf, R, alpha_leaf, alpha_parent, Nc, Kd, L) and finmbs's
+    own options (relabel, extract, novelty, quality ...): meaning, value, and whether each is the paper's
+    or finmbs's (with the paper's value, which --profile paper sets)."""
+    from finmbs.config import load_config
+
+    resolved = load_config(config, set_ or [], profile=profile)
+    console.print(symbols_table(resolved.stages.model_dump()))
+    console.print(options_table(resolved))
+
+
+def show(config: ConfigOption = None, set_: SetOption = None, profile: ProfileOption = None) -> None:
+    """The resolved run config (defaults, file and --set overrides) as YAML."""
+    from finmbs.config import load_config
+
+    resolved = load_config(config, set_ or [], profile=profile)
+    typer.echo(yaml.safe_dump(resolved.model_dump(mode="json"), sort_keys=False).rstrip())
+
+
 def register(app: typer.Typer) -> None:
     config_app = typer.Typer(help="Explain or show the run config.", no_args_is_help=True)
     app.add_typer(config_app, name="config")
-
-    @config_app.command("explain")
-    @cli_errors
-    def explain(config: ConfigOption = None, set_: SetOption = None, profile: ProfileOption = None) -> None:
-        """The stage symbols (N, Nt, K, Nd, D, N_leaf, R, alpha_leaf, alpha_parent, Nc, Kd, L) and finmbs's
-        own options (relabel, extract, novelty, quality ...): meaning, value, and whether each is the paper's
-        or finmbs's (with the paper's value, which --profile paper sets)."""
-        from finmbs.config import load_config
-
-        resolved = load_config(config, set_ or [], profile=profile)
-        console.print(symbols_table(resolved.stages.model_dump()))
-        console.print(options_table(resolved))
-
-    @config_app.command("show")
-    @cli_errors
-    def show(config: ConfigOption = None, set_: SetOption = None, profile: ProfileOption = None) -> None:
-        """The resolved run config (defaults, file and --set overrides) as YAML."""
-        from finmbs.config import load_config
-
-        resolved = load_config(config, set_ or [], profile=profile)
-        typer.echo(yaml.safe_dump(resolved.model_dump(mode="json"), sort_keys=False).rstrip())
+    config_app.command("explain")(cli_errors(explain))
+    config_app.command("show")(cli_errors(show))

@@ -80,12 +80,6 @@ class EvalGroup(TyperGroup):
         return super().parse_args(ctx, args)
 
 
-eval_app = typer.Typer(
-    cls=EvalGroup, no_args_is_help=True,
-    help="Evaluate a model on a benchmark (finmbs eval BENCH --model ...), or compare two results.",
-)
-
-
 def parse_ks(text: str | None) -> list[int] | None:
     if text is None:
         return None
@@ -119,8 +113,6 @@ def read_system_prompt(text: str | None) -> str | None:
     return path.read_text(encoding="utf-8").strip()
 
 
-@eval_app.command("run")
-@eval_errors
 def eval_run(
     benchmark: Annotated[str, typer.Argument(help="Benchmark name (see `finmbs eval list`) or a YAML file.")],
     model: Annotated[str, typer.Option("--model", "-m", help="Role/endpoint name from the config, or a litellm model string.")],
@@ -184,8 +176,6 @@ def eval_run(
     console.print(f"wrote {json_path}, {md_path} and the per-sample log {log_path}", highlight=False)
 
 
-@eval_app.command("compare")
-@eval_errors
 def eval_compare(
     a: Annotated[Path, typer.Argument(help="Result JSON of the base model (A).")],
     b: Annotated[Path, typer.Argument(help="Result JSON of the trained model (B).")],
@@ -200,8 +190,6 @@ def eval_compare(
         console.print(f"wrote {out}", highlight=False)
 
 
-@eval_app.command("list")
-@eval_errors
 def eval_list() -> None:
     """The known benchmarks, their domain, modes and protocol defaults."""
     table = Table(title="finmbs benchmarks")
@@ -252,5 +240,12 @@ def audit_command(
 
 
 def register(app: typer.Typer) -> None:
+    eval_app = typer.Typer(
+        cls=EvalGroup, no_args_is_help=True,
+        help="Evaluate a model on a benchmark (finmbs eval BENCH --model ...), or compare two results.",
+    )
+    eval_app.command("run")(eval_errors(eval_run))
+    eval_app.command("compare")(eval_errors(eval_compare))
+    eval_app.command("list")(eval_errors(eval_list))
     app.add_typer(eval_app, name="eval")
     app.command("audit")(eval_errors(audit_command))
