@@ -6,6 +6,7 @@ import asyncio
 import functools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -16,10 +17,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from typer.core import TyperGroup
 
-from finmbs.commands._common import (
-    ConfigOption, ExecutorOption, RayAddressOption, RayWorkersOption, SetOption, UsageError, cli_errors, console,
-    resolve_config, warn_embedded,
-)
+from finmbs.commands._common import RunOptions, UsageError, cli_errors, console, warn_embedded, with_run_options
 from finmbs.commands.calibrate import policy_endpoint
 from finmbs.config import ConfigError, Endpoint, RunConfig
 from finmbs.evaluate.audit import audit, audit_markdown, load_run
@@ -27,7 +25,6 @@ from finmbs.evaluate.benchmarks import Mode, known_benchmarks, load_benchmark
 from finmbs.evaluate.compare import compare_results, comparison_markdown
 from finmbs.evaluate.results import load_result, markdown_table
 from finmbs.evaluate.run import EvalSettings, check_settings, refuse_overwrite, result_path, run_eval, write_result
-from finmbs.executors import make_executor
 from finmbs.llm import Gateway
 from finmbs.runs import atomic_write_json, atomic_write_text
 
@@ -137,15 +134,11 @@ def eval_run(
     out: Annotated[Path, typer.Option("--out", "-o", help="Results folder (files named by their settings), "
                                       "or a .json file path.")] = DEFAULT_OUT,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing result of the same name.")] = False,
-    config: ConfigOption = None,
-    set_: SetOption = None,
-    executor: ExecutorOption = "local",
-    ray_address: RayAddressOption = None,
-    ray_workers: RayWorkersOption = None,
+    options: RunOptions = RunOptions(),
 ) -> None:
     """Sample a model n times per question, grade, and report pass@k overall and per question type."""
     bench = load_benchmark(benchmark)
-    resolved = resolve_config(config, set_, weak_roles=())
+    resolved = options.load(weak_roles=())
     policy = resolve_endpoint(resolved, model, api_base, api_key_env)
     judge_endpoint = None
     if bench.domain == "finance" and (judge or "").lower() != "none":
@@ -163,7 +156,7 @@ def eval_run(
     check_settings(bench, settings)  # a usage error opens no cache and starts no worker
     target = result_path(out, bench.name, str(policy.name), settings)
     refuse_overwrite(target, overwrite)
-    runner = make_executor(executor, resolved, ray_address=ray_address, ray_workers=ray_workers)
+    runner = options.make_executor(resolved)
     try:
         with question_progress(f"{bench.name} · {policy.name}") as progress:
             result = run_eval(bench, settings, resolved, policy, judge_endpoint, progress, runner)
@@ -213,12 +206,13 @@ def audit_command(
     problems: Annotated[int, typer.Option(min=1, help="Problems per method checked by the correctness panel.")] = 50,
     seed: Annotated[int, typer.Option(help="Sampling seed for the audited subset.")] = 0,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Output folder (default: RUN/audit).")] = None,
-    config: ConfigOption = None,
-    set_: SetOption = None,
+    options: RunOptions = RunOptions(),
 ) -> None:
     """The paper's data audits: blind blueprint preservation/novelty scores and a judge-panel correctness check."""
     run_config = run / "config.yaml"
-    resolved = resolve_config(config or (run_config if run_config.is_file() else None), set_, weak_roles=("judge",))
+    if options.config is None and run_config.is_file():
+        options = replace(options, config=run_config)
+    resolved = options.load(weak_roles=("judge",))
     panel = {resolved.roles.judge.name: resolved.roles.judge}
     for name in judge or []:
         endpoint = resolve_endpoint(resolved, name, judge_api_base)
@@ -244,8 +238,8 @@ def register(app: typer.Typer) -> None:
         cls=EvalGroup, no_args_is_help=True,
         help="Evaluate a model on a benchmark (finmbs eval BENCH --model ...), or compare two results.",
     )
-    eval_app.command("run")(eval_errors(eval_run))
+    eval_app.command("run")(eval_errors(with_run_options(eval_run, profile=False, executor=True)))
     eval_app.command("compare")(eval_errors(eval_compare))
     eval_app.command("list")(eval_errors(eval_list))
     app.add_typer(eval_app, name="eval")
-    app.command("audit")(eval_errors(audit_command))
+    app.command("audit")(eval_errors(with_run_options(audit_command, profile=False)))

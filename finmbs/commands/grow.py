@@ -11,11 +11,7 @@ import typer
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from finmbs.commands._common import (
-    ConfigOption, ExecutorOption, ProfileOption, RayAddressOption, RayWorkersOption, SetOption, cli_errors, console,
-    fail, resolve_config,
-)
-from finmbs.executors import make_executor
+from finmbs.commands._common import RunOptions, cli_errors, console, fail, with_run_options
 from finmbs.llm import BudgetExceeded, GatewayError
 from finmbs.records import RunMetrics
 from finmbs.seeds import load_seeds
@@ -62,17 +58,12 @@ def grow(
     seeds: Annotated[Path, typer.Option("--seeds", help="Seeds JSONL: id, question, answer[, domain, snippet, entity, meta].")],
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Run folder (default runs/SEEDS-METHOD).")] = None,
     method: Annotated[Literal["mbs", "direct"], typer.Option(help="mbs, or the direct seed-synthesis baseline.")] = "mbs",
-    config: ConfigOption = None,
-    set_: SetOption = None,
-    profile: ProfileOption = None,
     keep: Annotated[Literal["roots", "all"] | None, typer.Option(
         help="roots: keep the synthetic roots (the paper); all: also calibrate every other synthetic node, "
              "reported apart (qualified_nodes.jsonl). Default: stages.keep of the config.")] = None,
     match_budget: Annotated[Path | None, typer.Option(
         help="--method direct: oversample each seed to the construction tokens this MBS run folder spent on it.")] = None,
-    executor: ExecutorOption = "local",
-    ray_address: RayAddressOption = None,
-    ray_workers: RayWorkersOption = None,
+    options: RunOptions = RunOptions(),
     allow_config_change: Annotated[bool, typer.Option(
         "--allow-config-change", help="Continue an existing run folder under a changed config (the change is "
         "logged in its config_changes.jsonl).")] = False,
@@ -86,7 +77,7 @@ def grow(
     from finmbs.mbs.pipeline import regrounds, run_grow
 
     problems = load_seeds(seeds)
-    resolved = resolve_config(config, [*(set_ or []), *([f"stages.keep={keep}"] if keep else [])], profile=profile)
+    resolved = options.with_overrides(*([f"stages.keep={keep}"] if keep else [])).load()
     if match_budget is not None:
         from finmbs.baselines.direct import construction_budgets, with_budgets
 
@@ -97,7 +88,7 @@ def grow(
         except ValueError as exc:
             fail(str(exc), code=2)
     out = out or Path("runs") / f"{seeds.stem}-{method}"
-    runner = make_executor(executor, resolved, ray_address=ray_address, ray_workers=ray_workers)
+    runner = options.make_executor(resolved)
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), TextColumn("{task.completed}"),
                   TimeElapsedColumn(), console=console, transient=False) as progress:
         reground = regrounds(resolved, problems, method)
@@ -128,4 +119,4 @@ def grow(
 
 
 def register(app: typer.Typer) -> None:
-    app.command()(cli_errors(grow))
+    app.command()(cli_errors(with_run_options(grow, executor=True)))

@@ -9,8 +9,8 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from finmbs.commands._common import ConfigOption, SetOption, UsageError, cli_errors, console, resolve_config
-from finmbs.config import IndexSettings, RunConfig, load_config
+from finmbs.commands._common import RunOptions, UsageError, cli_errors, console, with_run_options
+from finmbs.config import IndexSettings, RunConfig
 from finmbs.llm import Gateway
 
 QdrantUrlOption = Annotated[str | None, typer.Option("--qdrant-url", envvar="QDRANT_URL", help="Qdrant server/cluster URL (API key from QDRANT_API_KEY).")]
@@ -36,8 +36,7 @@ def report_table(report) -> Table:
 
 def ingest(
     paths: Annotated[list[Path], typer.Argument(help="Files or folders (searched recursively).")],
-    config: ConfigOption = None,
-    set_: SetOption = None,
+    options: RunOptions = RunOptions(),
     qdrant_url: QdrantUrlOption = None,
     index_path: IndexPathOption = None,
     summarize_with: Annotated[str | None, typer.Option(help="Role or endpoint name that writes document summaries (default: extractive).")] = None,
@@ -51,7 +50,7 @@ def ingest(
 
     if embed not in (None, "full", "cascade"):
         raise UsageError(f"--embed must be full or cascade, not {embed!r}")
-    resolved = resolve_config(config, set_) if summarize_with else load_config(config, set_ or [])
+    resolved = options.load() if summarize_with else options.load_quietly()
     settings = index_settings(resolved, qdrant_url, index_path)
     if embed:
         settings = settings.model_copy(update={"embed": embed})
@@ -77,8 +76,7 @@ def search(
     no_metadata: Annotated[bool, typer.Option("--no-metadata", help="Do not filter by a company/year the query names.")] = False,
     no_concepts: Annotated[bool, typer.Option("--no-concepts", help="Do not add the statement and line items of a finance concept the query names (quick ratio, capex...).")] = False,
     per_page: Annotated[int, typer.Option("--per-page", min=0, help="Hits allowed from one PDF page (0: no limit).")] = 1,
-    config: ConfigOption = None,
-    set_: SetOption = None,
+    options: RunOptions = RunOptions(),
     qdrant_url: QdrantUrlOption = None,
     index_path: IndexPathOption = None,
     as_json: JsonOption = False,
@@ -88,7 +86,7 @@ def search(
     from finmbs.ingest.store import store_url
     from finmbs.ingest.search import hit_json, hits_table
 
-    settings = index_settings(load_config(config, set_ or []), qdrant_url, index_path)
+    settings = index_settings(options.load_quietly(), qdrant_url, index_path)
     with open_index(settings) as index:
         hits = index.search(query, k, exclude_doc_ids=exclude_doc or (), doc_type=doc_type, company=company, period=period,
                             hybrid=not dense, metadata=not no_metadata, concepts=not no_concepts,
@@ -110,5 +108,5 @@ def search(
 
 
 def register(app: typer.Typer) -> None:
-    app.command()(cli_errors(ingest))
-    app.command()(cli_errors(search))
+    app.command()(cli_errors(with_run_options(ingest, profile=False)))
+    app.command()(cli_errors(with_run_options(search, profile=False)))

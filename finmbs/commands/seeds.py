@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from finmbs.commands._common import ConfigOption, SetOption, cli_errors, console, fail, resolve_config
+from finmbs.commands._common import RunOptions, cli_errors, console, fail, with_run_options
 from finmbs.convert import from_csv, from_financebench, write_seeds
 
 OutOption = Annotated[Path, typer.Option("--out", "-o", help="Seeds JSONL to write (replaced atomically).")]
@@ -62,8 +62,7 @@ def mine(
         "Eval data folder or JSONL file a question must not overlap (n-gram decontamination as in export); "
         "repeatable. Default: $FINMBS_EVAL_DATA or ../shared/data when present."))] = None,
     run_dir: Annotated[Path | None, typer.Option("--run-dir", help="Run folder (default runs/mine-OUT_STEM); rerun to resume.")] = None,
-    config: ConfigOption = None,
-    set_: SetOption = None,
+    options: RunOptions = RunOptions(),
     allow_config_change: Annotated[bool, typer.Option(
         "--allow-config-change", help="Continue an existing run folder under a changed config.")] = False,
 ) -> None:
@@ -84,7 +83,7 @@ def mine(
     from finmbs.mine.questions import Options
     from finmbs.mine.run import run_mine
 
-    resolved = resolve_config(config, set_)
+    resolved = options.load()
     if index_path is not None:
         resolved = resolved.model_copy(update={"index": resolved.index.model_copy(update={"path": str(index_path)})})
     options = Options(per_document=per_document, types=[t.strip() for t in types.split(",") if t.strip()],
@@ -117,7 +116,7 @@ def register(app: typer.Typer) -> None:
     app.add_typer(seeds_app, name="seeds")
     seeds_app.command("from-financebench")(cli_errors(financebench))
     seeds_app.command("from-csv")(cli_errors(csv_))
-    seeds_app.command("mine")(cli_errors(mine))
+    seeds_app.command("mine")(cli_errors(with_run_options(mine, profile=False)))
 
 
 def mine_table(metrics, out: Path, run_dir: Path):

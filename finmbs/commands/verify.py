@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from finmbs.commands._common import ConfigOption, SetOption, cli_errors, console, resolve_config
+from finmbs.commands._common import RunOptions, cli_errors, console, with_run_options
 from finmbs.llm import Gateway
 from finmbs.runs import atomic_write_json, atomic_write_text
 from finmbs.seeds import load_seeds
@@ -25,8 +25,7 @@ def verify(
                                                  "traces agree on another answer (default: stages.relabel).")] = None,
     programs: Annotated[bool | None, typer.Option("--programs/--no-programs", help="Check answers with programs too "
                                                   "(default: verify.programs); --no-programs: teacher traces alone.")] = None,
-    config: ConfigOption = None,
-    set_: SetOption = None,
+    options: RunOptions = RunOptions(),
 ) -> None:
     """Verify each problem's stated answer: verified, relabeled or rejected, with the reason and what its
     program gave (the teacher writes a program for a problem that carries none)."""
@@ -34,9 +33,8 @@ def verify(
     from finmbs.mbs.labels import check_labels
 
     rows = load_seeds(problems)
-    overrides = [*(set_ or []), *([f"stages.relabel={str(relabel).lower()}"] if relabel is not None else []),
-                 *([f"verify.programs={str(programs).lower()}"] if programs is not None else [])]
-    resolved = resolve_config(config, overrides)
+    resolved = options.with_overrides(*([f"stages.relabel={str(relabel).lower()}"] if relabel is not None else []),
+                                      *([f"verify.programs={str(programs).lower()}"] if programs is not None else [])).load()
     out = out or problems.with_name(f"{problems.stem}.verify.jsonl")
     gateway = Gateway.from_config(resolved)
     started = time.monotonic()
@@ -67,4 +65,4 @@ def verify(
 
 
 def register(app: typer.Typer) -> None:
-    app.command()(cli_errors(verify))
+    app.command()(cli_errors(with_run_options(verify, profile=False)))
