@@ -85,17 +85,17 @@ class RunOptions:
 
 
 # RunOptions field -> (the command-line parameter, its typer annotation, its default); grouped as the commands take them
-_CONFIG_OPTIONS = {"config": ("config", ConfigOption, None), "overrides": ("set_", SetOption, None)}
-_PROFILE_OPTIONS = {"profile": ("profile", ProfileOption, None)}
+_CONFIG_OPTIONS = {"config": ("config", ConfigOption, None), "overrides": ("set_", SetOption, None),
+                   "profile": ("profile", ProfileOption, None)}
 _EXECUTOR_OPTIONS = {"executor": ("executor", ExecutorOption, "local"), "ray_address": ("ray_address", RayAddressOption, None),
                      "ray_workers": ("ray_workers", RayWorkersOption, None)}
 
 
-def with_run_options(func: Callable[..., Any], *, profile: bool = True, executor: bool = False) -> Callable[..., Any]:
+def with_run_options(func: Callable[..., Any], *, executor: bool = False) -> Callable[..., Any]:
     """`func` as typer sees it: its `options: RunOptions` parameter shown as the single shared options (where it
-    stands in the signature: --config, --set, with `profile` --profile, with `executor` --executor, --ray-address,
+    stands in the signature: --config, --set, --profile, and with `executor` --executor, --ray-address,
     --ray-workers), gathered back into one RunOptions when the command runs."""
-    fields = {**_CONFIG_OPTIONS, **(_PROFILE_OPTIONS if profile else {}), **(_EXECUTOR_OPTIONS if executor else {})}
+    fields = {**_CONFIG_OPTIONS, **(_EXECUTOR_OPTIONS if executor else {})}
     signature = inspect.signature(func, eval_str=True)
     parameters: list[inspect.Parameter] = []
     for parameter in signature.parameters.values():

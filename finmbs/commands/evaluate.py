@@ -238,8 +238,8 @@ def register(app: typer.Typer) -> None:
         cls=EvalGroup, no_args_is_help=True,
         help="Evaluate a model on a benchmark (finmbs eval BENCH --model ...), or compare two results.",
     )
-    eval_app.command("run")(eval_errors(with_run_options(eval_run, profile=False, executor=True)))
+    eval_app.command("run")(eval_errors(with_run_options(eval_run, executor=True)))
     eval_app.command("compare")(eval_errors(eval_compare))
     eval_app.command("list")(eval_errors(eval_list))
     app.add_typer(eval_app, name="eval")
-    app.command("audit")(eval_errors(with_run_options(audit_command, profile=False)))
+    app.command("audit")(eval_errors(with_run_options(audit_command)))

@@ -108,5 +108,5 @@ def search(
 
 
 def register(app: typer.Typer) -> None:
-    app.command()(cli_errors(with_run_options(ingest, profile=False)))
-    app.command()(cli_errors(with_run_options(search, profile=False)))
+    app.command()(cli_errors(with_run_options(ingest)))
+    app.command()(cli_errors(with_run_options(search)))

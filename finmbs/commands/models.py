@@ -76,4 +76,4 @@ def models(
 
 
 def register(app: typer.Typer) -> None:
-    app.command()(cli_errors(with_run_options(models, profile=False)))
+    app.command()(cli_errors(with_run_options(models)))

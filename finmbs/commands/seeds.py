@@ -116,7 +116,7 @@ def register(app: typer.Typer) -> None:
     app.add_typer(seeds_app, name="seeds")
     seeds_app.command("from-financebench")(cli_errors(financebench))
     seeds_app.command("from-csv")(cli_errors(csv_))
-    seeds_app.command("mine")(cli_errors(with_run_options(mine, profile=False)))
+    seeds_app.command("mine")(cli_errors(with_run_options(mine)))
 
 
 def mine_table(metrics, out: Path, run_dir: Path):

@@ -65,4 +65,4 @@ def verify(
 
 
 def register(app: typer.Typer) -> None:
-    app.command()(cli_errors(with_run_options(verify, profile=False)))
+    app.command()(cli_errors(with_run_options(verify)))
