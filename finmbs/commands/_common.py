@@ -49,7 +49,6 @@ RayWorkersOption = Annotated[
 ]
 
 
-
 @dataclass(frozen=True)
 class RunOptions:
     """The options the config-reading commands share, one object: which config (--config, --set, --profile)
@@ -84,10 +83,11 @@ class RunOptions:
                              ray_workers=self.ray_workers)
 
 
-# RunOptions field -> (the command-line parameter, its typer annotation, its default); grouped as the commands take them
+# RunOptions field -> (the command's parameter, its typer annotation, its default), in the order help shows them
 _CONFIG_OPTIONS = {"config": ("config", ConfigOption, None), "overrides": ("set_", SetOption, None),
                    "profile": ("profile", ProfileOption, None)}
-_EXECUTOR_OPTIONS = {"executor": ("executor", ExecutorOption, "local"), "ray_address": ("ray_address", RayAddressOption, None),
+_EXECUTOR_OPTIONS = {"executor": ("executor", ExecutorOption, "local"),
+                     "ray_address": ("ray_address", RayAddressOption, None),
                      "ray_workers": ("ray_workers", RayWorkersOption, None)}
 
 
@@ -119,6 +119,7 @@ def with_run_options(func: Callable[..., Any], *, executor: bool = False) -> Cal
     command.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
     command.__annotations__ = {p.name: p.annotation for p in parameters}
     return command
+
 
 class UsageError(FinmbsError, ValueError):
     """Bad input from the user (a file, a line, an argument), reported in one line."""
