@@ -29,9 +29,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from finmbs.baselines.direct import construction_budgets, with_budgets
+from finmbs.mbs.direct import with_budgets
+from finmbs.runs.budgets import construction_budgets
 from finmbs.llm import Gateway
-from finmbs.mbs.pipeline import run_grow
+from finmbs.runs.grow import run_grow
 from finmbs.records import Problem, RunMetrics
 from finmbs.runs import read_jsonl
 from finmbs.testing.server import ScriptedOpenAIServer

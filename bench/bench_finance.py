@@ -28,7 +28,7 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
-from finmbs.mbs.pipeline import run_grow
+from finmbs.runs.grow import run_grow
 from finmbs.records import Problem
 from finmbs.runs import read_jsonl
 from finmbs.testing.finance_world import DUPLICATE, FinanceWorld, agreements_index

@@ -5,7 +5,7 @@ For each profile, on the same seeds, the same models and one response cache:
 1. MBS (`finmbs grow`);
 2. direct synthesis oversampled to each seed's MBS tokens (`--method direct --match-budget` the MBS run):
    the tokens counted on both sides are those of every model call before re-grounding, quality control
-   and calibration (`finmbs.baselines.direct.budget_tokens`), so like is compared with like.
+   and calibration (`finmbs.mbs.direct.budget_tokens`), so like is compared with like.
 Printed per run: seeds in / with a verified trace, descendants (calibrated synthetic roots), root
 candidates (with the roots the novelty guard or quality control rejected), Goldilocks, qualified, seed
 conversion, matched-budget tokens and construction tokens (every role but the target), tokens per
@@ -29,9 +29,10 @@ import json
 import time
 from pathlib import Path
 
-from finmbs.baselines.direct import construction_budgets, with_budgets
+from finmbs.mbs.direct import with_budgets
+from finmbs.runs.budgets import construction_budgets
 from finmbs.config import load_config
-from finmbs.mbs.pipeline import run_grow
+from finmbs.runs.grow import run_grow
 from finmbs.records import Problem, RunMetrics
 from finmbs.seeds import load_seeds
 
@@ -72,7 +73,7 @@ async def one_profile(profile: str, seeds: list[Problem], out: Path, overrides: 
 
 
 def matched_tokens_direct(run: Path) -> int:
-    from finmbs.baselines.direct import budget_tokens
+    from finmbs.mbs.direct import budget_tokens
 
     total = 0
     for path in sorted((run / "trees").glob("*.json")):

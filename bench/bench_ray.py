@@ -33,7 +33,7 @@ from bench_engine import AGENTS, STAGES, seeds  # noqa: E402  (the engine bench'
 
 from finmbs.config import RunConfig  # noqa: E402
 from finmbs.executors import make_executor  # noqa: E402
-from finmbs.mbs.pipeline import run_grow  # noqa: E402
+from finmbs.runs.grow import run_grow  # noqa: E402
 from finmbs.records import Problem, RunMetrics  # noqa: E402
 from finmbs.testing.server import ScriptedOpenAIServer  # noqa: E402
 from finmbs.testing.world import World, world_config  # noqa: E402

@@ -85,7 +85,7 @@ def child(config: str, seeds: str, out: str) -> None:
     """One `grow` process: the CLI's engine with retry waits of milliseconds, not seconds."""
     from finmbs.config import load_config
     from finmbs.llm import Gateway
-    from finmbs.mbs.pipeline import run_grow
+    from finmbs.runs.grow import run_grow
     from finmbs.seeds import load_seeds
 
     resolved = load_config(config)

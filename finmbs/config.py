@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import os
 import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -135,8 +136,8 @@ class StageParams(Settings):
     R: int = Field(3, ge=1, description="leaf synthesis rounds")
     leaf_feedback: bool = Field(
         False, description="a leaf round after one that kept nothing lists the variants rejected so far, with why (not in "
-                           "the paper, whose rounds are fresh samples of the next teacher; shown its rejected copies, "
-                           "the 1.5B wrote them again)")
+                           "the paper, whose rounds are fresh samples of the next teacher; a teacher shown its "
+                           "rejected copies can write them again)")
     alpha_leaf: float = Field(0.8, ge=0, le=1)
     alpha_parent: float = Field(0.625, ge=0, le=1)
     Nc: int = Field(10, ge=1, description="child-combination trials per parent")
@@ -185,8 +186,7 @@ class StageParams(Settings):
                              "to this many times")
     relabel_votes: int = Field(
         3, ge=2, description="relabel: finished traces of one teacher that must all agree on the new answer; when Nt is "
-                             "smaller, that teacher is sampled again up to this many (two traces sharing one slip "
-                             "had relabeled a problem wrongly)")
+                             "smaller, that teacher is sampled again up to this many (two traces can share one slip)")
 
 
 class NoveltySettings(Settings):
@@ -220,8 +220,9 @@ class VerifySettings(Settings):
     programs: bool = Field(
         True, description="every teacher-written candidate carries a Python program whose executed result must equal its "
                           "answer, in a sandbox (finance figures bound by quote() from the passage); program and traces "
-                          "agreeing on another answer relabel it (with stages.relabel), disagreeing reject it (not in "
-                          "the paper: its traces alone verify)")
+                          "agreeing on another answer relabel it (with stages.relabel), disagreeing reject it; a "
+                          "decomposition's parent program, calling its verified children's, must give the parent's "
+                          "answer (not in the paper: its traces alone verify)")
 
 
 class Budget(Settings):
@@ -373,19 +374,25 @@ class RunConfig(Settings):
 
     def check_environment(self) -> None:
         """Every role's API key and `${VAR}` in api_base is set; one ConfigError naming all that are not."""
-        missing = []
-        for role, endpoint in self.roles.all():
-            for needed in (endpoint.api_key, endpoint.base_url):
-                try:
-                    needed()
-                except ConfigError as exc:
-                    missing.append(f"{role} {exc}")
-        if missing:
-            raise ConfigError("before any model call: " + "; ".join(dict.fromkeys(missing)))
+        check_endpoints(self.roles.all())
 
     def embedded_roles(self) -> list[str]:
         """Roles played by embedded (llama.cpp, CPU) models."""
         return [role for role, e in self.roles.all() if e.is_embedded]
+
+
+def check_endpoints(endpoints: Iterable[tuple[str, Endpoint]]) -> None:
+    """Each (role, endpoint)'s API key and `${VAR}` in api_base is set: one ConfigError naming all that
+    are not, raised before any model call (a run does not start only to fail on its first request)."""
+    missing = []
+    for role, endpoint in endpoints:
+        for needed in (endpoint.api_key, endpoint.base_url):
+            try:
+                needed()
+            except ConfigError as exc:
+                missing.append(f"{role} {exc}")
+    if missing:
+        raise ConfigError("before any model call: " + "; ".join(dict.fromkeys(missing)))
 
 
 def default_config_path() -> Path:

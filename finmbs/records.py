@@ -208,6 +208,42 @@ class Rejection(Record):
         return [a.strip() for a in listed.split(", ") if a.strip()] if found else []
 
 
+class SeedCounts(Record):
+    """One seed's counted decisions, recorded as they happen (`mbs.context.Ledger`) and stored in its tree
+    file; metrics.json sums them over the finished seeds. A problem counts once, by its first rejection
+    (rejected.jsonl keeps one row per problem too)."""
+
+    answer_leaks: int = 0  # subproblems rejected for revealing their parent's answer
+    novelty_rejected: int = 0  # synthetic problems restating their seed, source or a sibling
+    not_well_posed: int = 0  # math problems quality control rejected
+    reground_unverified: int = 0  # re-grounded problems with no verified teacher trace
+    reground_too_easy: int = 0  # re-grounded problems failing their stage's weakest-student screen
+    program_rejected: int = 0  # candidates rejected by the program check
+    gated_roots: int = 0  # synthetic roots the novelty guard or quality control rejected before calibration
+    decompositions_effective: int = 0
+    decompositions_attempted: int = 0
+
+    def add(self, other: SeedCounts) -> None:
+        for name in type(self).model_fields:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+
+class SeedTrees(Record):
+    """The tree file trees/SEED.json: one seed, its decomposition tree and synthetic trees, and what
+    the seed cost and counted. The engine writes it (`SeedOutcome.tree_file`); export, report, audit and
+    the run's metrics read it (`finmbs.runs.load`)."""
+
+    seed: Problem
+    decomposition: DecompositionTree | None = None
+    synthetic: list[SyntheticTree] = Field(default_factory=list)
+    dropped: str | None = None  # why the seed yielded no synthetic tree
+    tokens: dict[str, int] = Field(default_factory=dict)  # tokens spent on the seed, per role
+    # requests and tokens per stage; model seconds differ from run to run (a resumed seed is answered from
+    # the cache), so they go to metrics.json alone and the tree file stays the same
+    stages: dict[str, dict[str, int | float]] = Field(default_factory=dict)
+    counts: SeedCounts | None = None  # None in tree files written before the counts were stored
+
+
 class RoleUsage(Record):
     """LLM accounting for one role."""
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -40,10 +41,64 @@ def make_endpoint(openai_server):
     return make
 
 
+# What a test run may leave in the checkout: Python's and pytest's own caches. Anything else (a `.finmbs/`
+# response cache or index from a config default relative to the working folder, a `runs/` folder, eval
+# results) is a test writing into the checkout instead of its tmp_path, and fails the run.
+ALLOWED_LEFTOVERS = ("__pycache__/", ".pytest_cache/", ".egg-info/")
+_BEFORE = pytest.StashKey[tuple]()  # (leftovers, top-level entries) when the session started
+_FIRST = pytest.StashKey[dict]()  # new top-level entry -> the first test after which it was there
+
+
+def checkout_leftovers() -> set[str] | None:
+    """Untracked and ignored paths of the checkout as `git status` lists them; None outside a git checkout."""
+    try:
+        listed = subprocess.run(["git", "status", "--porcelain", "--ignored", "--untracked-files=normal"], cwd=ROOT,
+                                capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if listed.returncode != 0:
+        return None
+    paths = {line[3:] for line in listed.stdout.splitlines() if line[:2] in ("??", "!!")}
+    return {p for p in paths if not any(p.endswith(a) or f"/{a}" in p or p.startswith(a) for a in ALLOWED_LEFTOVERS)}
+
+
+def top_entries() -> set[str]:
+    return set(os.listdir(ROOT))
+
+
+def pytest_sessionstart(session):
+    session.config.stash[_BEFORE] = (checkout_leftovers(), top_entries())
+
+
+@pytest.fixture(autouse=True)
+def _first_writer_into_the_checkout(request):
+    """Note the first test after which a new top-level entry is in the checkout (named if the run fails)."""
+    yield
+    _, top = request.config.stash[_BEFORE]
+    seen = request.config.stash.setdefault(_FIRST, {})
+    for entry in top_entries() - top - seen.keys():
+        seen[entry] = request.node.nodeid
+
+
 def pytest_sessionfinish(session, exitstatus):
     """Run finalizers of objects left by tests (servers, sessions, models) before pytest's own end-of-run
     hooks: a finalizer that imports while another plugin builds an AST trips CPython 3.11's
-    "AST constructor recursion depth mismatch"."""
+    "AST constructor recursion depth mismatch". Then fail the run if it left files in the checkout."""
     import gc
 
     gc.collect()
+    before, _ = session.config.stash.get(_BEFORE, (None, set()))
+    after = checkout_leftovers() if before is not None else None
+    gained = sorted(after - before) if after is not None else []
+    if gained:
+        first = session.config.stash.get(_FIRST, {})
+        culprits = {first[p.split("/")[0]] for p in gained if p.split("/")[0] in first}
+        message = (f"the test run left {', '.join(gained)} in the checkout {ROOT}"
+                   + (f" (first seen after {', '.join(sorted(culprits))})" if culprits else "")
+                   + ": give the test a tmp_path for it (cache_path, index.path, --out)")
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.ensure_newline()
+            reporter.write_line(f"ERROR: {message}", red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+

@@ -61,7 +61,7 @@ def test_stage_symbols_are_explained_with_their_values():
         assert re.search(rf"│ {symbol}\s+│", result.output), symbol
     assert re.search(r"│ N\s+│ 16\s+│", result.output)
     # finmbs's own switches, with the default config's values
-    for key, value in (("stages.relabel", "True"), ("stages.extract", "retrieve"), ("novelty.enabled", "True"),
+    for key, value in (("stages.relabel", "False"), ("stages.extract", "retrieve"), ("novelty.enabled", "True"),
                        ("quality.enabled", "False"), ("stages.keep", "roots")):
         assert re.search(rf"│ {re.escape(key)}\s+│ {value}\s+│ \w", result.output), key
     assert "finmbs config explain" in help_text("grow")

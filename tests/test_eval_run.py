@@ -279,3 +279,26 @@ def test_embedded_model_note_only_where_a_teacher_or_judge_is_used(openai_server
     result = invoke(*eval_args(shared_data, tmp_path, openai_server, "aime2024", "--k", "1",
                                "--out", str(tmp_path / "r.json")))
     assert "embedded Gemma 3 270M" not in result.output  # a math benchmark asks neither a teacher nor a judge
+
+
+def test_eval_and_calibrate_name_a_missing_key_before_any_call(openai_server, shared_data, tmp_path, monkeypatch):
+    monkeypatch.delenv("FINMBS_NO_POLICY_KEY", raising=False)
+    openai_server.handler = policy_and_judge(AIME)
+    hosted = ["--set", "roles.target.model=openai/policy", "--set", f"roles.target.api_base={openai_server.base_url}",
+              "--set", "roles.target.api_key_env=FINMBS_NO_POLICY_KEY", "--set", "roles.judge.model=openai/judge",
+              "--set", f"roles.judge.api_base={openai_server.base_url}", "--set", f"cache_path={tmp_path / 'c.sqlite'}"]
+    problems = tmp_path / "problems.jsonl"
+    problems.write_text(json.dumps({"id": "p", "question": "Compute 2 + 2.", "answer": "4"}) + "\n")
+    commands = {
+        "eval": ["eval", "aime2024", "--model", "target", "--data", str(shared_data / "aime2024"), "-n", "2",
+                 "--max-tokens", "64", "--limit", "3", "--out", str(tmp_path / "r.json"), *hosted],
+        "calibrate": ["calibrate", str(problems), "--out", str(tmp_path / "a.jsonl"), "-n", "2", *hosted],
+    }
+    for name, args in commands.items():
+        result = runner.invoke(app, args)
+        assert result.exit_code in (1, 2), (name, result.output)
+        lines = result.output.strip().splitlines()
+        assert len(lines) == 1 and "before any model call" in lines[0] and "FINMBS_NO_POLICY_KEY" in lines[0], name
+        assert openai_server.request_count == 0 and not (tmp_path / "r.json").exists(), name
+    monkeypatch.setenv("FINMBS_NO_POLICY_KEY", "sk-test")  # with the key set, the same eval runs
+    assert runner.invoke(app, commands["eval"]).exit_code == 0 and openai_server.request_count == 6

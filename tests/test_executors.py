@@ -24,9 +24,9 @@ from finmbs.executors import ExecutorError, make_executor
 from finmbs.executors.local import LocalExecutor
 from finmbs.executors.ray import RayExecutor, budget_share, endpoint_share
 from finmbs.llm import BudgetExceeded, Gateway
-from finmbs.mbs.pipeline import run_grow
+from finmbs.runs.grow import run_grow
 from finmbs.records import Problem
-from finmbs.runs import read_jsonl
+from finmbs.runs import UsageLedger, read_jsonl
 from finmbs.testing.server import Request, ScriptedOpenAIServer
 from finmbs.testing.world import Agent, World, world_config
 
@@ -157,7 +157,7 @@ async def test_a_killed_worker_is_retried_without_duplicates(ray_cluster, world,
     executor = DyingOnce(cfg, marker, "q1", workers=2)
     await run_grow(cfg, SEEDS, tmp_path / "run", executor=executor)
     pids = {pid for _worker, pid in executor._usage}
-    assert len(pids) == 2 and int(marker.read_text()) not in pids  # the dead worker's seed came back from its restart
+    assert len(pids) == 3 and int(marker.read_text()) in pids  # the dead worker's paid calls count, and its restart
     assert world.request_count - before == requests  # the retried seed replayed from the cache
     got = outputs(tmp_path / "run")
     assert got["counts"] == expected["counts"]  # no duplicate rows
@@ -204,6 +204,41 @@ def test_ray_calibrate_and_eval_match_local(ray_cluster, world, reference, tmp_p
         world.handler = World(agents=dict(AGENTS))
     assert results["local"] == results["ray"]
     assert results["ray"]["metrics"]["overall"]["pass_at"]["pass@1"]["value"] == 0.5
+
+
+async def call_then_wait(item, gateway, tick, *, endpoint: Endpoint, release: str):
+    """One paid call, then held in flight until the file `release` exists."""
+    await gateway.generate(endpoint, role="target", messages=[{"role": "user", "content": f"item {item}"}])
+    while not os.path.exists(release):
+        await asyncio.sleep(0.05)
+    return item
+
+
+def ledger_samples(path: Path) -> int:
+    """Target samples received (paid calls) in a usage ledger: the last snapshot of each session, summed."""
+    last = {row["session"]: row["usage"] for row in read_jsonl(path)}
+    return sum(u.get("target", {}).get("samples", 0) for u in last.values())
+
+
+async def test_ray_workers_report_every_paid_call_while_items_are_in_flight(ray_cluster, openai_server, make_endpoint,
+                                                                             tmp_path):
+    cfg = world_config(openai_server.base_url, ["t"], ["s"], "p", str(tmp_path / "cache.sqlite"))
+    ledger, release = UsageLedger(tmp_path / "usage.jsonl"), tmp_path / "release"
+    work = partial(call_then_wait, endpoint=make_endpoint("policy"), release=str(release))
+    results: list[int] = []
+    with RayExecutor(cfg, workers=2) as executor:
+        executor.on_usage = lambda: ledger.write(executor.usage)  # as a run wires its usage.jsonl
+        task = asyncio.create_task(executor.map(work, [1, 2, 3], concurrency=2,
+                                                on_result=lambda item, result: results.append(result)))
+        for _ in range(1200):  # the three paid calls reach the ledger while no item has returned
+            if ledger_samples(tmp_path / "usage.jsonl") == 3 or task.done():
+                break
+            await asyncio.sleep(0.05)
+        assert (ledger_samples(tmp_path / "usage.jsonl"), results, task.done()) == (3, [], False)
+        assert openai_server.request_count == 3 and executor.usage["target"].samples == 3
+        release.write_text("")
+        await asyncio.wait_for(task, 120)
+    assert sorted(results) == [1, 2, 3] and ledger_samples(tmp_path / "usage.jsonl") == 3
 
 
 def test_limits_and_budget_are_shared_out_and_bad_options_are_named(ray_cluster, tmp_path):

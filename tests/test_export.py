@@ -149,7 +149,7 @@ def test_export_and_report_a_run_grown_by_the_engine(tmp_path):
     import asyncio
 
     from finmbs import reward
-    from finmbs.mbs.pipeline import run_grow
+    from finmbs.runs.grow import run_grow
     from finmbs.report import render_report
     from finmbs.testing.server import ScriptedOpenAIServer
     from finmbs.testing.world import Agent, World, question, value, world_config

@@ -15,6 +15,7 @@ from finmbs.cli import app
 from finmbs.config import dump_config
 from finmbs.ingest import open_index
 from finmbs.records import Problem, SyntheticTree
+from finmbs.verify.finance import compare
 from finmbs.runs import read_jsonl
 from finmbs.testing.finance_world import DUPLICATE, FinanceWorld, agreements_index
 from finmbs.testing.world import Agent, world_config
@@ -84,6 +85,9 @@ def test_grow_finance_seeds_end_to_end(tmp_path, openai_server, index_settings):
                    for t in grounded for n in t.root.walk())
         assert all(n.trace.verified for t in grounded for n in t.root.walk())
         assert len({t.index for t in synthetic}) == len(synthetic)
+        # verify.programs: the decomposed seed carries the program that computes its answer (its parent program)
+        root = tree["decomposition"]["root"]["problem"]
+        assert root["meta"]["program"] and compare(root["meta"]["program_answer"], seed.answer).verdict == "equal"
 
     rejected = list(read_jsonl(out / "rejected.jsonl"))
     checks = Counter(r["data"]["check"] for r in rejected if r["stage"] == "reground")

@@ -1,12 +1,10 @@
 """The paper's rules that the engine once bent (issue 12) and the novelty guard, each in the scripted
 arithmetic world on the real OpenAI-compatible server, expectations worked out by hand from the
-world's rules (finmbs/testing/world.py); plus the package's import graph."""
+world's rules (finmbs/testing/world.py). The package's import graph: tests/test_imports.py."""
 
 from __future__ import annotations
 
-import ast
 import json
-from pathlib import Path
 
 import pytest
 import yaml
@@ -22,13 +20,14 @@ from finmbs.mbs.decompose import ANSWER_LEAK, decompose
 from finmbs.mbs.leaves import harder_leaves, leaf_prompt
 from finmbs.mbs.candidates import ANSWER_CHARS, WorkedProblem, verified_node
 from finmbs.mbs.novelty import gives_own_answer, restated, reveals, similarity, unworkable
-from finmbs.mbs.pipeline import run_grow
 from finmbs.mbs.traces import teacher_trace
-from finmbs.records import Problem, Snippet, TreeNode
+from finmbs.records import Problem, SeedCounts, Snippet, TreeNode
 from finmbs.runs import read_jsonl
+from finmbs.runs.folder import RunDir
+from finmbs.runs.grow import run_grow
+from finmbs.runs.metrics import collect_metrics
 from finmbs.testing.world import TASK_MARKERS, Agent, World, world_config
 
-ROOT = Path(__file__).resolve().parents[1]
 SEED = Problem(id="a", question="Compute (2 + 3) * (4 + 1).", answer="25")
 
 
@@ -387,7 +386,12 @@ async def test_novelty_guard_can_be_turned_off(tmp_path, openai_server):
     _, config = context(openai_server, tmp_path, agents, N_leaf=2, Nc=3, N=8, L=100, compose_all_trials=True)
     guarded = await run_grow(config, [SEED], tmp_path / "on")
     # three identical composed roots: the first is calibrated, the other two restate it
-    assert (guarded.descendants, guarded.novelty_rejected) == (1, 2)
+    assert (guarded.descendants, guarded.novelty_rejected, guarded.gated_roots) == (1, 2, 2)
+    # a folder whose tree files predate the stored counts: its rejection rows, replayed, give the same counts
+    for path in (tmp_path / "on" / "trees").iterdir():
+        path.write_text(json.dumps({k: v for k, v in json.loads(path.read_text()).items() if k != "counts"}))
+    older, fields = collect_metrics(RunDir(tmp_path / "on"), [SEED], "mbs"), set(SeedCounts.model_fields)
+    assert older.model_dump(include=fields) == guarded.model_dump(include=fields)
     off = config.model_copy(update={"novelty": NoveltySettings(enabled=False)})
     unguarded = await run_grow(off, [SEED], tmp_path / "off")
     assert (unguarded.descendants, unguarded.novelty_rejected) == (3, 0)
@@ -411,75 +415,3 @@ def test_grow_keep_all_option(tmp_path, openai_server):
                                       "--match-budget", str(tmp_path / "all")])
     assert result.exit_code == 2 and "--match-budget is for --method direct" in result.output
     assert list(read_jsonl(tmp_path / "all" / "qualified.jsonl"))[0]["meta"]["kind"] == "root"
-
-
-# structure ------------------------------------------------------------------------------------------
-def import_graph() -> dict[str, set[str]]:
-    """finmbs module -> the finmbs modules it imports (function-level imports included; imports for type
-    checkers alone, under `if TYPE_CHECKING:`, run never and are left out)."""
-    files = {}
-    for path in (ROOT / "finmbs").rglob("*.py"):
-        parts = list(path.relative_to(ROOT).with_suffix("").parts)
-        files[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
-    graph = {}
-    for module, path in files.items():
-        deps = set()
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        typing_only = {id(n) for block in ast.walk(tree) if isinstance(block, ast.If) and "TYPE_CHECKING" in ast.unparse(block.test)
-                       for stmt in block.body for n in ast.walk(stmt)}
-        for node in ast.walk(tree):
-            if id(node) in typing_only:
-                continue
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
-                [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
-                if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 else [])
-            for name in names:
-                while name and name not in files:
-                    name = name.rpartition(".")[0]
-                if name and name != module and not module.startswith(name + "."):  # a package's own init aside
-                    deps.add(name)
-        graph[module] = deps
-    return graph
-
-
-def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """The import cycles: strongly connected components of more than one module."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    found = []
-
-    def visit(v: str) -> None:
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        for w in graph[v]:
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in stack:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            component = []
-            while True:
-                w = stack.pop()
-                component.append(w)
-                if w == v:
-                    break
-            if len(component) > 1:
-                found.append(sorted(component))
-
-    for v in graph:
-        if v not in index:
-            visit(v)
-    return found
-
-
-def test_import_graph_has_no_cycles_and_layers_hold():
-    graph = import_graph()
-    assert cycles(graph) == []
-    executors = {m: d for m, d in graph.items() if m.startswith("finmbs.executors")}
-    assert executors and not any(d.startswith(("finmbs.mbs", "finmbs.baselines")) for ds in executors.values() for d in ds)
-    stages = {m: d for m, d in graph.items() if m.startswith("finmbs.mbs.") and m != "finmbs.mbs.pipeline"}
-    assert not any(d.startswith("finmbs.baselines") for ds in stages.values() for d in ds)
-    # the check itself sees a circle when there is one
-    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]

@@ -10,11 +10,12 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from finmbs.baselines.direct import budget_tokens, construction_budgets, with_budgets
+from finmbs.mbs.direct import budget_tokens, with_budgets
+from finmbs.runs.budgets import construction_budgets
 from finmbs.cli import app
 from finmbs.config import Budget, QualitySettings
 from finmbs.llm import BudgetExceeded, Gateway
-from finmbs.mbs.pipeline import run_grow
+from finmbs.runs.grow import run_grow
 from finmbs.records import Problem, RunMetrics
 from finmbs.runs import read_jsonl
 from finmbs.testing.world import TASK_MARKERS, Agent, World, world_config
@@ -79,7 +80,13 @@ async def test_mbs_run_folder_and_exact_metrics(tmp_path, openai_server):
     assert Counter(r["stage"] for r in rejected) == {"traces": 1, "leaf": 3}
     assert next(r for r in rejected if r["stage"] == "traces")["problem"]["id"] == "bad"
     tree = json.loads((out / "trees" / "a.json").read_text())
-    assert set(tree) == {"seed", "decomposition", "synthetic", "dropped", "tokens", "stages"} and tree["dropped"] is None
+    assert set(tree) == {"seed", "decomposition", "synthetic", "dropped", "tokens", "stages", "counts"}
+    assert tree["dropped"] is None
+    # the counts each seed recorded as it ran, summed, are the run's
+    counts = [json.loads(path.read_text())["counts"] for path in (out / "trees").iterdir()]
+    names = list(counts[0])
+    assert {name: sum(c[name] for c in counts) for name in names} == {name: getattr(metrics, name) for name in names}
+    assert tree["counts"]["decompositions_attempted"] >= tree["counts"]["decompositions_effective"] == 1
     assert tree["decomposition"]["root"]["student_accuracy"] == {"s2": 0.0, "s1": 0.5}
     assert [t["root"]["problem"]["id"] for t in tree["synthetic"]] == ["a.s0"]
     assert set(tree["tokens"]) == {"teacher", "student", "judge", "target"} and all(n > 0 for n in tree["tokens"].values())

@@ -14,7 +14,7 @@ from collections import Counter
 
 import yaml
 
-from finmbs.mbs.pipeline import run_grow
+from finmbs.runs.grow import run_grow
 from finmbs.runs import read_jsonl
 from finmbs.seeds import load_seeds
 from finmbs.testing.world import Agent, World, world_config

@@ -16,7 +16,7 @@ from finmbs.cli import app
 from finmbs.config import RunConfig, dump_config
 from finmbs.ingest import ingest_paths, open_index
 from finmbs.llm import GatewayError
-from finmbs.mbs.pipeline import run_grow
+from finmbs.runs.grow import run_grow
 from finmbs.mine.company import document_company
 from finmbs.mine.passages import TYPES, plan, strong_figures
 from finmbs.mine.questions import MinedQuestion, Options, locate_evidence, short_name

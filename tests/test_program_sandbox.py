@@ -131,3 +131,58 @@ def test_quote_dollar_amounts() -> None:
     assert check_quote("50 basis points", 0.005, bps) is None
     assert check_quote("50 basis points", 50, bps) is None
     assert "does not state" in check_quote("50 basis points", 0.05, bps)
+
+
+# word numbers before a unit read as figures (credit agreements write "fifty basis points", "one-half of one
+# percent (0.50%)"); a word number before anything else states no figure
+WORD_QUOTES = [
+    ("fifty basis points", 0.005, None),
+    ("fifty basis points", 50, None),
+    ("Fifty Basis Points", 0.5, None),  # percent points
+    ("twenty-five basis points (0.25%)", 0.0025, None),
+    ("one hundred fifty basis points", 0.015, None),
+    ("one hundred and fifty basis points", 150, None),
+    ("seventy-five bps", 0.0075, None),
+    ("one-half of one percent (0.50%)", 0.005, None),
+    ("one-half of one percent", 0.005, None),
+    ("one-fourth percent (1/4%)", 0.0025, None),
+    ("three and one-fourth percent (3.25%)", 0.0325, None),
+    ("three and one-fourth percent", 0.0325, None),
+    ("five and three-fourths of one percent", 0.0575, None),
+    ("one and one-half percent", 0.015, None),
+    ("thirty-five percent (35%)", 0.35, None),
+    ("one hundred five percent", 1.05, None),
+    ("two hundred percent", 2, None),
+    ("one hundred eighty days", 180, None),
+    ("ninety (90) days", 90, None),
+    ("fifty basis points", 0.05, "does not state"),
+    ("one hundred fifty basis points", 0.0015, "does not state"),
+    ("two hundred percent", 1, "does not state"),  # not "hundred percent" alone
+    ("twenty-five basis points", 0.025, "does not state"),
+    ("fifty Lenders", 50, "states no figure"),
+    ("one of the Lenders", 1, "states no figure"),
+    ("the one hundred largest", 100, "states no figure"),
+    ("one-half of the Commitments", 0.5, "states no figure"),
+    ("twenty-one Business", 21, "states no figure"),
+]
+
+
+@pytest.mark.parametrize(("text", "value", "fails"), WORD_QUOTES)
+def test_quote_reads_word_numbers_before_a_unit(text: str, value: float, fails: str | None) -> None:
+    passage = f"The Borrower shall pay, as provided in Section 2.05, {text} as set forth herein."
+    why = check_quote(text, value, passage)
+    assert (why is None) if fails is None else (why is not None and fails in why), why
+
+
+def test_quote_of_basis_points_in_words_computes() -> None:
+    passage = "the Applicable Rate shall be increased by fifty basis points for so long as the Event of Default continues"
+    program = "step_up = quote('fifty basis points', 0.005)\nanswer = 2000000 * step_up"
+    result = run_program(program, passage=passage)
+    assert result.ok and result.answer == "10000", result.error
+
+
+def test_one_basis_point_in_words_is_a_unit_not_a_figure() -> None:
+    # "Absolute Rate" (a real agreement's definition): the singular is the unit of precision, not a rate
+    passage = "“Absolute Rate” means a fixed rate of interest expressed in multiples of 1/100th of one basis point."
+    assert "states no figure" in check_quote("one basis point", 0.0001, passage)
+    assert check_quote("1 basis point", 0.0001, "an increase of 1 basis point") is None  # a numeral still reads

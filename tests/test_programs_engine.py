@@ -5,7 +5,10 @@ profile (programs off: prompts and reply schemas exactly as without the layer)."
 
 from __future__ import annotations
 
+import asyncio
+import importlib.util
 import json
+from pathlib import Path
 
 import yaml
 from typer.testing import CliRunner
@@ -15,14 +18,16 @@ from finmbs.config import load_config
 from finmbs.export.rows import training_row
 from finmbs.export.trl import trl_row
 from finmbs.llm import Gateway
-from finmbs.mbs.context import Context, Ledger
+from finmbs.mbs.context import Context, Ledger, in_stage
 from finmbs.mbs.decompose import decompose
+from finmbs.mbs.labels import check_labels
 from finmbs.mbs.leakage import Grounding
-from finmbs.mbs.pipeline import run_grow
-from finmbs.records import Problem, TreeNode
+from finmbs.mbs.programs import composed_parent, reexecute_all
+from finmbs.records import Problem, Snippet, TreeNode
 from finmbs.resources import resource_dir
 from finmbs.runs import read_jsonl
-from finmbs.testing.world import PROGRAM_MARKER, Agent, World, world_config
+from finmbs.runs.grow import run_grow
+from finmbs.testing.world import PROGRAM_MARKER, TASK_MARKERS, Agent, World, world_config
 from finmbs.verify.program import run_program
 
 SEED = Problem(id="a", question="Compute (2 + 3) * (4 + 1).", answer="25")
@@ -234,3 +239,141 @@ def test_program_field_fits_a_llama_cpp_grammar():
     for model in (with_program(ComposedParent), WrittenProgram):
         program = model.model_json_schema()["properties"]["program"]
         assert program["type"] == "string" and program.get("maxLength", 0) <= 2000
+
+
+# a decomposition's parent program: the children's programs compose to the parent's verified answer ---------------
+def parent_asks(server) -> list:
+    return [r for r in server.requests if TASK_MARKERS["program_parent"] in r.text]
+
+
+async def test_parent_program_over_the_children_is_recorded(tmp_path, openai_server):
+    root, ledger = await decomposed(openai_server, tmp_path, World(agents={}))
+    assert ledger.rejected == [] and len(root.children) == 3
+    meta = root.problem.meta  # the seed carried no program: the decomposition's is its program now
+    assert meta["program"] == "answer = (child_1()) * (child_2())" and meta["program_answer"] == "25"
+    assert set(meta["program_functions"]) == {"child_1", "child_2", "child_3"} and "own_program" not in meta
+    again = run_program(meta["program"], functions=meta["program_functions"])
+    assert again.ok and again.answer == "25"
+    [accepted] = [d for d in root.decisions if d.outcome == "accepted"]
+    assert accepted.data["parent_program"] == meta["program"] and accepted.data["parent_program_answer"] == "25"
+    # asked once, with the children's functions and answers, never with the parent's answer or solution
+    [ask] = parent_asks(openai_server)
+    assert "- child_1() returns 5; its problem: Compute 2 + 3." in ask.text and "- child_3() returns 30" in ask.text
+    assert "25" not in ask.text and "<answer>" not in ask.text and "verified_solution" not in ask.text
+    assert SEED.meta == {}  # the seed record itself is left alone
+
+
+async def test_parent_program_disagreeing_rejects_the_attempt(tmp_path, openai_server):
+    root, ledger = await decomposed(openai_server, tmp_path, World(agents={}, wrong_parent_programs=True))
+    assert root.children == [] and "program" not in root.problem.meta
+    reason = "parent program gives 26, the parent's answer is '25'"
+    [attempt, gave_up] = root.decisions[-2:]
+    assert attempt.outcome == "rejected" and attempt.reason == reason and attempt.data["check"] == "program"
+    assert attempt.data["parent_program"] == "answer = (child_1()) * (child_2()) + 1" and gave_up.outcome == "rejected"
+    # every verified child of the attempt is a counted program rejection; no student was conditioned on them
+    assert len(ledger.rejected) == 3 and all(r.reason == reason and r.data["check"] == "program" for r in ledger.rejected)
+    assert not any(TASK_MARKERS["conditioned"] in r.text for r in openai_server.requests)
+
+
+async def test_parent_program_failing_in_the_sandbox_rejects_the_attempt(tmp_path, openai_server):
+    # a retry is told why: the second attempt's prompt carries the first's reason as negative context
+    world = World(agents={})
+    ctx = setup(openai_server, tmp_path, world, Nd=1)
+    world.program_parent = lambda agent, text: {"program": "answer = child_1() / (child_2() - 5)"}
+    root, ledger = TreeNode(problem=SEED, path="0"), Ledger("a")
+    assert await decompose(ctx, root, ledger) is False
+    reasons = [d.reason for d in root.decisions if "attempt" in d.data]
+    assert reasons == ["parent program failed: raised ZeroDivisionError: division by zero"] * 2
+    retry = [r.text for r in openai_server.requests if TASK_MARKERS["decompose"] in r.text][-1]
+    assert "parent program failed: raised ZeroDivisionError" in retry
+
+
+async def test_parent_program_is_one_decompose_call_and_none_without_programs(tmp_path, openai_server):
+    usage = {}
+    for programs in (True, False):
+        openai_server.reset()
+        world = World(agents={})
+        ctx = setup(openai_server, tmp_path / str(programs), world).for_seed()
+        ctx.config.verify.programs = programs
+        with in_stage("decompose"):
+            assert await decompose(ctx, TreeNode(problem=SEED, path="0"), Ledger("a")) is True
+        assert set(ctx.stage_usage()) == {"decompose"}
+        usage[programs] = ctx.stage_usage()["decompose"]["requests"]
+        assert len(parent_asks(openai_server)) == (1 if programs else 0)
+    assert usage[True] == usage[False] + 1
+
+
+async def test_composed_parent_keeps_a_nodes_own_program_and_quotes_its_passage(tmp_path, openai_server):
+    ctx = setup(openai_server, tmp_path, World(agents={}))
+    text = "Interest accrues at a rate per annum equal to two percent (2.0%) on the principal."
+    node = Problem(id="f", question="What is a year's interest on a principal of $100,000?", answer="$2,000",
+                   domain="finance", snippet=Snippet(text=text), meta={"program": "answer = 100000 * 0.02"})
+    functions = {"child_1": "answer = 100000"}
+    source = 'answer = child_1() * quote("two percent (2.0%)", 0.02)'
+    parent, why = await composed_parent(ctx, node, source, functions)
+    assert why is None and parent.meta["own_program"] == "answer = 100000 * 0.02"
+    assert parent.meta["program"] == source and parent.meta["program_answer"] == "2000"
+    assert parent.meta["quotes"] == [{"text": "two percent (2.0%)", "value": "0.02"}]
+    _, why = await composed_parent(ctx, node, source.replace("two percent", "three percent"), functions)
+    assert why == "parent program failed: raised ProgramError: quote not in the passage: 'three percent (2.0%)'"
+
+
+# finmbs verify: the program writer falls back to the next teacher while a written program does not run ------------
+async def checked(server, tmp_path, teachers: dict[str, Agent], problem: Problem):
+    server.reset()
+    server.handler = World(agents={**teachers, "target": Agent(), "s": Agent()})
+    config = world_config(server.base_url, list(teachers), ["s"], "target", str(tmp_path / "cache.sqlite"), N=4)
+    [verdict] = await check_labels(Context(config=config, gateway=Gateway(cache_path=str(tmp_path / "cache.sqlite"))),
+                                   [problem], concurrency=1)
+    return verdict, [r.model.split("/")[-1] for r in server.requests if TASK_MARKERS["program_write"] in r.text]
+
+
+async def test_verify_asks_the_next_teacher_when_a_written_program_fails(tmp_path, openai_server):
+    problem = Problem(id="p", question="Compute 1470 - 25 * 58.", answer="20")
+    broken = {"broken": Agent(program="import os\nanswer = 20"), "teacher": Agent()}
+    verdict, asked = await checked(openai_server, tmp_path / "one", broken, problem)
+    assert asked == ["broken", "teacher"] and verdict.outcome == "verified"
+    assert verdict.program_writer == "teacher" and verdict.program == "answer = 1470 - 25 * 58"
+    assert verdict.program_attempts == [
+        "broken: program failed: raised ImportError: import of 'os' is not allowed (only math, fractions, decimal, statistics, datetime)"]
+    # every teacher's program fails: the last is kept and rejected, every attempt recorded
+    words = {"broken": Agent(program="import os\nanswer = 20"), "words": Agent(program="answer = 'twenty'")}
+    verdict, asked = await checked(openai_server, tmp_path / "all", words, problem)
+    assert asked == ["broken", "words"] and verdict.outcome == "rejected" and verdict.check == "program"
+    assert verdict.program_writer == "words" and verdict.reason.startswith("program failed: answer is not a finite number")
+    assert [a.split(":")[0] for a in verdict.program_attempts] == ["broken", "words"]
+    # a program that runs but gives another answer is the verdict, never a reason to ask the next teacher
+    other = {"first": Agent(program="answer = 21"), "teacher": Agent()}
+    verdict, asked = await checked(openai_server, tmp_path / "runs", other, problem)
+    assert asked == ["first"] and verdict.program_writer == "first" and verdict.program_attempts == []
+    assert verdict.outcome == "rejected" and verdict.check == "program"
+
+
+# every qualified problem's program re-executes to its answer, apart from the run (bench/bench_reexec.py) ----------
+async def test_qualified_programs_reexecute_to_their_answers(tmp_path, openai_server, capsys):
+    out = tmp_path / "run"
+    await run_grow(grow_config(openai_server, tmp_path, World(agents={})), [SEED], out)
+    qualified = [Problem.model_validate(r) for r in read_jsonl(out / "qualified.jsonl")]
+    assert qualified and [r.outcome for r in await reexecute_all(qualified)] == ["agree"] * len(qualified)
+    # a wrong answer, a program that no longer runs, no program: each said, and the bench exits 1
+    [good] = qualified[:1]
+    wrong = good.model_copy(update={"id": "wrong", "answer": str(int(good.answer) + 1)})
+    broken = good.model_copy(update={"id": "broken", "meta": {**good.meta, "program": "answer = child_9()"}})
+    bare = Problem(id="bare", question="Compute 1 + 1.", answer="2")
+    results = {r.id: r for r in await reexecute_all([good, wrong, broken, bare])}
+    assert [results[i].outcome for i in (good.id, "wrong", "broken", "bare")] == ["agree", "mismatch", "failed", "no_program"]
+    assert results["wrong"].program_answer == good.answer and "child_9" in results["broken"].detail
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_text("".join(p.model_dump_json() + "\n" for p in (good, wrong, broken, bare)))
+    reexec = bench_module("bench_reexec")
+    assert await asyncio.to_thread(reexec.main, [str(out)]) == 0  # a script: its own event loop
+    assert await asyncio.to_thread(reexec.main, [str(mixed)]) == 1
+    printed = capsys.readouterr().out
+    assert "mismatch: wrong: answer" in printed and "failed: broken" in printed
+
+
+def bench_module(name: str):
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parents[1] / "bench" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

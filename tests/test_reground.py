@@ -540,8 +540,8 @@ def test_other_seeds_and_held_out_documents_are_never_targets(tmp_path, index, m
     from contextlib import contextmanager
 
     import finmbs.mbs.reground as regrounding
-    from finmbs.export.load import Run
-    from finmbs.mbs.pipeline import record_exclusions
+    from finmbs.runs.load import Run
+    from finmbs.runs.grow import record_exclusions
     from finmbs.mbs.reground import excluded_documents
     from finmbs.report.view import contamination
     from finmbs.runs import RunDir

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from finmbs.config import ConfigError, load_config
-from finmbs.mbs.pipeline import record_config
+from finmbs.runs.grow import record_config
 from finmbs.records import RoleUsage
 from finmbs.runs import CONFIG_CHANGES, RunDir, RunFolderBusy, UsageLedger, atomic_write_text, file_name
 from finmbs.seeds import SeedsError, load_seeds

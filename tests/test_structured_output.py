@@ -152,7 +152,7 @@ def test_a_reply_that_copies_the_prompt_template_is_not_content():
     parse (and be repaired or dropped), never become a problem whose answer is a placeholder."""
     from pydantic import ValidationError
 
-    from finmbs.baselines.direct import DirectProblems
+    from finmbs.mbs.direct import DirectProblems
     from finmbs.mbs.candidates import WorkedProblem
     from finmbs.mbs.compose import ComposedParent
     from finmbs.mbs.decompose import Decomposition

@@ -13,13 +13,9 @@ from rich.table import Table
 
 from finmbs.commands._common import RunOptions, cli_errors, console, fail, with_run_options
 from finmbs.llm import BudgetExceeded, GatewayError
+from finmbs.mbs import stages
 from finmbs.records import RunMetrics
 from finmbs.seeds import load_seeds
-
-STAGES = {
-    "mbs": ["seeds", "traces", "students", "decompose", "leaf", "compose", "reground", "quality", "calibrate"],
-    "direct": ["seeds", "traces", "direct", "reground", "quality", "calibrate"],
-}
 
 
 def summary_table(metrics: RunMetrics, out: Path) -> Table:
@@ -74,12 +70,13 @@ def grow(
     D depth, N_leaf variants, R rounds, alpha_leaf, alpha_parent, Nc combinations, Kd documents, L budget):
     `finmbs config explain` says what each means and its value.
     """
-    from finmbs.mbs.pipeline import regrounds, run_grow
+    from finmbs.runs.grow import regrounds, run_grow
 
     problems = load_seeds(seeds)
     resolved = options.with_overrides(*([f"stages.keep={keep}"] if keep else [])).load()
     if match_budget is not None:
-        from finmbs.baselines.direct import construction_budgets, with_budgets
+        from finmbs.mbs.direct import with_budgets
+        from finmbs.runs.budgets import construction_budgets
 
         if method != "direct":
             fail("--match-budget is for --method direct", code=2)
@@ -92,17 +89,17 @@ def grow(
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), TextColumn("{task.completed}"),
                   TimeElapsedColumn(), console=console, transient=False) as progress:
         reground = regrounds(resolved, problems, method)
-        stages = [s for s in STAGES[method] if reground or s != "reground"]
-        tasks = {stage: progress.add_task(stage, total=None) for stage in stages}
-        progress.update(tasks["seeds"], description=f"seeds (of {len(problems)})")
+        tasks = {stage: progress.add_task(stage, total=None) for stage in stages.progress(method, reground)}
+        progress.update(tasks[stages.Progress.SEEDS], description=f"seeds (of {len(problems)})")
 
         started = time.monotonic()
 
         def tick(stage: str, advance: int = 1) -> None:
             if stage in tasks:
                 progress.advance(tasks[stage], advance)
-            if stage == "seeds" and not progress.console.is_terminal:  # a log file gets a line per seed
-                done = next(t.completed for t in progress.tasks if t.id == tasks["seeds"])
+            seeds = stages.Progress.SEEDS
+            if stage == seeds and not progress.console.is_terminal:  # a log file gets a line per seed
+                done = next(t.completed for t in progress.tasks if t.id == tasks[seeds])
                 progress.console.print(f"seeds finished: {done:.0f} of {len(problems)} "
                                        f"({time.monotonic() - started:.0f} s)")
 

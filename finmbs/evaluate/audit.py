@@ -19,31 +19,21 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from finmbs.config import Endpoint
 from finmbs.evaluate import EvalError
 from finmbs.evaluate.results import percent
 from finmbs.llm import Gateway
 from finmbs.llm.structured import written_in_order
-from finmbs.mbs.solve import document_block
-from finmbs.records import DecompositionTree, Problem, Record, RoleUsage, SyntheticTree
+from finmbs.records import Problem, Record, RoleUsage, SeedTrees
 from finmbs.resources import render_prompt
-from finmbs.runs import QUALIFIED, TREES, read_jsonl
+from finmbs.runs.folder import QUALIFIED
+from finmbs.runs.load import RunReadError, load_run as read_run
+from finmbs.verify.judge import delimited
 
 ROLE = "judge"
 Tick = Callable[[], None]
-
-
-class TreeFile(BaseModel):
-    """trees/SEED.json as the engine writes it."""
-
-    model_config = ConfigDict(extra="ignore")
-
-    seed: Problem
-    decomposition: DecompositionTree | None = None
-    synthetic: list[SyntheticTree] = Field(default_factory=list)
-    dropped: str | None = None
 
 
 class Candidate(Record):
@@ -66,34 +56,28 @@ class RunData(Record):
     """What the audit reads from one run folder."""
 
     name: str
-    trees: dict[str, TreeFile]
+    trees: dict[str, SeedTrees]
     candidates: list[Candidate]
 
 
 def load_run(root: Path) -> RunData:
-    """The seed trees and qualified problems of a run folder; a bad file is named."""
+    """The seed trees and qualified problems of a run folder (read by the run loader); a bad file is named."""
     if not (root / QUALIFIED).is_file():
         raise FileNotFoundError(f"{root} is not a finished run folder: no {QUALIFIED}")
-    trees = {}
-    for path in sorted((root / TREES).glob("*.json")):
-        try:
-            tree = TreeFile.model_validate_json(path.read_text(encoding="utf-8"))
-        except ValidationError as exc:
-            raise EvalError(f"{path}: not a seed tree file: {exc.errors()[0]['msg']}") from None
-        trees[tree.seed.id] = tree
+    try:
+        run = read_run(root)
+    except RunReadError as exc:
+        raise EvalError(str(exc)) from None
     solutions = {
         node.problem.id: node.trace.text
-        for tree in trees.values() for synthetic in tree.synthetic for node in synthetic.root.walk() if node.trace
+        for tree in run.trees.values() for synthetic in tree.synthetic for node in synthetic.root.walk() if node.trace
     }
-    candidates = []
-    for number, row in enumerate(read_jsonl(root / QUALIFIED), 1):
-        try:
-            problem = Problem.model_validate(row)
-        except ValidationError as exc:
-            raise EvalError(f"{root / QUALIFIED}:line {number}: not a Problem: {exc.errors()[0]['msg']}") from None
-        solution = str(problem.meta.get("teacher_solution") or solutions.get(problem.id, ""))
-        candidates.append(Candidate(problem=problem, label=problem.provenance.method, solution=solution))
-    return RunData(name=root.name, trees=trees, candidates=candidates)
+    candidates = [
+        Candidate(problem=problem, label=problem.provenance.method,
+                  solution=str(problem.meta.get("teacher_solution") or solutions.get(problem.id, "")))
+        for problem in run.qualified
+    ]
+    return RunData(name=root.name, trees=run.trees, candidates=candidates)
 
 
 def label_runs(runs: Sequence[RunData]) -> list[Candidate]:
@@ -171,30 +155,49 @@ class PanelVotes(Record):
     verdicts: dict[str, str]
 
 
-async def extract_blueprint(gateway: Gateway, judge: Endpoint, tree: TreeFile) -> str:
-    """The seed's fixed reasoning blueprint, from the seed, its verified solution and answer."""
+def document_text(problem: Problem) -> str:
+    return problem.snippet.text if problem.snippet else ""
+
+
+def fenced_document(tag: str, problem: Problem, nonce: str) -> str:
+    """A problem's document as a fenced block of an audit prompt (`delimited`'s tags); empty in math."""
+    return render_prompt("audit_document", tag=tag, nonce=nonce, text=problem.snippet.text) if problem.snippet else ""
+
+
+async def extract_blueprint(gateway: Gateway, judge: Endpoint, tree: SeedTrees) -> str:
+    """The seed's fixed reasoning blueprint, from the seed, its verified solution and answer (fenced:
+    the texts are data to the judge, never instructions)."""
     root = tree.decomposition.root if tree.decomposition else None
-    prompt = render_prompt(
-        "audit_blueprint", document=document_block(tree.seed), question=tree.seed.question,
+    fields = delimited(
+        document=document_text(tree.seed), question=tree.seed.question,
         solution=root.trace.text if root and root.trace else "(no verified solution recorded)",
         answer=tree.seed.answer,
     )
+    document = fenced_document("document", tree.seed, fields["nonce"])
+    prompt = render_prompt("audit_blueprint", **{**fields, "document": document})
     [sample] = await gateway.generate(judge, role=ROLE, messages=[{"role": "user", "content": prompt}], temperature=0.0)
     return sample.text.strip()
 
 
 async def score_candidate(
-    gateway: Gateway, judge: Endpoint, tree: TreeFile, blueprint: str, candidate: Candidate
+    gateway: Gateway, judge: Endpoint, tree: SeedTrees, blueprint: str, candidate: Candidate
 ) -> ScoredPair:
-    """Blind 1-5 preservation and novelty scores: the prompt names neither the method nor the run."""
+    """Blind 1-5 preservation and novelty scores: the prompt names neither the method nor the run. The
+    texts are fenced and the scores are the reply's last JSON object."""
     problem = candidate.problem
-    prompt = render_prompt(
-        "audit_score", seed_document=document_block(tree.seed), seed_question=tree.seed.question,
-        blueprint=blueprint, candidate_document=document_block(problem) if problem.snippet != tree.seed.snippet else "",
-        question=problem.question, solution=candidate.solution or "(none recorded)", answer=problem.answer,
+    own_document = problem.snippet != tree.seed.snippet
+    fields = delimited(
+        seed_document=document_text(tree.seed), seed_question=tree.seed.question, blueprint=blueprint,
+        candidate_document=document_text(problem) if own_document else "", question=problem.question,
+        solution=candidate.solution or "(none recorded)", answer=problem.answer,
     )
+    nonce = fields["nonce"]
+    prompt = render_prompt("audit_score", **{
+        **fields, "seed_document": fenced_document("seed_document", tree.seed, nonce),
+        "candidate_document": fenced_document("generated_document", problem, nonce) if own_document else "",
+    })
     [scores] = await gateway.structured(
-        judge, BlueprintScores, role=ROLE, messages=[{"role": "user", "content": prompt}], temperature=0.0
+        judge, BlueprintScores, role=ROLE, messages=[{"role": "user", "content": prompt}], temperature=0.0, last=True
     )
     return ScoredPair(
         seed_id=candidate.seed_id, candidate_id=problem.id, label=candidate.label,
@@ -204,14 +207,15 @@ async def score_candidate(
 
 
 async def panel_votes(gateway: Gateway, panel: dict[str, Endpoint], candidate: Candidate) -> PanelVotes:
-    """Each panel judge's verdict (an unusable reply counts as uncertain)."""
+    """Each panel judge's verdict (an unusable reply counts as uncertain); the texts are fenced and the
+    verdict is the reply's last JSON object."""
     problem = candidate.problem
-    prompt = render_prompt(
-        "audit_correctness", document=document_block(problem), question=problem.question, answer=problem.answer
-    )
+    fields = delimited(document=document_text(problem), question=problem.question, answer=problem.answer)
+    document = fenced_document("document", problem, fields["nonce"])
+    prompt = render_prompt("audit_correctness", **{**fields, "document": document})
     replies = await asyncio.gather(*(
         gateway.structured(judge, PanelVerdict, role=ROLE, messages=[{"role": "user", "content": prompt}],
-                           temperature=0.0)
+                           temperature=0.0, last=True)
         for judge in panel.values()
     ))
     verdicts = {name: reply.verdict if reply else "uncertain" for name, [reply] in zip(panel, replies)}

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from pydantic import Field
 
-from finmbs.config import Endpoint, RunConfig
+from finmbs.config import Endpoint, RunConfig, check_endpoints
 from finmbs.evaluate import EvalError
 from finmbs.evaluate.benchmarks import Benchmark, Mode
 from finmbs.evaluate.contexts import Retriever, SkipItem, build_prompt, index_retriever
@@ -139,6 +139,7 @@ def run_eval(
     Questions run on `executor` (default: this process); retrieval mode needs this process's index.
     """
     check_settings(bench, settings)
+    check_endpoints([("policy", policy), *([("judge", judge)] if judge else [])])
     if settings.mode == "retrieval" and executor is not None and not executor.in_process:
         raise EvalError("retrieval mode reads the index in this process: run it with --executor local")
     items, skipped = load_items(bench, Path(settings.data) if settings.data else None)

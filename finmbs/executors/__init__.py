@@ -4,7 +4,8 @@ A unit of work is an async function `work(item, gateway, tick) -> result` (bind 
 with `functools.partial`; under Ray it must pickle). An executor runs it over items, at most
 `concurrency` at a time per worker, and hands each result to `on_result(item, result)` in the
 calling process, which alone writes the run folder: outputs, done markers and resume behave the
-same whatever the executor. `executor.usage` is the per-role LLM accounting of the work so far.
+same whatever the executor. `executor.usage` is the per-role LLM accounting of the work so far, and
+`executor.on_usage` (when set) is called in the calling process after every paid call, wherever it ran.
 
     local  (default) one process, one event loop, one gateway
     ray    items sharded over Ray actors, each with its own gateway on the same config and cache
@@ -36,6 +37,7 @@ def no_tick(stage: str, advance: int = 1) -> None:
 
 class Executor(Protocol):
     usage: dict[str, RoleUsage]
+    on_usage: Callable[[], None] | None  # called here after every change to `usage` (a usage ledger's hook)
     in_process: bool  # True when the work runs in this process (it may then hold unpicklable objects)
 
     async def map(

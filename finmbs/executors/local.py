@@ -39,6 +39,14 @@ class LocalExecutor:
     def usage(self) -> dict[str, RoleUsage]:
         return self.gateway.usage
 
+    @property
+    def on_usage(self) -> Callable[[], None] | None:
+        return self.gateway.on_usage
+
+    @on_usage.setter
+    def on_usage(self, hook: Callable[[], None] | None) -> None:
+        self.gateway.on_usage = hook
+
     async def map(
         self, work: Work, items: Sequence[T], *, concurrency: int, on_result: Callable[[T, Any], None],
         tick: Tick = no_tick,

@@ -8,6 +8,9 @@ gets 1/W of every endpoint's concurrency and rate limits and of the token/cost b
 a whole keeps the configured limits. A worker process that dies is restarted by Ray and its
 in-flight items are retried (`max_restarts` / `max_task_retries`); their finished LLM calls replay
 from the cache. Only the calling process writes the run folder, so a retried item is written once.
+Each worker reports its usage to the calling process after every paid call (a long poll per worker,
+`Worker.usage_after`), so `on_usage` fires per call as with the local executor: a run stopped while
+items are in flight still counts every call their workers paid for.
 """
 
 from __future__ import annotations
@@ -66,7 +69,22 @@ class Worker:
 
     def __init__(self, config: RunConfig, workers: int, work: Work):
         self.gateway = WorkerGateway(config, workers)
+        self.gateway.on_usage = self._accounted
         self.work = work
+        self.version = 0  # how many changes the gateway's accounting has had
+        self.changed = asyncio.Event()
+
+    def _accounted(self) -> None:
+        self.version += 1
+        self.changed.set()
+
+    async def usage_after(self, seen: tuple[int, int]) -> tuple[int, int, dict[str, RoleUsage]]:
+        """(pid, version, usage) as soon as this process's usage is newer than `seen` = (pid, version):
+        the caller's long poll, answered after every paid call (at once for another process's `seen`)."""
+        while seen == (os.getpid(), self.version):
+            self.changed.clear()
+            await self.changed.wait()
+        return os.getpid(), self.version, {role: u.model_copy() for role, u in self.gateway.usage.items()}
 
     async def run(self, item: Any) -> tuple[Any, dict[str, int], int, dict[str, RoleUsage]]:
         ticks: Counter[str] = Counter()
@@ -125,11 +143,19 @@ class RayExecutor:
         self.config = config.model_copy(update={"cache_path": str(Path(config.cache_path).resolve())})
         ResponseCache(self.config.cache_path).close()  # create it (WAL) here: workers opening a new file at once race
         self._usage: dict[tuple[int, int], dict[str, RoleUsage]] = {}
+        self.on_usage: Callable[[], None] | None = None  # called here after every change to `usage`
 
     @property
     def usage(self) -> dict[str, RoleUsage]:
-        """Summed over every worker process (a restarted worker's usage up to its last result counts)."""
+        """Summed over every worker process (a restarted worker's usage up to its last report counts)."""
         return merge_usage(*self._usage.values())
+
+    def _record(self, worker: int, pid: int, usage: dict[str, RoleUsage]) -> None:
+        """Keep a worker process's newest usage snapshot; `on_usage` when it changed the total."""
+        before = self._usage.get((worker, pid), {})
+        self._usage[(worker, pid)] = latest_usage(before, usage)
+        if self._usage[(worker, pid)] != before and self.on_usage is not None:
+            self.on_usage()
 
     def _actors(self, work: Work) -> list[Any]:
         actor = self.ray.remote(Worker).options(
@@ -156,6 +182,11 @@ class RayExecutor:
         actors = self._actors(work)
         todo, load = deque(items), [0] * len(actors)
         running: dict[asyncio.Future, tuple[int, T, Any]] = {}
+        polls: dict[asyncio.Future, tuple[int, Any]] = {}  # each worker's pending usage report
+
+        def poll(worker: int, seen: tuple[int, int]) -> None:
+            ref = actors[worker].usage_after.remote(seen)
+            polls[asyncio.wrap_future(ref.future())] = (worker, ref)
 
         def fill() -> None:
             while todo and min(load) < concurrency:
@@ -166,20 +197,31 @@ class RayExecutor:
                 load[worker] += 1
 
         try:
+            for worker in range(len(actors)):
+                poll(worker, (0, 0))
             fill()
             while running:
-                done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
-                for future in done:
+                done, _ = await asyncio.wait([*running, *polls], return_when=asyncio.FIRST_COMPLETED)
+                for future in done & polls.keys():
+                    worker, _ref = polls.pop(future)
+                    if future.exception() is None:  # a dead worker's failure surfaces through its items
+                        pid, version, usage = future.result()
+                        self._record(worker, pid, usage)
+                        poll(worker, (pid, version))
+                for future in done & running.keys():
                     worker, item, _ref = running.pop(future)
                     load[worker] -= 1
                     result, ticks, pid, usage = self._result(future, item)
-                    self._usage[(worker, pid)] = latest_usage(self._usage.get((worker, pid), {}), usage)
+                    self._record(worker, pid, usage)
                     for stage, advance in ticks.items():
                         tick(stage, advance)
                     on_result(item, result)
                 fill()
         finally:
             for _worker, _item, ref in running.values():
+                self.ray.cancel(ref)
+            for future, (_worker, ref) in polls.items():
+                future.cancel()
                 self.ray.cancel(ref)
             for actor in actors:
                 self.ray.kill(actor)

@@ -10,7 +10,7 @@ from finmbs.records import Problem
 
 if TYPE_CHECKING:
     from finmbs.export.exporter import ExportReport
-    from finmbs.export.load import Run
+    from finmbs.runs.load import Run
 
 CARD = "README.md"
 BANDS = ("hard", "goldilocks", "stale")

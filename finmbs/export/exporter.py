@@ -16,11 +16,11 @@ from finmbs.export import hf, jsonl, trl, verl
 from finmbs.export.card import CARD, dataset_card
 from finmbs.export.decontaminate import Contamination, Decontaminator, load_eval_sets
 from finmbs.export.files import MARKER, replacing_dir
-from finmbs.export.load import RunReadError, load_run
 from finmbs.export.rows import rows_table, training_row
 from finmbs.export.splits import DEFAULT_SPLIT, assign_splits, parse_splits
 from finmbs.records import Problem
-from finmbs.runs import QUALIFIED
+from finmbs.runs.folder import QUALIFIED
+from finmbs.runs.load import RunReadError, load_run
 
 Format = Literal["verl", "trl", "hf", "jsonl"]
 Policy = Literal["drop", "flag"]

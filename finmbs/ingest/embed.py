@@ -2,8 +2,8 @@
 
 `static:NAME` (the `static` extra) names a static embedder distilled from NAME with model2vec: each
 word piece's vector is what NAME gives that piece alone, reduced by PCA and weighted by frequency, and
-a text's vector is the mean of its pieces' vectors. No transformer runs per chunk, so it embeds some
-hundreds of times faster than NAME and reads a text of any length, but ranks worse
+a text's vector is the mean of its pieces' vectors. No transformer runs per chunk, so it embeds far
+faster than NAME and reads a text of any length, but ranks worse
 (`bench/bench_retrieval.py quality --embedding-model static:...`). It is distilled once (seconds)
 from NAME's local files into the model cache.
 """

@@ -232,8 +232,7 @@ def _tabular(text: str) -> bool:
 
 
 # pymupdf >= 2 with pymupdf-layout installed first runs an ONNX layout model on the page (most of
-# find_tables' time: 3.8 s vs 0.6 s CPU for the same four tables on four 10-Q pages, model loaded);
-# the ruling-line finder alone is what we use.
+# find_tables' time; docs/measurements.md); the ruling-line finder alone is what we use.
 _LINES_ONLY = {"use_layout": False} if "use_layout" in inspect.signature(pymupdf.table.find_tables).parameters else {}
 
 

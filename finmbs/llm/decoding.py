@@ -2,10 +2,9 @@
 
 llama-cpp-python's high-level `create_chat_completion` generates one sequence at a time, so the N
 rollouts of a difficulty screen or calibration were N generations in a row. `Decoder` owns a context
-of its own over the loaded weights, with several sequences in one unified KV cache
-(`python bench/bench_embedded.py --decoding-only`, 4 samples of 128 tokens on 2 cores: the 0.5B
-58.2 tokens/s against 31.9 through `create_chat_completion`, the 1.5B 33.7 against 28.6; one sample
-at a time the two are about even):
+of its own over the loaded weights, with several sequences in one unified KV cache (throughput
+against `create_chat_completion`: `python bench/bench_embedded.py --decoding-only`, figures in
+docs/measurements.md):
 
 - the prompt is decoded once into sequence 0 and shared by every sample (`llama_memory_seq_cp`); a
   following request keeps the longest common prefix of the previous prompt, as the high-level API
@@ -15,16 +14,15 @@ at a time the two are about even):
   llama-cpp-python's defaults), or greedy at temperature 0;
 - a JSON-schema grammar is checked the way llama.cpp's common sampler does it: the token drawn
   without the grammar is kept when the grammar accepts it, and only otherwise is the grammar applied
-  to the whole vocabulary and the token drawn again (the grammar over all 151,936 tokens costs about
-  25 ms per token; the check of one token costs nothing).
+  to the whole vocabulary and the token drawn again (the grammar over the whole vocabulary is costly
+  per token; the check of one token is not).
 
 Requests made at the same time share the batch (continuous batching, as a serving engine does it):
 a request that arrives while others decode has its prompt read and its samples join the next step,
 and a request whose samples are done returns at once. Decoding on a CPU is bound by reading the
-weights, so a step of several sequences costs little more than a step of one (on a 2-core Intel
-Xeon, four sequences at once: the 1.5B 17.5 tokens/s against 10.3 for one, the 0.5B 34.4 against
-14.0). No thread drives the batch in the background: the caller of a request that is not done drives
-the steps while no other does, and hands over when its own request is done. The prompts of finished
+weights, so a step of several sequences costs little more than a step of one. No thread drives the
+batch in the background: the caller of a request that is not done drives the steps while no other
+does, and hands over when its own request is done. The prompts of finished
 requests stay in the KV cache as prefixes for later ones while the window has room (the sequence whose
 prompt shares the longest prefix with a new request's is reused).
 
@@ -265,9 +263,8 @@ class Decoder:
         The steps of one stint run on a new thread that ends with it. llama.cpp's OpenMP threads belong
         to the thread that called it, and libgomp keeps them until that thread ends; once it manages
         more threads than there are cores, every barrier of every step sleeps after a few spins instead
-        of spinning. Driven from long-lived caller threads, the teams pile up: on 2 cores the 1.5B fell
-        from 12.9 to 9.6 tokens/s (one sample of 128 tokens, 2 threads) as soon as a second thread had
-        run a 2-thread step, and stayed there."""
+        of spinning. Driven from long-lived caller threads, the teams pile up, and decoding stays slower
+        from the moment a second thread has run a step (docs/measurements.md, "OpenMP threads")."""
         with self._cond:
             self._cond.wait_for(lambda: request.done or not self._driving)
             if request.done:

@@ -30,9 +30,9 @@ from typing import Any
 from finmbs.llm.types import GatewayError
 
 # llama.cpp's OpenMP threads meet at a barrier after every operation of every token. Sleeping there
-# at once (OMP_WAIT_POLICY=PASSIVE) halved the tokens/s on 2 cores (1.5B: 11.8 against 20.1 spinning);
-# spinning forever (ACTIVE) would keep idle threads busy after a generation, against the math
-# verifiers and the other model. libgomp's default policy spins GOMP_SPINCOUNT times before it sleeps:
+# at once (OMP_WAIT_POLICY=PASSIVE) slows decoding down a lot (docs/measurements.md); spinning forever
+# (ACTIVE) would keep idle threads busy after a generation, against the math verifiers and the other model.
+# libgomp's default policy spins GOMP_SPINCOUNT times before it sleeps:
 # 3 million spins (a few milliseconds) cover the gaps inside a generation and end soon after it.
 # libgomp reads this when llama_cpp is first imported (lazily, in load()); the user's settings win.
 os.environ.setdefault("GOMP_SPINCOUNT", "3000000")
@@ -337,10 +337,9 @@ def _weight_repacking(enabled: bool) -> Iterator[None]:
     """Let llama.cpp repack weights into its extra CPU buffer types (AMX, interleaved quants), or not.
 
     llama-cpp-python does not expose `use_extra_bufts`, so the default model parameters are wrapped
-    while the model loads. Repacked Q4_K weights decode faster on AVX2/AVX-512 (the 1.5B, 4 samples at
-    once on 2 cores: 31.6 against 23.5 tokens/s); on a virtualized AMX CPU the repacked batch path
-    crashed the process (a segfault on every multi-token prompt), so `repack_default` leaves it off
-    where the CPU has AMX.
+    while the model loads. Repacked Q4_K weights decode faster on AVX2/AVX-512 (docs/measurements.md);
+    on a virtualized AMX CPU the repacked batch path crashed the process (a segfault on every
+    multi-token prompt), so `repack_default` leaves it off where the CPU has AMX.
     """
     import llama_cpp.llama_cpp as api
 

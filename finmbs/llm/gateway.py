@@ -12,6 +12,7 @@ import asyncio
 import hashlib
 import json
 import logging
+import time
 from collections.abc import Callable
 from functools import cache
 from typing import Any, TypeVar
@@ -117,6 +118,8 @@ class Gateway:
         self._inflight: dict[tuple[str, int], asyncio.Future[Sample]] = {}
         self.spent_before: tuple[int, float] = (0, 0.0)  # tokens and dollars earlier runs of this run folder spent
         self.on_usage: Callable[[], None] | None = None  # called after every change to the accounting
+        self.draining = False  # set by `drain` (SIGTERM): no new call is sent; the ones in flight finish
+        self._sending = 0  # calls sent whose reply has not come back
 
     @classmethod
     def from_config(cls, config: RunConfig, **kwargs: Any) -> Gateway:
@@ -142,6 +145,15 @@ class Gateway:
         """Raise BudgetExceeded once the token or dollar budget is spent (earlier runs of the folder included)."""
         tokens, cost = self.spent_before
         budget_check(self.budget, tokens + self.total_tokens, cost + self.total_cost)
+
+    async def drain(self, timeout_s: float) -> bool:
+        """Send no new call from now on (a call not yet sent waits until it is cancelled), and wait up to
+        `timeout_s` for the calls in flight to return; True when none is left in flight."""
+        self.draining = True
+        deadline = time.monotonic() + timeout_s
+        while self._sending and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        return not self._sending
 
     def _accounted(self) -> None:
         if self.on_usage is not None:
@@ -202,8 +214,11 @@ class Gateway:
                     await limits.requests.acquire()
                     await limits.tokens.acquire(params.get("max_tokens", 0) * n)
                     async with limits:
+                        if self.draining:  # stopping: never sent, so never counted; cancelled with the run
+                            await asyncio.get_running_loop().create_future()
                         usage.calls += 1
                         self._accounted()
+                        self._sending += 1
                         try:
                             reply = await asyncio.wait_for(  # the hard limit, whatever the backend honours
                                 backend.complete(endpoint, messages=messages, prompt=prompt, n=n, params=dict(params)),
@@ -218,6 +233,8 @@ class Gateway:
                                     "just slow"
                                 ) from exc
                             raise
+                        finally:
+                            self._sending -= 1
                     self._account(endpoint, usage, reply)
                     if len(reply.samples) != n:
                         raise EmptyReply(f"returned {len(reply.samples)} samples, asked {n}")
@@ -360,7 +377,7 @@ class Gateway:
         `response_format` (a llama.cpp grammar for embedded models, guided decoding on vLLM and
         llama.cpp servers, structured outputs on hosted APIs). A sample that still fails to parse
         (`structured_output: none`, a backend that ignores the schema) gets one repair re-ask. A
-        constrained sample cut off at `max_tokens` (a small model looping inside a string) cannot be
+        constrained sample cut off at `max_tokens` (a model looping inside a string) cannot be
         repaired: it is drawn again instead (sample index `REDRAW + i`, so the cache keeps both). One
         still unparseable comes back as None. Failures and second asks (`repairs`) are counted.
         `last`: read the reply's last JSON value, not its first (verdicts).

@@ -41,7 +41,7 @@ def extract_json(text: str, *, last: bool = False) -> Any:
 def _top_level_values(text: str) -> Iterator[Any]:
     """Complete JSON objects and arrays in `text`, in order, none inside another."""
     # strict=False: a raw line break inside a string is kept as one. llama-cpp-python's JSON-schema grammar
-    # allows it (`char ::= [^"\\]`) and small models write multi-line solutions that way.
+    # allows it (`char ::= [^"\\]`), so a constrained model can write a multi-line solution that way.
     decoder = json.JSONDecoder(strict=False)
     position = 0
     while (match := _OPEN.search(text, position)) is not None:

@@ -10,14 +10,15 @@ from __future__ import annotations
 from collections import Counter
 from functools import partial
 
-from finmbs.config import Endpoint, RunConfig
+from finmbs.config import Endpoint, RunConfig, check_endpoints
 from finmbs.executors import Executor, Tick, make_executor
 from finmbs.llm import Gateway
 from finmbs.mbs.context import Context
 from finmbs.mbs.solve import CALIBRATE_PURPOSE, rollouts
+from finmbs.mbs.stages import Stage
 from finmbs.records import DifficultyReport, Problem, Rollout
 
-STAGE = "calibrate"
+STAGE = Stage.CALIBRATE
 
 
 def difficulty(samples: list[Rollout], policy: str, budget: int) -> DifficultyReport:
@@ -60,7 +61,9 @@ async def calibrate_all(
     ctx: Context, problems: list[Problem], *, target: Endpoint | None = None, n: int | None = None,
     budget: int | None = None, concurrency: int = 8, executor: Executor | None = None,
 ) -> list[Problem]:
-    """Annotate every problem with its DifficultyReport (order kept), on `executor` (default: ctx's gateway)."""
+    """Annotate every problem with its DifficultyReport (order kept), on `executor` (default: ctx's gateway).
+    A missing API key or `${VAR}` of the target is a ConfigError before any call."""
+    check_endpoints([("target", target or ctx.config.roles.target)])
     executor = executor or make_executor("local", ctx.config, gateway=ctx.gateway)
     annotated: dict[int, Problem] = {}
     work = partial(calibrate_work, config=ctx.config, target=target, n=n, budget=budget)

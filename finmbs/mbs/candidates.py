@@ -17,7 +17,7 @@ from finmbs.records import Decision, Problem, Provenance, TreeNode
 
 
 # A final answer is a number or a short exact value. The bound is part of the JSON schema, so a constrained
-# teacher must close the answer: the 1.5B, unbounded, wrote its real subproblems inside the answer string.
+# teacher must close the answer (unbounded, a teacher can write its real subproblems inside the answer string).
 ANSWER_CHARS = 200
 
 
@@ -78,8 +78,8 @@ def written_items(items: object) -> object:
 @cache
 def asking_for(reply: type[BaseModel], items: str, at_least: int, at_most: int | None = None) -> type[BaseModel]:
     """`reply` whose JSON schema asks for `at_least` (up to `at_most`) worked problems in its list field
-    `items`, so a constrained teacher writes them all (asked for two variants, the 1.5B wrote one nearly
-    every time); parsing still takes any non-empty list, since a placeholder item is dropped after."""
+    `items`, so a constrained teacher writes them all (unconstrained, a teacher asked for two can stop after
+    one); parsing still takes any non-empty list, since a placeholder item is dropped after."""
     bounds = {"minItems": at_least, **({"maxItems": at_most} if at_most is not None else {})}
     item = reply.model_fields[items].annotation.__args__[0]  # WorkedProblem, or with its program
     field = (list[item], Field(min_length=1, json_schema_extra=bounds))  # type: ignore[valid-type]

@@ -27,10 +27,11 @@ from finmbs.mbs.context import Context, Ledger, in_stage
 from finmbs.mbs.leaves import STAGE as LEAF, harder_leaves, screened
 from finmbs.mbs.programs import child_functions, program_prompt
 from finmbs.mbs.solve import document_block, worked_examples
+from finmbs.mbs.stages import Stage
 from finmbs.records import Decision, TreeNode
 from finmbs.resources import render_prompt
 
-STAGE = "compose"
+STAGE = Stage.COMPOSE
 
 
 class ComposedParent(WorkedProblem):

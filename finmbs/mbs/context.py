@@ -1,5 +1,5 @@
 """What every stage shares: the run config, the gateway, progress, and a per-seed ledger of rejections
-and meter of tokens."""
+(with the counts metrics.json reports) and meter of tokens."""
 
 from __future__ import annotations
 
@@ -14,17 +14,18 @@ from typing import Any
 from finmbs.config import Endpoint, RunConfig, StageParams
 from finmbs.executors import Tick, no_tick
 from finmbs.llm import Gateway
-from finmbs.records import Problem, Rejection
+from finmbs.mbs.stages import Check, Stage
+from finmbs.records import DecompositionTree, Problem, Rejection, SeedCounts, TreeNode
 
 
 TARGET_ROLE = "target"
-OTHER_STAGE = "other"
+OTHER_STAGE = Stage.OTHER
 SECONDS = "model_seconds"
 CURRENT_STAGE: ContextVar[str | None] = ContextVar("finmbs_stage", default=None)
 
 
 @contextmanager
-def in_stage(name: str) -> Iterator[None]:
+def in_stage(name: Stage) -> Iterator[None]:
     """Account the model calls made inside (tasks started inside too) to stage `name`; an enclosing
     stage keeps them (a decomposition child's trace counts to the decomposition, not to traces)."""
     if CURRENT_STAGE.get() is not None:
@@ -114,10 +115,45 @@ class Context:
 
 @dataclass
 class Ledger:
-    """One seed's record of every candidate that did not make it, with stage and reason."""
+    """One seed's record of every candidate that did not make it, with stage and reason, and the counts
+    metrics.json reports, kept as the rejections happen. A problem counts once, by its first rejection
+    (`first`), as rejected.jsonl keeps one row per problem."""
 
     seed_id: str
     rejected: list[Rejection] = field(default_factory=list)
+    counts: SeedCounts = field(default_factory=SeedCounts)
+    first: dict[str, Rejection] = field(default_factory=dict)
 
-    def reject(self, problem: Problem, stage: str, reason: str, **data: Any) -> None:
-        self.rejected.append(Rejection(problem=problem, stage=stage, reason=reason, data=data))
+    def reject(self, problem: Problem, stage: Stage, reason: str, **data: Any) -> None:
+        rejection = Rejection(problem=problem, stage=stage, reason=reason, data=data)
+        self.rejected.append(rejection)
+        if problem.id in self.first:
+            return
+        self.first[problem.id] = rejection
+        check, counts = data.get("check"), self.counts
+        counts.answer_leaks += stage == Stage.DECOMPOSE and check == Check.ANSWER_LEAK
+        counts.novelty_rejected += stage == Stage.NOVELTY
+        counts.not_well_posed += stage == Stage.QUALITY
+        counts.reground_unverified += stage == Stage.REGROUND and check == Check.VERIFY
+        counts.reground_too_easy += stage == Stage.REGROUND and check == Check.SCREEN
+        counts.program_rejected += check == Check.PROGRAM
+
+    def mark_roots(self, since: int, roots: set[str] | None = None) -> None:
+        """Mark the rejections recorded since `since` with `data.root`: whether each was a synthetic root
+        (in `roots`; every one when None). The rates count a root the novelty guard or quality control
+        rejects among the candidates (`gated_roots`)."""
+        for rejection in self.rejected[since:]:
+            root = rejection.data["root"] = roots is None or rejection.problem.id in roots
+            counted = self.first.get(rejection.problem.id) is rejection
+            if root and counted and rejection.stage in (Stage.NOVELTY, Stage.QUALITY):
+                self.counts.gated_roots += 1
+
+    def count_decompositions(self, tree: DecompositionTree | None) -> None:
+        """Count the effective and attempted decomposition proposals recorded on the seed's tree and on
+        the children dropped from it."""
+        dropped = [TreeNode.model_validate(r.data["node"]) for r in self.first.values()
+                   if r.stage == Stage.DECOMPOSE and "node" in r.data]
+        nodes = [*(tree.root.walk() if tree else []), *dropped]
+        attempts = [d for n in nodes for d in n.decisions if d.stage == Stage.DECOMPOSE and "attempt" in d.data]
+        self.counts.decompositions_effective = sum(d.outcome == "accepted" for d in attempts)
+        self.counts.decompositions_attempted = len(attempts)

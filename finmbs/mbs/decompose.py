@@ -27,13 +27,17 @@ from finmbs.mbs.candidates import (
 )
 from finmbs.mbs.context import Context, Ledger
 from finmbs.mbs.novelty import reveals
-from finmbs.mbs.programs import program_prompt
+from finmbs.mbs.programs import (
+    CHECK as PROGRAM_CHECK, WrittenProgram, child_functions, composed_parent, listed_children, program_prompt,
+    programs_on, render_program_finance,
+)
 from finmbs.mbs.solve import document_block, student_accuracy
+from finmbs.mbs.stages import Check, Stage
 from finmbs.records import Decision, Problem, TreeNode
 from finmbs.resources import render_prompt
 
-STAGE = "decompose"
-ANSWER_LEAK = "answer_leak"  # the rejection check of a subproblem revealing its parent's answer
+STAGE = Stage.DECOMPOSE
+ANSWER_LEAK = Check.ANSWER_LEAK  # the rejection check of a subproblem revealing its parent's answer
 
 
 class Decomposition(BaseModel):
@@ -99,8 +103,13 @@ def fewest_children(k: int) -> int:
     return min(2, k)
 
 
+def attempt_teacher(ctx: Context, attempt: int) -> Endpoint:
+    """The teacher of decomposition attempt `attempt` (rotating with `stages.rotate_teachers`)."""
+    return ctx.teachers[attempt % len(ctx.teachers)] if ctx.stages.rotate_teachers else ctx.teachers[0]
+
+
 async def propose(ctx: Context, node: TreeNode, attempt: int, failed: list) -> Decomposition | None:
-    teacher = ctx.teachers[attempt % len(ctx.teachers)] if ctx.stages.rotate_teachers else ctx.teachers[0]
+    teacher = attempt_teacher(ctx, attempt)
     text = render_prompt(
         "decompose", K=ctx.stages.K, document=document_block(node.problem), question=node.problem.question,
         solution=node.trace.text if node.trace else "", answer=node.problem.answer, failed=failed_context(failed),
@@ -154,6 +163,35 @@ async def verified_children(ctx: Context, node: TreeNode, proposal: Decompositio
     return [n for n in verified if n.problem.id in kept]
 
 
+async def parent_program(
+    ctx: Context, node: TreeNode, children: list[TreeNode], attempt: int
+) -> tuple[Problem, str | None]:
+    """`verify.programs` (finmbs's): the teacher writes the parent's program over its verified children's
+    programs (child_1(), child_2() ..., shown with their answers; not the parent's answer), run in the
+    sandbox with theirs. (the parent with the program recorded, None) when it computes the parent's
+    verified answer; otherwise (the parent, why not): the attempt is rejected."""
+    functions = child_functions(children)
+    text = render_prompt(
+        "program_parent", children=listed_children(children, functions), finance=render_program_finance(node.problem.domain),
+        document=document_block(node.problem), question=node.problem.question,
+    )
+    [reply] = await ctx.gateway.structured(  # attempt a is sample a, as the proposal's
+        attempt_teacher(ctx, attempt), WrittenProgram, role="teacher", messages=[{"role": "user", "content": text}],
+        first_index=attempt,
+    )
+    ctx.tick(STAGE)
+    if reply is None:
+        return node.problem, "parent program: the teacher's reply did not parse"
+    return await composed_parent(ctx, node.problem, reply.program, functions)
+
+
+def parent_program_data(parent: Problem) -> dict:
+    """What a decomposition attempt records of its parent program (its source, what it gave or why it failed)."""
+    meta = parent.meta
+    return {"parent_program": meta.get("program"), "parent_program_answer": meta.get("program_answer"),
+            **({"parent_program_error": meta["program_error"]} if meta.get("program_error") else {})}
+
+
 def solved_leaf(ctx: Context, node: TreeNode, depth: int) -> Decision:
     """The decision for a node the weakest student already solves; at the root, a seed too easy."""
     weakest = ctx.weakest.name
@@ -195,10 +233,19 @@ async def decompose(ctx: Context, node: TreeNode, ledger: Ledger, depth: int = 0
                 "unconditioned": base[students[-1].name]}
         proposal = await propose(ctx, node, attempt, failed)
         children = await verified_children(ctx, node, proposal, attempt, ledger) if proposal else []
+        parent, why = node.problem, None
+        if children and programs_on(ctx):  # finmbs's: the children compose to the parent's answer
+            parent, why = await parent_program(ctx, node, children, attempt)
+            data.update(parent_program_data(parent))
         if proposal is None:
             reason = "teacher reply did not parse as a decomposition"
         elif not children:
             reason = "no subproblem verified"
+        elif why:
+            reason = why
+            data["check"] = PROGRAM_CHECK
+            for child in children:
+                ledger.reject(child.problem, STAGE, reason, check=PROGRAM_CHECK)
         else:
             cond = await effectivity(ctx, node, students, children)
             data.update(conditioned=cond[students[-1].name], conditioned_by_student=cond,
@@ -206,11 +253,11 @@ async def decompose(ctx: Context, node: TreeNode, ledger: Ledger, depth: int = 0
             if any(cond[name] > base[name] for name in cond):
                 reason = f"effective: {effect(base, cond)} with {len(children)} children"
                 node.decisions.append(Decision(stage=STAGE, outcome="accepted", reason=reason, data=data))
-                node.children = children
+                node.problem, node.children = parent, children
                 break
             reason = f"ineffective: {effect(base, cond)} when conditioned"
             for child in children:
-                ledger.reject(child.problem, "effectivity", reason)
+                ledger.reject(child.problem, Stage.EFFECTIVITY, reason)
         node.decisions.append(Decision(stage=STAGE, outcome="rejected", reason=reason, data=data))
         failed.append((outcomes(node, attempt, proposal, children, ledger), reason))
     else:

@@ -1,7 +1,8 @@
 """Auditing labels with programs (`finmbs verify FILE`): any problem file, each problem's stated answer
 checked by the same rule as a synthetic candidate (finmbs/mbs/programs.py with `verify.programs`,
 the teacher-trace rule alone without). A problem that carries no program (meta.program) gets one
-from the first teacher, written without seeing the stated answer."""
+from the teachers, written without seeing the stated answer: the first teacher, then the next while a
+program fails to run (up to every configured teacher); each failed attempt is recorded."""
 
 from __future__ import annotations
 
@@ -12,19 +13,14 @@ from pydantic import BaseModel, Field
 
 from finmbs.mbs.candidates import verified_node
 from finmbs.mbs.context import Context, Ledger
-from finmbs.mbs.programs import programs_on, render_program_finance
+from finmbs.mbs.programs import WrittenProgram, programs_on, render_program_finance, run_for
 from finmbs.mbs.solve import document_block
+from finmbs.mbs.stages import Progress, Stage
 from finmbs.records import Problem
 from finmbs.resources import render_prompt
 
-STAGE = "verify"
+STAGE = Stage.VERIFY
 Outcome = Literal["verified", "relabeled", "rejected"]
-
-
-class WrittenProgram(BaseModel):
-    """The teacher's reply: a program for a problem that carries none."""
-
-    program: str = Field(min_length=1)  # unbounded in the schema (a llama.cpp grammar limit); the sandbox bounds it
 
 
 class LabelCheck(BaseModel):
@@ -38,6 +34,8 @@ class LabelCheck(BaseModel):
     answer: str | None = None
     program: str | None = None
     program_written: bool = False
+    program_writer: str | None = None  # the teacher whose written program was kept
+    program_attempts: list[str] = Field(default_factory=list)  # each written program that failed, and why
     program_answer: str | None = None
     program_error: str | None = None
     quotes: list[dict[str, Any]] = Field(default_factory=list)
@@ -45,17 +43,32 @@ class LabelCheck(BaseModel):
 
 
 async def write_program(ctx: Context, problem: Problem) -> Problem:
-    """`problem` with a program by the first teacher in meta.program (unchanged when it has one or the reply failed)."""
+    """`problem` with a teacher's program in meta.program (unchanged when it has one). The teachers in
+    order, the next asked only while the last one's program does not run (its reply did not parse, a
+    sandbox rule, a bad quote, no number): meta.program_writer names the teacher whose program is kept,
+    meta.program_attempts says why each earlier one failed; when all fail, the last program is kept (the
+    verdict rejects it). A program that runs but gives another answer than the stated one is the verdict's
+    business, never a reason to ask the next teacher."""
     if problem.meta.get("program"):
         return problem
     text = render_prompt("program_write", finance=render_program_finance(problem.domain),
                          document=document_block(problem), question=problem.question)
-    [reply] = await ctx.gateway.structured(ctx.teachers[0], WrittenProgram, role="teacher",
-                                           messages=[{"role": "user", "content": text}])
-    ctx.tick(STAGE)
-    if reply is None:
-        return problem
-    return problem.model_copy(update={"meta": {**problem.meta, "program": reply.program, "program_written": True}})
+    written, failed = problem, []
+    for teacher in ctx.teachers:
+        [reply] = await ctx.gateway.structured(teacher, WrittenProgram, role="teacher",
+                                               messages=[{"role": "user", "content": text}])
+        ctx.tick(STAGE)
+        if reply is None:
+            failed.append(f"{teacher.name}: reply did not parse")
+            continue
+        written = problem.model_copy(update={"meta": {
+            **problem.meta, "program": reply.program, "program_written": True, "program_writer": teacher.name}})
+        if (result := await run_for(written)).ok:
+            break
+        failed.append(f"{teacher.name}: program failed: {result.error}")
+    if not failed:
+        return written
+    return written.model_copy(update={"meta": {**written.meta, "program_attempts": failed}})
 
 
 async def check_label(ctx: Context, problem: Problem) -> LabelCheck:
@@ -74,7 +87,8 @@ async def check_label(ctx: Context, problem: Problem) -> LabelCheck:
         outcome, reason, answer = ("relabeled" if relabeled else "verified"), node.decisions[-1].reason, final.answer
     return LabelCheck(
         id=problem.id, outcome=outcome, reason=reason, check=check, stated=problem.answer, answer=answer, program=meta.get("program"),
-        program_written=bool(meta.get("program_written")), program_answer=meta.get("program_answer"),
+        program_written=bool(meta.get("program_written")), program_writer=meta.get("program_writer"),
+        program_attempts=meta.get("program_attempts") or [], program_answer=meta.get("program_answer"),
         program_error=meta.get("program_error"), quotes=meta.get("quotes") or [], problem=final,
     )
 
@@ -85,7 +99,7 @@ async def check_labels(ctx: Context, problems: list[Problem], concurrency: int) 
     async def one(problem: Problem) -> LabelCheck:
         async with gate:
             result = await check_label(ctx, problem)
-        ctx.tick("problems")
+        ctx.tick(Progress.PROBLEMS)
         return result
 
     return list(await asyncio.gather(*(one(p) for p in problems)))

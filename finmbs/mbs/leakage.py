@@ -24,9 +24,9 @@ references. The rules, in the order they are checked:
    figures that d' does not state), q must name a defined term of d' whose definition it applies
    ("Consolidated EBITDA is $250,000,000 and Total Debt $1,000,000,000: the Consolidated Leverage
    Ratio?"). "How much interest on an overdue principal of $100,000 at a rate otherwise applicable of
-   10%?" $10,000 uses no passage at all (the 1.5B wrote it, ignoring the 2% default margin its
-   passage states). With `verify.programs`, a problem whose program ran says what it took from d': its
-   quote() calls (meta.quotes); it takes nothing when it quoted nothing, and rule 5 reads no guess.
+   10%?" $10,000 uses no passage at all (and ignores the default margin its passage states). With
+   `verify.programs`, a problem whose program ran says what it took from d': its quote() calls (meta.quotes);
+   it takes nothing when it quoted nothing, and rule 5 reads no guess.
 Small counts (integers up to 12) are never evidence either way.
 
 A seed term with an analogue in d' (`analogue`: one holds the other, "Post-Default Rate" and "Default

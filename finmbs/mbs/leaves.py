@@ -4,8 +4,8 @@ weakest student (discard when its accuracy exceeds alpha_leaf), up to R rounds o
 A round after one that kept nothing is a fresh sample of the next teacher, as in the paper. With
 `stages.leaf_feedback` (not in the paper) it also shows the teacher the variants rejected so far, each
 with why (restated the leaf, unverified, too easy), as negative context, the way a decomposition retry is
-told its failed attempts (section 3.3): off by default, since the 1.5B, shown the copies of its leaf it
-had written, wrote them again. A grounded leaf (finance) is told how a lookup becomes harder while
+told its failed attempts (section 3.3): off by default, since a teacher shown the copies of its leaf it
+had written can write them again. A grounded leaf (finance) is told how a lookup becomes harder while
 staying answerable from its passage: a hypothetical input the passage's term is applied to."""
 
 from __future__ import annotations
@@ -21,10 +21,11 @@ from finmbs.mbs.candidates import (
 from finmbs.mbs.context import Context, Ledger
 from finmbs.mbs.programs import program_prompt
 from finmbs.mbs.solve import document_block, student_accuracy
+from finmbs.mbs.stages import Stage
 from finmbs.records import Decision, Problem, TreeNode
 from finmbs.resources import render_prompt
 
-STAGE = "leaf"
+STAGE = Stage.LEAF
 
 
 class LeafVariants(BaseModel):

@@ -24,12 +24,13 @@ from fractions import Fraction
 
 from finmbs.config import NoveltySettings
 from finmbs.mbs.leakage import entity_name, from_question
+from finmbs.mbs.stages import Stage
 from finmbs.ngrams import NgramIndex, Reference
 from finmbs.records import Problem
 from finmbs.verify.finance import compare, compare_figures, figures
 from finmbs.verify.math import math_equal
 
-STAGE = "novelty"
+STAGE = Stage.NOVELTY
 _TOKEN = re.compile(r"\w+|[^\w\s]")
 SHORT_COUNT = 9  # finance: a whole number up to this is too common in text to count as stating an answer
 # math numbers as written: \frac{a}{b} (\dfrac, \tfrac), a/b, 1,470 and plain integers and decimals
@@ -194,8 +195,8 @@ def grounded_apart(a: Problem, b: Problem) -> bool:
     """Whether two problems ask about different documents: grounded on different ones, and either each
     question names its own entity or each answer takes something from its passage. The same lookup
     about another agreement (a re-grounded lookup whose figure happens to match) asks about other facts;
-    a question that names no entity and holds all it needs is the same problem on any document (the 1.5B
-    "re-grounded" such a question onto two other agreements by copying it)."""
+    a question that names no entity and holds all it needs is the same problem on any document (copied
+    onto another agreement, it is "re-grounded" without change)."""
     docs = [p.snippet.doc_id or p.snippet.source_path if p.snippet else None for p in (a, b)]
     if None in docs or docs[0] == docs[1]:
         return False

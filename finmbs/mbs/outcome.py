@@ -1,5 +1,7 @@
-"""What one seed yields (its trees, qualified problems and rejections), and the steps every method
-shares around synthesis: the seed's verified root, and final calibration of the synthetic trees.
+"""What one seed yields (its trees, qualified problems, rejections and counts), and the steps every method
+shares around synthesis: the seed's verified root, then the final gates of the synthetic trees in the
+order a method's `grow_seed` names them: re-grounding (finance, stage 5), the novelty guard, quality
+control (math) and final calibration.
 
 What is kept (figure 1, section 3.4): the synthetic *roots*, the synthetic versions of the seed's root
 (path "0"), as the paper counts them. With `stages.keep: all` every other synthetic node is calibrated
@@ -11,23 +13,26 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Any
 
 from finmbs.mbs.calibrate import STAGE as CALIBRATE, annotate, calibrate
 from finmbs.mbs.context import SECONDS, Context, Ledger, in_stage
 from finmbs.mbs.candidates import novel_problems
 from finmbs.mbs.quality import STAGE as QUALITY, well_posed
+from finmbs.mbs.reground import reground_trees
+from finmbs.mbs.stages import Stage
 from finmbs.mbs.traces import teacher_trace
-from finmbs.records import Decision, DecompositionTree, Problem, Rejection, SyntheticTree, TreeNode
+from finmbs.records import (
+    Decision, DecompositionTree, Problem, Rejection, SeedCounts, SeedTrees, SyntheticTree, TreeNode,
+)
 
 
 @dataclass
 class SeedOutcome:
-    """One seed's result; `tree_json()` is the trees/SEED.json document.
+    """One seed's result; `tree_file()` is its trees/SEED.json record.
 
     `qualified` holds the qualified synthetic roots (the paper's yield); `qualified_nodes` the other
     qualified synthetic nodes, calibrated only with `stages.keep: all`. `tokens`: per-role tokens
-    spent on this seed."""
+    spent on this seed; `counts`: its counted decisions."""
 
     seed: Problem
     decomposition: DecompositionTree | None
@@ -38,28 +43,34 @@ class SeedOutcome:
     qualified_nodes: list[Problem] = field(default_factory=list)
     tokens: dict[str, int] = field(default_factory=dict)
     stages: dict[str, dict[str, float]] = field(default_factory=dict)  # requests, tokens, model seconds
+    counts: SeedCounts = field(default_factory=SeedCounts)
 
-    def tree_json(self) -> dict[str, Any]:
-        return {
-            "seed": self.seed.model_dump(mode="json"),
-            "decomposition": self.decomposition.model_dump(mode="json") if self.decomposition else None,
-            "synthetic": [t.model_dump(mode="json") for t in self.synthetic],
-            "dropped": self.dropped,
-            "tokens": self.tokens,
-            # requests and tokens per stage; model seconds differ from run to run (a resumed seed is answered
-            # from the cache), so they go to metrics.json alone and the tree file stays the same
-            "stages": {stage: {k: v for k, v in c.items() if k != SECONDS} for stage, c in self.stages.items()},
-        }
+    def tree_file(self) -> SeedTrees:
+        return SeedTrees(
+            seed=self.seed, decomposition=self.decomposition, synthetic=self.synthetic, dropped=self.dropped,
+            tokens=self.tokens, counts=self.counts,
+            stages={stage: {k: v for k, v in c.items() if k != SECONDS} for stage, c in self.stages.items()},
+        )
+
+
+def outcome(
+    ctx: Context, seed: Problem, tree: DecompositionTree | None, synthetic: list[SyntheticTree], ledger: Ledger, *,
+    dropped: str | None = None, roots: list[Problem] | None = None, others: list[Problem] | None = None,
+) -> SeedOutcome:
+    """Gather the seed's outcome once its last step is done (`dropped`: why it yielded no synthetic tree)."""
+    ledger.count_decompositions(tree)
+    return SeedOutcome(seed, tree, synthetic, dropped, roots or [], ledger.rejected, others or [], ctx.tokens(),
+                       ctx.stage_usage(), ledger.counts)
 
 
 async def seed_root(ctx: Context, seed: Problem, ledger: Ledger) -> TreeNode | None:
     """The root (seed, verified teacher trace); None (and a rejection) when no teacher verifies it."""
-    with in_stage("traces"):
+    with in_stage(Stage.TRACES):
         trace, why = await teacher_trace(ctx, seed)
     if trace is None:
-        ledger.reject(seed, "traces", why)
+        ledger.reject(seed, Stage.TRACES, why)
         return None
-    decision = Decision(stage="traces", outcome="accepted", reason=f"answer verified by {trace.model}")
+    decision = Decision(stage=Stage.TRACES, outcome="accepted", reason=f"answer verified by {trace.model}")
     return TreeNode(problem=seed, trace=trace, path="0", decisions=[decision])
 
 
@@ -95,25 +106,17 @@ def sources(node: TreeNode, known: dict[str, Problem]) -> list[tuple[str, Proble
     return [("source", known[i]) for i in dict.fromkeys(ids) if i and i in known]
 
 
-def mark_roots(ledger: Ledger, since: int, nodes: list[TreeNode]) -> None:
-    """Mark the rejections recorded since `since` with `data.root`: whether each was a synthetic root (the
-    rates count a root the final gates reject among the candidates)."""
-    roots = {n.problem.id for n in nodes if is_root(n)}
-    for rejection in ledger.rejected[since:]:
-        rejection.data["root"] = rejection.problem.id in roots
-
-
 def novel(ctx: Context, nodes: list[TreeNode], seed: Problem, known: dict[str, Problem], ledger: Ledger) -> list[TreeNode]:
     """The nodes that restate neither their seed, their sources nor an earlier kept sibling."""
     by_id = {n.problem.id: n for n in nodes}
     since = len(ledger.rejected)
     kept = novel_problems(ctx, [n.problem for n in nodes],
                           lambda p: [("seed", seed), *sources(by_id[p.id], known)], ledger)
-    mark_roots(ledger, since, nodes)
+    ledger.mark_roots(since, {n.problem.id for n in nodes if is_root(n)})
     return [by_id[p.id] for p in kept]
 
 
-def calibration_candidates(
+def guarded(
     ctx: Context, seed: Problem, trees: list[SyntheticTree], known: dict[str, Problem], ledger: Ledger
 ) -> list[TreeNode]:
     """The synthetic nodes to calibrate (the roots; every node with keep: all) that pass the novelty guard."""
@@ -140,29 +143,29 @@ async def calibrate_nodes(ctx: Context, nodes: list[TreeNode], ledger: Ledger) -
     return roots, others
 
 
-async def finish(
-    ctx: Context, seed: Problem, tree: DecompositionTree | None, synthetic: list[SyntheticTree],
-    dropped: str | None, ledger: Ledger, *, reground: bool = True,
-) -> SeedOutcome:
-    """Calibrate the synthetic trees and gather the seed's outcome. A finance seed's trees are first
-    re-grounded on unseen documents (stage 5, unless `reground` is False); only the re-grounded trees
-    are calibrated. Before calibration: the novelty guard, and quality control for math."""
-    grounded: list[SyntheticTree] = []
-    calibrated = synthetic
-    if seed.domain == "finance" and synthetic and reground:
-        from finmbs.mbs.reground import reground_trees
+async def regrounded(
+    ctx: Context, seed: Problem, synthetic: list[SyntheticTree], ledger: Ledger, *, on: bool = True
+) -> list[SyntheticTree] | None:
+    """Stage 5: a finance seed's synthetic trees re-grounded on unseen documents (only these go on to the
+    final gates); None when the seed is not re-grounded (math, no synthetic tree, or `on` False)."""
+    if seed.domain != "finance" or not synthetic or not on:
+        return None
+    with in_stage(Stage.REGROUND):
+        return await reground_trees(ctx, seed, synthetic, ledger)
 
-        with in_stage("reground"):
-            grounded = await reground_trees(ctx, seed, synthetic, ledger)
-        calibrated = grounded
-    known = problems_by_id(seed, tree, synthetic + grounded)
-    nodes = calibration_candidates(ctx, seed, calibrated, known, ledger)
-    if seed.domain == "math":
-        since, judged = len(ledger.rejected), nodes
-        with in_stage(QUALITY):
-            nodes = await well_posed(ctx, nodes, ledger)
-        mark_roots(ledger, since, judged)
+
+async def quality_checked(ctx: Context, seed: Problem, nodes: list[TreeNode], ledger: Ledger) -> list[TreeNode]:
+    """Quality control (math): the nodes the judge finds well-posed."""
+    if seed.domain != "math":
+        return nodes
+    since = len(ledger.rejected)
+    with in_stage(QUALITY):
+        kept = await well_posed(ctx, nodes, ledger)
+    ledger.mark_roots(since, {n.problem.id for n in nodes if is_root(n)})
+    return kept
+
+
+async def calibrated(ctx: Context, nodes: list[TreeNode], ledger: Ledger) -> tuple[list[Problem], list[Problem]]:
+    """Final calibration on the target policy: the qualified (roots, other nodes)."""
     with in_stage(CALIBRATE):
-        roots, others = await calibrate_nodes(ctx, nodes, ledger)
-    return SeedOutcome(seed, tree, synthetic + grounded, dropped, roots, ledger.rejected, others, ctx.tokens(),
-                       ctx.stage_usage())
+        return await calibrate_nodes(ctx, nodes, ledger)

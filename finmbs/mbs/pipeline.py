@@ -1,47 +1,23 @@
-"""Per-seed MBS orchestration and the run loop: seeds concurrently, the run folder, metrics, resume.
-
-`grow_seed(seed, ctx)` is one seed end to end (traces -> decompose -> leaves/compose -> calibrate);
-`run_grow` runs many seeds under `seed_concurrency`, saving each finished seed (tree file, qualified,
-rejected, done marker) so a killed run resumes where it was; unfinished seeds replay from the
-gateway cache.
-"""
+"""MagicBeanStalk on one seed (figure 1), every step named: the verified root (stage 1), decomposition
+(stage 2), harder leaves and composition (stages 3-4), then the final gates every method shares:
+re-grounding (finance, stage 5), the novelty guard, quality control (math) and final calibration.
+`growers()` names each method's per-seed grower; the run loop around them is `finmbs.runs.grow`."""
 
 from __future__ import annotations
 
-import asyncio
-import json
-import signal
-import time
-import warnings
-from collections import Counter
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
-from functools import partial
-from pathlib import Path
-from typing import Any
+from collections.abc import Awaitable, Callable
 
-import yaml
-
-from finmbs.baselines.direct import grow_seed_direct
-from finmbs.config import ConfigError, RunConfig, config_changes, dump_config
-from finmbs.executors import Executor, Tick, make_executor, no_tick
-from finmbs.llm import Gateway
-from finmbs.llm.gateway import budget_check
 from finmbs.mbs.compose import synthesize
-from finmbs.mbs.context import SECONDS, TARGET_ROLE, Context, Ledger, in_stage
-from finmbs.mbs.decompose import ANSWER_LEAK, STAGE as DECOMPOSE, decompose
-from finmbs.mbs.novelty import STAGE as NOVELTY
-from finmbs.mbs.programs import CHECK as PROGRAM_CHECK
-from finmbs.mbs.quality import STAGE as QUALITY
-from finmbs.mbs.outcome import SeedOutcome, finish, is_root, seed_root, synthetic_trees
-from finmbs.records import DecompositionTree, Problem, RoleUsage, RunMetrics, SyntheticTree, TreeNode, merge_usage
-from finmbs.runs import (
-    CONFIG, CONFIG_CHANGES, CONTAMINATION, METRICS, QUALIFIED, REJECTED, SEEDS, USAGE, JsonlLog, RunDir, UsageLedger,
-    atomic_write_json, atomic_write_text, file_name, read_jsonl,
+from finmbs.mbs.context import Context, Ledger, in_stage
+from finmbs.mbs.decompose import decompose
+from finmbs.mbs.direct import grow_seed_direct
+from finmbs.mbs.outcome import (
+    SeedOutcome, calibrated, guarded, outcome, problems_by_id, quality_checked, regrounded, seed_root, synthetic_trees,
 )
+from finmbs.mbs.stages import Stage
+from finmbs.records import DecompositionTree, Problem
 
 Grower = Callable[[Problem, Context], Awaitable[SeedOutcome]]
-METRICS_EVERY_S = 30.0  # metrics.json refresh; usage itself reaches usage.jsonl with every call and seed
 
 
 async def grow_seed(seed: Problem, ctx: Context) -> SeedOutcome:
@@ -49,310 +25,22 @@ async def grow_seed(seed: Problem, ctx: Context) -> SeedOutcome:
     ctx, ledger = ctx.for_seed(), Ledger(seed.id)
     root = await seed_root(ctx, seed, ledger)
     if root is None:
-        return await finish(ctx, seed, None, [], ledger.rejected[-1].reason, ledger)
+        return outcome(ctx, seed, None, [], ledger, dropped=ledger.rejected[-1].reason)
     tree = DecompositionTree(seed_id=seed.id, root=root)
-    with in_stage(DECOMPOSE):
+    with in_stage(Stage.DECOMPOSE):
         effective = await decompose(ctx, root, ledger)
     if not effective:
-        ledger.reject(seed, DECOMPOSE, root.decisions[-1].reason)
-        return await finish(ctx, seed, tree, [], root.decisions[-1].reason, ledger)
+        ledger.reject(seed, Stage.DECOMPOSE, root.decisions[-1].reason)
+        return outcome(ctx, seed, tree, [], ledger, dropped=root.decisions[-1].reason)
     versions, orphans = await synthesize(ctx, root, ledger)
-    return await finish(ctx, seed, tree, synthetic_trees(seed.id, versions + orphans), None, ledger)
+    synthetic = synthetic_trees(seed.id, versions + orphans)
+    grounded = await regrounded(ctx, seed, synthetic, ledger)
+    trees = synthetic + (grounded or [])
+    nodes = guarded(ctx, seed, synthetic if grounded is None else grounded, problems_by_id(seed, tree, trees), ledger)
+    nodes = await quality_checked(ctx, seed, nodes, ledger)
+    roots, others = await calibrated(ctx, nodes, ledger)
+    return outcome(ctx, seed, tree, trees, ledger, roots=roots, others=others)
 
 
 def growers() -> dict[str, Grower]:
     return {"mbs": grow_seed, "direct": grow_seed_direct}
-
-
-# run folder -----------------------------------------------------------------------------------
-REGROUND = "reground"  # reground.STAGE, named here so metrics need not import the index stack
-QUALIFIED_NODES = "qualified_nodes.jsonl"  # keep: all -- qualified non-root nodes, apart from qualified.jsonl
-
-
-def save_seed(run: RunDir, outcome: SeedOutcome, qualified: JsonlLog, rejected: JsonlLog) -> None:
-    """Write one finished seed: tree file, qualified and rejected rows, then the done marker."""
-    atomic_write_json(run.tree_path(outcome.seed.id), outcome.tree_json())
-    qualified.append(outcome.qualified)
-    if outcome.qualified_nodes:
-        JsonlLog(run.path(QUALIFIED_NODES)).append(outcome.qualified_nodes)
-    rejected.append(outcome.rejected)
-    run.mark_done(outcome.seed.id)
-
-
-def load_tree(path: Path) -> tuple[DecompositionTree | None, list[SyntheticTree], dict[str, int], dict[str, dict]]:
-    """(decomposition, synthetic trees, tokens per role, usage per stage) of one finished seed's tree file."""
-    data = json.loads(path.read_text(encoding="utf-8"))
-    tree = DecompositionTree.model_validate(data["decomposition"]) if data["decomposition"] else None
-    synthetic = [SyntheticTree.model_validate(t) for t in data["synthetic"]]
-    return tree, synthetic, data.get("tokens", {}), data.get("stages", {})
-
-
-def add_stage_usage(total: dict[str, dict[str, float]], seed: dict[str, dict[str, float]]) -> None:
-    """Sum one seed's per-stage requests, tokens and model seconds into the run's."""
-    for stage, counts in seed.items():
-        into = total.setdefault(stage, {})
-        for key, value in counts.items():
-            into[key] = round(into.get(key, 0) + value, 3)
-
-
-def decomposition_attempts(nodes: list[TreeNode]) -> tuple[int, int]:
-    """(effective, attempted) decomposition proposals recorded on these nodes."""
-    attempts = [d for n in nodes for d in n.decisions if d.stage == DECOMPOSE and "attempt" in d.data]
-    return sum(d.outcome == "accepted" for d in attempts), len(attempts)
-
-
-def too_easy(tree: DecompositionTree | None) -> bool:
-    return tree is not None and any(d.data.get("too_easy") for d in tree.root.decisions)
-
-
-def count_rejections(metrics: RunMetrics, rows: list[dict[str, Any]]) -> None:
-    """The counted rejections: answer leaks, novelty, quality control, re-grounded problems failing verification."""
-    checks = Counter((row["stage"], row.get("data", {}).get("check")) for row in rows)
-    metrics.answer_leaks = checks[(DECOMPOSE, ANSWER_LEAK)]
-    metrics.novelty_rejected = sum(n for (stage, _), n in checks.items() if stage == NOVELTY)
-    metrics.not_well_posed = sum(n for (stage, _), n in checks.items() if stage == QUALITY)
-    metrics.reground_unverified = checks[(REGROUND, "verify")]
-    metrics.reground_too_easy = checks[(REGROUND, "screen")]
-    metrics.program_rejected = sum(n for (_, check), n in checks.items() if check == PROGRAM_CHECK)
-
-
-def screen_model(config: RunConfig) -> str | None:
-    """The weakest student's name when it is the target policy's model (its alpha screen then measured
-    the target on the samples calibration must not reuse), else None."""
-    weakest, target = config.roles.students[-1], config.roles.target
-    return weakest.name if (weakest.model, weakest.api_base) == (target.model, target.api_base) else None
-
-
-def fresh_draws(metrics: RunMetrics, roots: list[TreeNode], screened_by: str | None) -> None:
-    """Count the roots whose alpha screen (on the target's own model) was Goldilocks, and how many of them
-    calibration's fresh draws put outside the band."""
-    if screened_by is None:
-        return
-    for node in roots:
-        acc = node.student_accuracy.get(screened_by)
-        if acc is not None and 0 < acc < 1 and node.target is not None:
-            metrics.screen_goldilocks += 1
-            metrics.screen_goldilocks_out += node.target.band != "goldilocks"
-
-
-def collect_metrics(
-    run: RunDir, seeds: list[Problem], method: str, keep: str = "roots", screened_by: str | None = None
-) -> RunMetrics:
-    """The paper's metrics over the synthetic roots of the finished seeds' tree files (other nodes,
-    calibrated with keep: all, counted apart) and the rejections in rejected.jsonl. The rates count the
-    roots the novelty guard or quality control rejected just before calibration among the candidates."""
-    metrics = RunMetrics(method=method, keep=keep, seeds_in=len(seeds))
-    rows = list(read_jsonl(run.path(REJECTED)))
-    count_rejections(metrics, rows)
-    metrics.gated_roots = sum(
-        1 for row in rows if row["stage"] in (NOVELTY, QUALITY) and row.get("data", {}).get("root"))
-    nodes: list[TreeNode] = [
-        TreeNode.model_validate(row["data"]["node"])
-        for row in rows if row["stage"] == DECOMPOSE and "node" in row.get("data", {})
-    ]
-    for seed in seeds:
-        path = run.tree_path(seed.id)
-        if not run.is_done(seed.id) or not path.exists():
-            continue
-        tree, synthetic, tokens, stages = load_tree(path)
-        metrics.seeds_done += 1
-        add_stage_usage(metrics.stages, stages)
-        metrics.seeds_with_trace += tree is not None
-        metrics.seeds_too_easy += too_easy(tree)
-        metrics.construction_tokens += sum(n for role, n in tokens.items() if role != TARGET_ROLE)
-        nodes.extend(tree.root.walk() if tree else [])
-        seen: dict[str, TreeNode] = {n.problem.id: n for t in synthetic for n in t.root.walk() if n.target}
-        roots = [n.target for n in seen.values() if n.target and is_root(n)]
-        others = [n.target for n in seen.values() if n.target and not is_root(n)]
-        fresh_draws(metrics, [n for n in seen.values() if is_root(n)], screened_by)
-        metrics.descendants += len(roots)
-        metrics.goldilocks += sum(r.band == "goldilocks" for r in roots)
-        metrics.qualified += sum(r.qualified for r in roots)
-        metrics.relabeled += sum(bool(n.target and n.target.qualified and is_root(n) and "relabeled_from" in n.problem.meta)
-                                 for n in seen.values())
-        metrics.seeds_converted += any(r.qualified for r in roots)
-        metrics.other_descendants += len(others)
-        metrics.other_goldilocks += sum(r.band == "goldilocks" for r in others)
-        metrics.other_qualified += sum(r.qualified for r in others)
-    metrics.decompositions_effective, metrics.decompositions_attempted = decomposition_attempts(nodes)
-    return metrics
-
-
-def previous_totals(run: RunDir, ledger: UsageLedger) -> tuple[dict[str, RoleUsage], float, Counter[str]]:
-    """Usage, wall time and model seconds per stage already spent on this run folder by earlier
-    (killed or finished) runs.
-
-    Usage comes from the ledger (every paid call, even of a killed run); a folder written before the
-    ledger existed falls back to its metrics.json. Stage seconds count the seeds those runs finished.
-    """
-    path = run.path(METRICS)
-    data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
-    if ledger.before:
-        snapshots = [{role: RoleUsage.model_validate(u) for role, u in s.items()} for s in ledger.before.values()]
-        usage = merge_usage(*snapshots)
-    else:
-        usage = {role: RoleUsage.model_validate(u) for role, u in data.get("usage", {}).items()}
-    seconds = Counter({stage: float(c.get(SECONDS, 0.0)) for stage, c in data.get("stages", {}).items()})
-    return usage, float(data.get("wall_time_s", 0.0)), seconds
-
-
-def spent(usage: dict[str, RoleUsage]) -> tuple[int, float]:
-    """(tokens, dollars) of a usage table."""
-    return sum(u.prompt_tokens + u.completion_tokens for u in usage.values()), sum(u.cost_usd for u in usage.values())
-
-
-def record_config(run: RunDir, config: RunConfig, allow_change: bool) -> None:
-    """Write config.yaml; on an existing folder refuse a changed config unless allowed, then log the change."""
-    path, text = run.path(CONFIG), dump_config(config)
-    if path.exists():
-        changes = config_changes(yaml.safe_load(path.read_text(encoding="utf-8")) or {}, yaml.safe_load(text))
-        if changes and not allow_change:
-            shown = "; ".join(changes[:3]) + (f" (+{len(changes) - 3} more)" if len(changes) > 3 else "")
-            raise ConfigError(f"the config differs from the one {run.root} was grown with: {shown}; use a new --out, "
-                              "or pass --allow-config-change to continue it with the new config")
-        if changes:
-            row = {"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "changes": changes}
-            with run.path(CONFIG_CHANGES).open("a", encoding="utf-8") as handle:
-                handle.write(json.dumps(row) + "\n")
-    atomic_write_text(path, text)
-
-
-async def grow_work(
-    seed: Problem, gateway: Gateway, tick: Tick, *, config: RunConfig, method: str,
-    excluded: frozenset[str] = frozenset(),
-) -> SeedOutcome:
-    """One seed as a unit of executor work (module level, so it pickles for Ray)."""
-    ctx = Context(config=config, gateway=gateway, tick=tick, excluded_documents=excluded)
-    return await growers()[method](seed, ctx)
-
-
-def regrounds(config: RunConfig, seeds: list[Problem], method: str) -> bool:
-    """Whether this run re-grounds (finance seeds; the direct baseline with stages.direct_reground)."""
-    return any(s.domain == "finance" for s in seeds) and (method == "mbs" or config.stages.direct_reground)
-
-
-def record_exclusions(run: RunDir, config: RunConfig, seeds: list[Problem]) -> frozenset[str]:
-    """The documents no seed is re-grounded on (every seed's own, every held-out one), written to
-    contamination.json; a holdout entry that names no indexed document is warned about once."""
-    from finmbs.mbs.reground import excluded_documents, shared_index
-
-    with shared_index(config.index) as index:
-        found = excluded_documents(index, seeds, config.index.holdout)
-        docs = {d.doc_id: d for d in index.documents()}
-    if found.unmatched:
-        warnings.warn(f"index.holdout names no indexed document for: {', '.join(found.unmatched)} "
-                      f"(matched against doc ids, file names, companies and CIKs of {config.index.path})", stacklevel=2)
-    atomic_write_json(run.path(CONTAMINATION), found.as_json(docs, config.index.holdout))
-    return frozenset(found.excluded)
-
-
-def check_seed_names(seeds: list[Problem]) -> None:
-    """Refuse seed ids that would share a file (impossible unless two ids are equal)."""
-    names: dict[str, str] = {}
-    for seed in seeds:
-        name = file_name(seed.id)
-        if name in names and names[name] != seed.id:
-            raise ValueError(f"seed ids {names[name]!r} and {seed.id!r} map to the same file name {name!r}")
-        names[name] = seed.id
-
-
-async def run_grow(
-    config: RunConfig, seeds: list[Problem], out: str | Path, *, method: str = "mbs",
-    tick: Tick = no_tick, gateway: Gateway | None = None, executor: Executor | None = None,
-    allow_config_change: bool = False,
-) -> RunMetrics:
-    """Grow every unfinished seed into the run folder `out`; returns the run's metrics.
-
-    Seeds run on `executor` (default: this process, through `gateway`); this process alone writes the
-    run folder, and holds its lock meanwhile. A BudgetExceeded or GatewayError stops the run after
-    saving metrics; finished seeds stay done. SIGTERM stops it like Ctrl-C (KeyboardInterrupt), with
-    everything paid for counted. The budget covers every run on the folder: a rerun whose folder has
-    spent it stops before any call.
-    """
-    growers()[method]  # an unknown method fails before any work
-    config.check_environment()
-    check_seed_names(seeds)
-    with RunDir(out) as run:
-        return await _grow_locked(run, config, seeds, method, tick, gateway, executor, allow_config_change)
-
-
-async def _grow_locked(
-    run: RunDir, config: RunConfig, seeds: list[Problem], method: str, tick: Tick, gateway: Gateway | None,
-    executor: Executor | None, allow_config_change: bool,
-) -> RunMetrics:
-    record_config(run, config, allow_config_change)
-    atomic_write_text(run.path(SEEDS), "".join(s.model_dump_json() + "\n" for s in seeds))
-    ledger = UsageLedger(run.path(USAGE))
-    usage_before, wall_before, seconds = previous_totals(run, ledger)
-    budget_check(config.budget, *spent(usage_before))
-    own_executor = executor is None
-    executor = executor or make_executor("local", config, gateway=gateway)
-    local_gateway: Gateway | None = getattr(executor, "gateway", None)
-    if local_gateway is not None:  # in-process work: every paid call reaches the ledger at once
-        local_gateway.spent_before = spent(usage_before)
-        local_gateway.on_usage = lambda: ledger.write(local_gateway.usage)
-    qualified, rejected = JsonlLog(run.path(QUALIFIED)), JsonlLog(run.path(REJECTED), key="problem.id")
-    start = last_metrics = time.monotonic()
-
-    def write_metrics() -> RunMetrics:
-        metrics = collect_metrics(run, seeds, method, config.stages.keep, screen_model(config))
-        metrics.usage = merge_usage(usage_before, executor.usage)
-        metrics.wall_time_s = wall_before + time.monotonic() - start
-        for stage, spent_s in seconds.items():
-            metrics.stages.setdefault(stage, {})[SECONDS] = round(spent_s, 3)
-        atomic_write_json(run.path(METRICS), metrics.summary())
-        return metrics
-
-    def on_result(seed: Problem, outcome: SeedOutcome) -> None:
-        nonlocal last_metrics
-        save_seed(run, outcome, qualified, rejected)
-        seconds.update({stage: c.get(SECONDS, 0.0) for stage, c in outcome.stages.items()})
-        ledger.write(executor.usage)
-        tick("seeds")
-        if time.monotonic() - last_metrics > METRICS_EVERY_S:
-            last_metrics = time.monotonic()
-            write_metrics()
-
-    excluded = record_exclusions(run, config, seeds) if regrounds(config, seeds, method) else frozenset()
-    todo = [s for s in seeds if not run.is_done(s.id)]
-    if len(todo) < len(seeds):
-        tick("seeds", len(seeds) - len(todo))  # finished by an earlier run: progress counts them done
-    try:
-        with sigterm_as_interrupt():
-            await executor.map(partial(grow_work, config=config, method=method, excluded=excluded), todo,
-                               concurrency=config.seed_concurrency, on_result=on_result, tick=tick)
-    finally:
-        ledger.write(executor.usage)
-        if local_gateway is not None:
-            local_gateway.on_usage = None
-        metrics = write_metrics()
-        if own_executor:
-            executor.close()
-    return metrics
-
-
-@contextmanager
-def sigterm_as_interrupt() -> Iterator[None]:
-    """In the main thread's event loop: SIGTERM (how schedulers stop jobs) cancels the current task and
-    surfaces as KeyboardInterrupt, so it stops the run exactly like Ctrl-C."""
-    loop, task, terminated = asyncio.get_running_loop(), asyncio.current_task(), []
-
-    def stop() -> None:
-        terminated.append(True)
-        if task is not None:
-            task.cancel()
-
-    try:
-        loop.add_signal_handler(signal.SIGTERM, stop)
-        installed = True
-    except (RuntimeError, ValueError, NotImplementedError):  # not the main thread, or no signals here
-        installed = False
-    try:
-        yield
-    except asyncio.CancelledError:
-        if terminated:
-            raise KeyboardInterrupt("terminated (SIGTERM)") from None
-        raise
-    finally:
-        if installed:
-            loop.remove_signal_handler(signal.SIGTERM)

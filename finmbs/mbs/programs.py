@@ -19,19 +19,30 @@ records the program, what it gave and the figures it quoted (`program`, `program
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
 
 from finmbs.mbs.context import Context, Ledger
+from finmbs.mbs.stages import Check
 from finmbs.mbs.traces import teacher_trace
 from finmbs.records import Decision, Problem, Trace, TreeNode
 from finmbs.resources import render_prompt
 from finmbs.verify import verify_answer
 from finmbs.verify.program import ProgramResult, run_program_async
 
-CHECK = "program"  # the rejection check of this layer
+CHECK = Check.PROGRAM  # the rejection check of this layer
 # what a program run records in a problem's meta (a re-grounded copy drops them: its program is new)
-PROGRAM_META = ("program", "program_functions", "program_answer", "program_error", "quotes", "verify_programs")
+PROGRAM_META = ("program", "program_functions", "program_answer", "program_error", "quotes", "verify_programs",
+                "own_program")
 STATED_FIELD = '"answer": "<the final answer alone>"'  # the reply templates' last field, followed by the program's
+
+
+class WrittenProgram(BaseModel):
+    """The teacher's reply when asked for a program alone (a problem that carries none; a decomposed parent's)."""
+
+    program: str = Field(min_length=1)  # unbounded in the schema (a llama.cpp grammar limit); the sandbox bounds it
 
 
 def programs_on(ctx: Context) -> bool:
@@ -69,6 +80,12 @@ def child_functions(children: list[TreeNode]) -> dict[str, Any]:
     return functions
 
 
+def listed_children(children: list[TreeNode], functions: dict[str, Any]) -> str:
+    """One line per child function offered to a parent's program: its name, what it returns, its problem."""
+    return "\n".join(f"- child_{k}() returns {child.problem.answer}; its problem: {child.problem.question}"
+                     for k, child in enumerate(children, 1) if f"child_{k}" in functions)
+
+
 def passage(problem: Problem) -> str | None:
     return problem.snippet.text if problem.snippet else None
 
@@ -93,6 +110,25 @@ def quoted(problem: Problem) -> list[dict[str, Any]] | None:
     """The figures the problem's program quoted from its passage, when its program ran; None otherwise
     (leakage rule 5 then reads the question's figures instead)."""
     return problem.meta.get("quotes") if problem.meta.get("program_answer") is not None else None
+
+
+async def composed_parent(
+    ctx: Context, problem: Problem, source: str, functions: dict[str, Any]
+) -> tuple[Problem, str | None]:
+    """A decomposition's check: `source`, the parent's program over its verified children's functions
+    (`child_functions`), run in the sandbox. (`problem` with it recorded as meta.program/program_functions,
+    None) when its result is the parent's answer; otherwise (`problem` with what it gave, why not). The
+    parent's earlier own program, if any, is kept as meta.own_program (it was checked when the parent was)."""
+    result = await run_program_async(source, passage(problem), functions=functions)
+    meta = {**problem.meta, "program": source, "program_functions": functions}
+    if (own := problem.meta.get("program")) and own != source:
+        meta["own_program"] = own
+    problem = recorded(problem.model_copy(update={"meta": meta}), result)
+    if not result.ok:
+        return problem, f"parent program failed: {result.error}"
+    if not await same(ctx, problem, result.answer or "", problem.answer):
+        return problem, f"parent program gives {result.answer}, the parent's answer is {problem.answer!r}"
+    return problem, None
 
 
 async def same(ctx: Context, problem: Problem, a: str, b: str) -> bool:
@@ -163,3 +199,40 @@ async def program_node(
     decision = Decision(stage=stage, outcome="accepted", reason=reason, data={"program_answer": v})
     return TreeNode(problem=problem, trace=trace, path=path, mirrors=mirrors, decisions=[decision])
 
+
+
+class Reexecution(BaseModel):
+    """A kept problem's recorded program run again: `agree` (its result is the answer under the domain
+    comparer), `mismatch`, `undecided` (the finance comparer cannot tell without the judge), `failed`
+    (the program no longer runs) or `no_program`."""
+
+    id: str
+    outcome: Literal["agree", "mismatch", "undecided", "failed", "no_program"]
+    answer: str
+    program_answer: str | None = None
+    detail: str = ""
+
+
+async def reexecute(problem: Problem) -> Reexecution:
+    """`problem`'s meta.program run again in the sandbox (its passage, its children's functions) and its
+    result compared with the answer by the domain comparer alone (no model call)."""
+    if not problem.meta.get("program"):
+        return Reexecution(id=problem.id, outcome="no_program", answer=problem.answer)
+    result = await run_for(problem)
+    if not result.ok:
+        return Reexecution(id=problem.id, outcome="failed", answer=problem.answer, detail=result.error or "")
+    check = await verify_answer(problem.domain, result.answer, problem.answer, question=problem.question)
+    outcome = "agree" if check.correct else "undecided" if check.decided_by == "undecided" else "mismatch"
+    return Reexecution(id=problem.id, outcome=outcome, answer=problem.answer, program_answer=result.answer,
+                       detail=check.reason or "")
+
+
+async def reexecute_all(problems: list[Problem], concurrency: int = 4) -> list[Reexecution]:
+    """`reexecute` over `problems`, at most `concurrency` sandboxes at once, in order."""
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(problem: Problem) -> Reexecution:
+        async with gate:
+            return await reexecute(problem)
+
+    return list(await asyncio.gather(*(one(p) for p in problems)))

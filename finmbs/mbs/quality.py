@@ -19,11 +19,12 @@ from pydantic import BaseModel, ConfigDict
 
 from finmbs.llm.structured import written_in_order
 from finmbs.mbs.context import Context, Ledger
+from finmbs.mbs.stages import Stage
 from finmbs.records import Decision, TreeNode
 from finmbs.resources import render_prompt
 from finmbs.verify.judge import delimited
 
-STAGE = "quality"
+STAGE = Stage.QUALITY
 
 
 class WellPosed(BaseModel):

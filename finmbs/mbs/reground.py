@@ -37,12 +37,13 @@ from finmbs.mbs.leakage import Grounding, analogue, entity_name, entity_renames,
 from finmbs.mbs.leaves import weakest_screen
 from finmbs.mbs.novelty import unworkable
 from finmbs.mbs.programs import PROGRAM_META, program_node, program_prompt, programs_on, quoted, recorded, run_for
+from finmbs.mbs.stages import Check, Stage
 from finmbs.mbs.traces import teacher_trace
 from finmbs.records import Chunk, Decision, Document, Problem, Provenance, Snippet, SyntheticTree, TreeNode, shown_path
 from finmbs.resources import render_prompt, resource_dir
 from finmbs.verify.judge import delimited
 
-STAGE = "reground"
+STAGE = Stage.REGROUND
 EXCERPT_CHUNKS = 6
 
 
@@ -319,7 +320,7 @@ async def new_ground(
     else:
         reply = await ask_ground(ctx, seed, slot, doc, chunks)
     named = reply.entity.strip() if reply else ""
-    # the 1.5B named the seed's own borrower for a new document: e' is then the document's company
+    # a teacher may name the seed's own borrower as a new document's entity: e' is then the document's company
     seed_name = (entity_name(seed.entity) or "").lower()
     seed_named = bool(seed_name) and (entity_name(named) or "").lower() == seed_name
     if not ctx.stages.rename:  # the paper: e' is the teacher's; a seed name then fails the leakage check
@@ -396,8 +397,7 @@ def tree_renames(tree: SyntheticTree, grounding: Grounding, seed_entity: str | N
 def vocabulary(tree: SyntheticTree, grounding: Grounding, renames: dict[str, str] | None = None) -> str:
     """The `{{vocabulary}}` slot: the new passage's own defined terms, the seed terms renamed to them, and
     the seed-only facts the tree's questions and answers still use (what the leakage check would reject),
-    named before the teacher writes: a small teacher told only afterwards wrote the seed's "Undrawn Fee"
-    again."""
+    named before the teacher writes (told only afterwards, a teacher can write the seed's terms again)."""
     renames = renames or {}
     carried = dict.fromkeys(f for n in tree.root.walk() for text in (n.problem.question, n.problem.answer)
                             for f in grounding.seed_facts(rename(text, renames)))
@@ -501,14 +501,14 @@ class Regrounder:
         else:
             trace, why = await teacher_trace(self.ctx, problem)
             if trace is None:
-                self.ledger.reject(problem, STAGE, f"unverified: {why}", check="verify", document=document)
+                self.ledger.reject(problem, STAGE, f"unverified: {why}", check=Check.VERIFY, document=document)
                 return None
             decision = Decision(stage=STAGE, outcome="accepted",
                                 reason=f"grounded on {document}; leakage check and judge passed; answer verified by {trace.model}")
             new = TreeNode(problem=problem, path=node.path, mirrors=node.mirrors, decisions=[decision], trace=trace)
         alpha = {"leaf": self.ctx.stages.alpha_leaf, "compose": self.ctx.stages.alpha_parent}.get(
             node.problem.provenance.stage)
-        if alpha is not None and not await weakest_screen(self.ctx, new, alpha, STAGE, self.ledger, check="screen",
+        if alpha is not None and not await weakest_screen(self.ctx, new, alpha, STAGE, self.ledger, check=Check.SCREEN,
                                                           document=document):
             return None
         return new

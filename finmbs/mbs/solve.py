@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from finmbs.config import Endpoint
 from finmbs.mbs.context import Context
+from finmbs.mbs.stages import Progress
 from finmbs.records import Problem, Rollout
 from finmbs.resources import render_prompt
 from finmbs.verify import verify_response
@@ -103,5 +104,5 @@ async def student_accuracy(
     ctx: Context, student: Endpoint, problem: Problem, examples: list[tuple[Problem, str]] | None = None
 ) -> float:
     """acc(S, p) over N samples, or acc_cond(S, p | examples) when examples are given."""
-    ctx.tick("students")
+    ctx.tick(Progress.STUDENTS)
     return accuracy(await rollouts(ctx, student, "student", problem, ctx.stages.N, examples=examples))

@@ -17,6 +17,7 @@ from finmbs.config import Endpoint
 from finmbs.mbs.context import Context
 from finmbs.mbs.novelty import same_answer
 from finmbs.mbs.solve import rollouts
+from finmbs.mbs.stages import Stage
 from finmbs.records import ANSWERS, Problem, Rollout, Trace
 
 
@@ -53,7 +54,7 @@ async def teacher_trace(
 
     async def sample_trace(teacher: Endpoint, i: int) -> Rollout:
         [sample] = await rollouts(ctx, teacher, "teacher", problem, 1, first_index=i)
-        ctx.tick("traces")
+        ctx.tick(Stage.TRACES)
         seen.append(f"{teacher.name}#{i}: {sample.extracted_answer!r} ({sample.finish_reason})")
         return sample
 

@@ -37,12 +37,13 @@ from finmbs.mbs.leakage import entity_name
 from finmbs.mbs.novelty import STAGE as NOVELTY, names_its_entity, restated, unworkable
 from finmbs.mbs.programs import program_prompt
 from finmbs.mbs.reground import answerability
+from finmbs.mbs.stages import Stage
 from finmbs.mine.company import document_company
 from finmbs.mine.passages import Passage
 from finmbs.records import Chunk, DifficultyReport, Document, Problem, Provenance, Record, Rejection
 from finmbs.resources import render_prompt
 
-STAGE = "mine"
+STAGE = Stage.MINE
 CHECKS = ("no_company", "no_passage", "reply", "evidence", "entity", "own_answer", "answer_form", "contaminated", "verify",
           "judge", NOVELTY, "not_hard")
 
@@ -66,7 +67,7 @@ class MinedQuestion(WorkedProblem):
     @classmethod
     def _quoted(cls, quotes: list[str]) -> list[str]:
         """A quote copied from the reply template ("<a piece of the passage, copied exactly>") is no quote: the
-        reply fails to parse and is asked again (the 1.5B wrote the template's quote in 2 of its first 6 replies)."""
+        reply fails to parse and is asked again."""
         real = [q for q in quotes if not placeholder(q)]
         if not real:
             raise ValueError("every evidence quote is a placeholder, not a piece of the passage")
@@ -118,8 +119,8 @@ class Options(BaseModel):
 
 
 # quote marks (typographic or plain) read as spaces, dashes as one dash; one character to one, so offsets hold.
-# Agreements set defined terms in spaced curly quotes ("“ Cash Dominion Period ” shall mean"): the 1.5B
-# copied such definitions word for word without the quote marks.
+# Agreements set defined terms in spaced curly quotes ("“ Cash Dominion Period ” shall mean"); a teacher may copy
+# such a definition word for word without the quote marks.
 _SAME = str.maketrans({"“": " ", "”": " ", "‘": " ", "’": " ", '"': " ", "'": " ", "–": "-", "—": "-", "\u00a0": " "})
 
 
@@ -250,7 +251,7 @@ class DocumentMiner:
             self.reject(problem, "contaminated", f"its {hit.field} overlaps {hit.source} {hit.ref} "
                                                  f"({hit.coverage:.0%} of its n-grams: {hit.ngram!r})")
             return None
-        with in_stage("traces"):
+        with in_stage(Stage.TRACES):
             node = await verified_node(self.ctx, problem, self.ledger, stage=STAGE, path="0")
         if node is None:
             last = self.ledger.rejected.pop()
@@ -258,9 +259,9 @@ class DocumentMiner:
             return None
         problem = node.problem
         problem.meta["verified_by"] = node.trace.model if node.trace else ""
-        with in_stage("judge"):
+        with in_stage(Stage.JUDGE):
             verdict = await answerability(self.ctx, problem)
-        self.ctx.tick("judge")
+        self.ctx.tick(Stage.JUDGE)
         if not (verdict.answerable and verdict.supported):
             what = "not answerable from the passage alone" if not verdict.answerable else "answer not supported by the passage"
             self.reject(problem, "judge", f"judge: {what}: {verdict.reason}")
@@ -281,7 +282,7 @@ class DocumentMiner:
 
     async def hard(self, problem: Problem) -> Problem | None:
         """The problem with meta.measured (the target's N rollouts at L); None when `hard_only` and solved."""
-        with in_stage("calibrate"):
+        with in_stage(Stage.CALIBRATE):
             report = await calibrate(self.ctx, problem)
         problem = problem.model_copy(update={"meta": {**problem.meta, "measured": measured(report)}})
         if self.options.hard_only and report.k > 0:

@@ -35,14 +35,15 @@ from finmbs.ingest.store import store_url
 from finmbs.llm import Gateway
 from finmbs.llm.gateway import budget_check
 from finmbs.mbs.context import TARGET_ROLE, Context
-from finmbs.mbs.pipeline import add_stage_usage, previous_totals, record_config, sigterm_as_interrupt, spent
 from finmbs.mine.company import document_company
 from finmbs.mine.passages import TYPES, plan
 from finmbs.mine.questions import DocumentMiner, DocumentOutcome, Options, seed_row
 from finmbs.records import Document, Record, RoleUsage, merge_usage
-from finmbs.runs import (
+from finmbs.runs.folder import (
     METRICS, REJECTED, USAGE, JsonlLog, RunDir, UsageLedger, atomic_write_json, atomic_write_text, file_name,
 )
+from finmbs.runs.grow import previous_totals, record_config, sigterm_as_interrupt, spent
+from finmbs.runs.metrics import add_stage_usage
 
 OPTIONS = "options.json"
 DOCUMENTS = "documents"
@@ -253,7 +254,7 @@ async def _mine_locked(run: RunDir, config: RunConfig, options: Options, out: Pa
         tick("documents")
 
     try:
-        with sigterm_as_interrupt():
+        with sigterm_as_interrupt(gateway):
             await first_failure([one(i, doc) for i, doc in enumerate(chosen) if doc.doc_id not in done])
     finally:
         ledger.write(gateway.usage)

@@ -6,11 +6,11 @@ from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 
-from finmbs.export.load import load_run
 from finmbs.report.charts import Chart, bar_chart
 from finmbs.report.assets import assets
 from finmbs.report.view import BANDS, ReportView, band_of, build_view
-from finmbs.runs import atomic_write_text
+from finmbs.runs.folder import atomic_write_text
+from finmbs.runs.load import load_run
 
 TEMPLATES = Path(__file__).parent / "templates"
 

@@ -8,10 +8,11 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from finmbs.export.load import Run, SeedTrees
 from finmbs.export.rows import difficulty
-from finmbs.records import DifficultyReport, Problem, RoleUsage, TreeNode
-from finmbs.runs import CONTAMINATION
+from finmbs.mbs.stages import Stage, in_order
+from finmbs.records import DifficultyReport, Problem, RoleUsage, SeedTrees, TreeNode
+from finmbs.runs.folder import CONTAMINATION
+from finmbs.runs.load import Run
 
 BANDS = ("hard", "goldilocks", "stale")
 
@@ -265,7 +266,7 @@ def failed_outputs(run: Run, seed_id: str) -> list[str]:
     them (data["attempts"]), else the answers listed in its reason."""
     outputs = []
     for rejection in run.rejected:
-        if rejection.problem.id != seed_id or rejection.stage != "traces":
+        if rejection.problem.id != seed_id or rejection.stage != Stage.TRACES:
             continue
         attempts = rejection.data.get("attempts")
         if isinstance(attempts, list) and attempts:
@@ -321,7 +322,8 @@ def build_view(run: Run) -> ReportView:
                for group, found in reports.items()},
         unknown_band={"seeds": len(run.seeds) - len(reports["seeds"])},
         pass_rates=pass_rates, rollouts=n, other_n=sum(r.n != n for r in synthetic),
-        stages=[(stage, sum(c.values()), reason_counts(c, stage)) for stage, c in sorted(reasons.items())],
+        stages=[(stage, sum(c.values()), reason_counts(c, stage))
+                for stage, c in sorted(reasons.items(), key=lambda item: in_order(item[0]))],
         usage=[(role, RoleUsage.model_validate(u)) for role, u in sorted(run.metrics.get("usage", {}).items())],
         tables=metric_tables(run.metrics), seeds=seed_views(run), status=status,
         contamination=contamination(run),

@@ -3,7 +3,9 @@
 Each seed question is registered with a shadow expression ("Compute (7 + 8) * (9 - 1)."): wherever a
 prompt carries the seed question, the world reads the shadow instead, so decomposition, leaf synthesis,
 composition and the students work exactly as in the arithmetic world, and a correct solution of the
-seed answers the seed's real gold answer. Re-grounding tasks work on the real passages:
+seed answers the seed's real gold answer; asked for a decomposed seed's program (`verify.programs`), the
+teacher writes one that computes the gold answer (its shadow children do not compose to it). Re-grounding
+tasks work on the real passages:
 
 - extraction: the teacher copies, verbatim, the excerpt chunk of the new document with the most
   figures and names the document id as the entity (`misquote`: for document ids containing one of
@@ -41,7 +43,8 @@ from finmbs.config import IndexSettings
 from finmbs.ingest import ingest_paths
 from finmbs.mbs.leakage import quoted_terms, text_figures, trivial
 from finmbs.testing.server import Reply, Request
-from finmbs.testing.world import PROGRAM_MARKER, World, blocks, expression, norm, value
+from finmbs.testing.world import PROGRAM_MARKER, TASK_MARKERS, World, blocks, expression, norm, value
+from finmbs.verify.finance import figures
 
 FINANCE_MARKERS = {
     "extract": "find the analogous passage",
@@ -120,6 +123,8 @@ class FinanceWorld(World):
         if seed is None:
             return super().__call__(request)
         gold, shadow = self.seeds[seed]
+        if TASK_MARKERS["program_parent"] in text:
+            return Reply(texts=[json.dumps({"program": f"answer = {float(figures(gold)[0].value)!r}"})])
         messages = [{**m, "content": m["content"].replace(seed, f"Compute {shadow}.")} for m in request.messages]
         reply = super().__call__(Request(request.path, {**request.body, "messages": messages}))
         if "<problem>" in text and seed in blocks(text, "problem")[-1]:  # solving the seed itself

@@ -19,7 +19,9 @@ seed (a `parrot` teacher restates the seed: "Now, Compute EXPR."). Tasks in `mal
 The judge finds every problem well-posed but those whose expression is in `ill_posed`.
 Asked for programs (`verify.programs`), a teacher adds to every worked problem "answer = EXPR" (a
 composed parent calls `child_k()` for its synthetic children where the prompt offers them); with
-`wrong_programs` a program adds 1, with `bad_program` every program is that text instead.
+`wrong_programs` a program adds 1, with `bad_program` every program is that text instead. Asked for a
+decomposed parent's program, a teacher writes the parent's expression with each child's expression it
+contains replaced by `child_k()` (plus 1 with `wrong_parent_programs`).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ TASK_MARKERS = {
     "conditioned": "Study the solved child problems",
     "well_posed": "is the problem well-posed?",
     "program_write": "Write a short Python program that solves",
+    "program_parent": "using its subproblems where it needs their results",
 }
 PROGRAM_MARKER = '"program":'  # a reply template asking for programs (verify.programs)
 REPAIR_MARKER = "could not be used"
@@ -98,6 +101,7 @@ class Agent:
     table: dict[int, float] = field(default_factory=dict)
     lazy: bool = False
     parrot: bool = False
+    program: str | None = None  # the program this agent writes when asked for one alone (program_write)
 
     def accuracy(self, ops: int, covered: bool) -> float:
         if ops in self.table:
@@ -126,6 +130,7 @@ class World:
     trace_note: str = ""  # a sentence every solution writes before its answer (a figure its work mentions)
     wrong_programs: bool = False
     bad_program: str | None = None
+    wrong_parent_programs: bool = False
 
     def __call__(self, request: Request) -> Reply:
         task_text = request.messages[0]["content"] if request.messages else request.text
@@ -136,7 +141,7 @@ class World:
         if task in self.malformed and REPAIR_MARKER not in request.text:
             return Reply(texts=["{\"subproblems\": [oops"])
         reply = getattr(self, task)(agent, task_text)
-        if PROGRAM_MARKER in task_text and task != "program_write":
+        if PROGRAM_MARKER in task_text and task not in ("program_write", "program_parent"):
             self.with_programs(reply)
         return Reply(texts=[json.dumps(reply)])
 
@@ -155,7 +160,15 @@ class World:
                 item["program"] = self.bad_program if self.bad_program is not None else program
 
     def program_write(self, agent: Agent, text: str) -> dict:
+        if agent.program is not None:
+            return {"program": agent.program}
         return {"program": self.program(expression(blocks(text, "problem")[0]))}
+
+    def program_parent(self, agent: Agent, text: str) -> dict:
+        calls = norm(expression(blocks(text, "problem")[0]))
+        for k, expr in re.findall(r"^- child_(\d+)\(\) returns \S+; its problem: Compute (.+?)\.$", text, re.MULTILINE):
+            calls = calls.replace(norm(expr), f"child_{k}()", 1)
+        return {"program": f"answer = {calls}" + (" + 1" if self.wrong_parent_programs else "")}
 
     # solving ----------------------------------------------------------------------------------
     def solve(self, agent: Agent, request: Request, text: str) -> Reply:

@@ -82,7 +82,7 @@ _WORD_NUMBERS = {
 _WORD_FRACTIONS = {
     "one-half": Fraction(1, 2), "one half": Fraction(1, 2), "half": Fraction(1, 2),
     "one-quarter": Fraction(1, 4), "one quarter": Fraction(1, 4), "one-fourth": Fraction(1, 4),
-    "three-quarters": Fraction(3, 4), "three quarters": Fraction(3, 4), "one-eighth": Fraction(1, 8),
+    "three-quarters": Fraction(3, 4), "three quarters": Fraction(3, 4), "three-fourths": Fraction(3, 4), "one-eighth": Fraction(1, 8),
     "one eighth": Fraction(1, 8), "three-eighths": Fraction(3, 8), "five-eighths": Fraction(5, 8),
     "seven-eighths": Fraction(7, 8), "one-third": Fraction(1, 3), "two-thirds": Fraction(2, 3),
 }
@@ -97,23 +97,32 @@ _REFERENCE_LOOKBACK = 40  # characters before a figure searched for a reference 
 
 _FRACTION_WORDS = "|".join(k.replace(" ", r"\s+") for k in _WORD_FRACTIONS)
 _NUM = r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+"
-_WORDNUM = (
-    r"(?:twenty|thirty|forty|fifty|sixty|seventy|eighty|ninety)(?:[- ](?:one|two|three|four|five|six|seven|eight|nine))?"
-    r"|zero|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|thirteen|fourteen|fifteen|sixteen"
-    r"|seventeen|eighteen|nineteen|hundred"
+_WORD_UNITS = r"one|two|three|four|five|six|seven|eight|nine"
+_WORD_BELOW_100 = (
+    rf"(?:twenty|thirty|forty|fifty|sixty|seventy|eighty|ninety)(?:[- ](?:{_WORD_UNITS}))?"
+    rf"|{_WORD_UNITS}|ten|eleven|twelve|thirteen|fourteen|fifteen|sixteen|seventeen|eighteen|nineteen"
 )
+# one to ninety-nine, and hundreds: "one hundred fifty", "two hundred and twenty-five"
+_WORDNUM = rf"(?:{_WORD_UNITS})\s+hundred(?:\s+(?:and\s+)?(?:{_WORD_BELOW_100})\b)?|{_WORD_BELOW_100}|zero|hundred"
+# what a word number must stand before to be read as a figure ("fifty basis points", never "fifty Lenders"); basis
+# points plural only: agreements write the singular as a unit of precision ("in multiples of 1/100th of one basis
+# point", "rounded to the nearest one basis point"), never as a rate anyone is asked about
+_WORD_UNIT_AHEAD = (r"%|percent|per\s+cent|basis\s+points\b|bps\b|million|billion|thousand|times|days?|months?"
+                    r"|years?|weeks?|business\s+days?")
 _CUR = r"US\$|U\.S\.\s?\$|C\$|USD|EUR|GBP|CAD|JPY|[$€£¥]"
 _SCALE_RE = r"thousand|millions?|billions?|trillions?|mm|mn|mil|bn|tn|k|m|b"
 _PCT = r"%|percent(?:age\s+points?)?|per\s+cent|pct|basis\s+points?|bps|bp"
 _FIGURE = re.compile(
     rf"""
-    (?P<frac_of>(?P<fnum>\d+)\s*/\s*(?P<fden>\d+)|(?P<fword>{_FRACTION_WORDS}))
+    (?P<frac_of>(?P<fnum>\d+)\s*/\s*(?P<fden>\d+)|(?:(?<![\w-])(?P<fint>{_WORDNUM})\s+and\s+)?(?P<fword>{_FRACTION_WORDS}))
         \s+of\s+(?:one|1)\s*(?:%|percent|per\s+cent)
     | (?<![\w.,/])(?P<ratio>(?P<rnum>{_NUM})\s*(?::\s*(?P<rden>{_NUM})|\s+to\s+(?P<rone>1(?:\.0+)?))(?![\d/]))
     | (?<![\w.,/])(?P<lparen>\()?\s*
       (?P<sign>[-+])?\s*(?P<cur1>{_CUR})?\s*(?P<lparen2>\()?\s*(?P<sign2>-)?\s*
       (?:(?<![\w.,/])(?<!\w-)(?P<num>{_NUM})(?!\d)(?!/\d)(?!-[A-Za-z\d])
-        |(?<![\w-])(?P<word>{_WORDNUM})\b(?=\s*(?:%|percent|per\s+cent|million|billion|thousand|times|days?|months?|years?|weeks?|business\s+days?)))
+        |(?<![\w-])(?P<word>{_WORDNUM})\b(?=\s*(?:{_WORD_UNIT_AHEAD}))
+        |(?<![\w-])(?P<wmixed>(?:(?P<wint>{_WORDNUM})\s+and\s+)?(?P<wfword>{_FRACTION_WORDS}))\b(?=\s*(?:%|percent|per\s+cent))
+      )
       (?P<rparen>\))?
       \s*(?P<scale>(?:{_SCALE_RE})\b)?
       \s*(?P<cur2>USD|EUR|GBP|CAD|JPY|dollars?|euros?|yen)?
@@ -145,8 +154,14 @@ def _decimal_step(numeral: str) -> Fraction:
 
 
 def _word_value(word: str) -> Fraction:
-    parts = re.split(r"[- ]", word.lower())
-    return Fraction(sum(_WORD_NUMBERS[p] for p in parts))
+    """A word number's value: "twenty-five" 25, "one hundred and fifty" 150, "hundred" 100."""
+    total = 0
+    for part in re.split(r"[-\s]+", word.lower()):
+        if part == "hundred":
+            total = (total or 1) * 100
+        elif part != "and":
+            total += _WORD_NUMBERS[part]
+    return Fraction(total)
 
 
 def _figure(m: re.Match[str], whole: bool) -> Figure | None:
@@ -156,6 +171,8 @@ def _figure(m: re.Match[str], whole: bool) -> Figure | None:
             Fraction(int(m.group("fnum")), int(m.group("fden")))
             if m.group("fnum") else _WORD_FRACTIONS[re.sub(r"\s+", " ", m.group("fword").lower())]
         )
+        if m.group("fint"):  # "five and three-fourths of one percent": 5.75
+            value += _word_value(m.group("fint"))
         return Figure(value, "percent", Fraction(0), text)
     if m.group("ratio"):
         num, den = (Fraction(x.replace(",", "")) for x in (m.group("rnum"), m.group("rden") or m.group("rone")))
@@ -165,6 +182,10 @@ def _figure(m: re.Match[str], whole: bool) -> Figure | None:
         return Figure(num / den, "ratio", step, text)
     if m.group("word"):
         value, step = _word_value(m.group("word")), Fraction(1)
+    elif m.group("wmixed"):  # "one and one-half percent", "one-half percent": exact
+        whole_part = _word_value(m.group("wint")) if m.group("wint") else Fraction(0)
+        value = whole_part + _WORD_FRACTIONS[re.sub(r"\s+", " ", m.group("wfword").lower())]
+        step = Fraction(0)
     else:
         numeral = m.group("num")
         value, step = Fraction(numeral.replace(",", "")), _decimal_step(numeral)

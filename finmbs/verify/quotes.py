@@ -4,7 +4,9 @@ when `text` is copied from the passage d' (equal up to whitespace runs, the verb
 
 Strict on purpose: "two percent (2.0%)" states 2 (percent points) and 0.02 (a rate), nothing else;
 "$100,000" states 100000; "50 basis points" states 0.5 (percent points), 0.005 (a rate) and 50 (the
-numeral as written). A quote whose text states no figure, or another figure, fails.
+numeral as written). Word numbers before a unit read the same: "fifty basis points", "one hundred fifty
+basis points", "one-half of one percent", "three and one-fourth percent"; a word number before anything
+else ("fifty Lenders") states no figure. A quote whose text states no figure, or another figure, fails.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Read a finished (or partly finished) run folder into typed records, naming file and line on bad input."""
+"""The run loader: a finished (or partly finished) run folder read into typed records, naming file and line
+on bad input. Export, report, audit and the run's metrics read run folders through it."""
 
 from __future__ import annotations
 
@@ -10,26 +11,15 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from finmbs import runs
 from finmbs.errors import FinmbsError
-from finmbs.records import DecompositionTree, Problem, Record, Rejection, SyntheticTree, first_error
+from finmbs.records import Problem, Rejection, SeedTrees, first_error
+from finmbs.runs.folder import CONFIG, METRICS, QUALIFIED, REJECTED, SEEDS, TREES
 
 M = TypeVar("M", bound=BaseModel)
 
 
 class RunReadError(FinmbsError, ValueError):
     """A run file that cannot be read; the message names the file and the line or record."""
-
-
-class SeedTrees(Record):
-    """The content of trees/SEED.json: one seed, its decomposition tree and its synthetic trees."""
-
-    seed: Problem
-    decomposition: DecompositionTree | None = None
-    synthetic: list[SyntheticTree] = []
-    dropped: str | None = None
-    tokens: dict[str, int] = {}  # tokens spent on the seed, per role (construction accounting)
-    stages: dict[str, dict[str, float]] = {}  # requests, tokens and model seconds per stage
 
 
 @dataclass
@@ -90,6 +80,7 @@ def unique_by_id(problems: list[Problem], path: Path) -> list[Problem]:
 
 
 def read_json(path: Path, model: type[M]) -> M:
+    """One JSON file as a record (a tree file: `SeedTrees`); RunReadError names the file."""
     try:
         return model.model_validate_json(path.read_bytes())
     except ValidationError as exc:
@@ -97,26 +88,26 @@ def read_json(path: Path, model: type[M]) -> M:
 
 
 def load_run(root: str | Path) -> Run:
-    """Load a run folder (layout in `finmbs.runs`); missing parts are empty, bad parts raise RunReadError."""
+    """Load a run folder (layout in `finmbs.runs.folder`); missing parts are empty, bad parts raise RunReadError."""
     root = Path(root)
     if not root.is_dir():
         raise FileNotFoundError(f"run folder not found: {root}")
-    if not (root / runs.SEEDS).exists() and not (root / runs.QUALIFIED).exists():
-        raise RunReadError(f"{root} is not a run folder (no {runs.SEEDS} or {runs.QUALIFIED})")
+    if not (root / SEEDS).exists() and not (root / QUALIFIED).exists():
+        raise RunReadError(f"{root} is not a run folder (no {SEEDS} or {QUALIFIED})")
     run = Run(root=root)
-    config_path = root / runs.CONFIG
+    config_path = root / CONFIG
     if config_path.exists():
         try:
             run.config = yaml.safe_load(config_path.read_text(encoding="utf-8")) or {}
         except yaml.YAMLError as exc:
             raise RunReadError(f"{config_path}: not YAML ({exc})") from None
-    run.seeds = read_records(root / runs.SEEDS, Problem)
-    for tree_file in sorted((root / runs.TREES).glob("*.json")):
+    run.seeds = read_records(root / SEEDS, Problem)
+    for tree_file in sorted((root / TREES).glob("*.json")):
         trees = read_json(tree_file, SeedTrees)
         run.trees[trees.seed.id] = trees
-    run.qualified = unique_by_id(read_records(root / runs.QUALIFIED, Problem), root / runs.QUALIFIED)
-    run.rejected = read_records(root / runs.REJECTED, Rejection)
-    metrics_path = root / runs.METRICS
+    run.qualified = unique_by_id(read_records(root / QUALIFIED, Problem), root / QUALIFIED)
+    run.rejected = read_records(root / REJECTED, Rejection)
+    metrics_path = root / METRICS
     if metrics_path.exists():
         try:
             run.metrics = json.loads(metrics_path.read_text(encoding="utf-8"))

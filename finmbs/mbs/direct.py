@@ -6,7 +6,7 @@ answerability judge in finance (`stages.direct_reground`, on by default as SPEC 
 control, final calibration and the same metrics.
 
 Matched budget (appendix C, table 7): a seed whose `meta["construction_budget"]` is set (what an MBS
-run spent on constructing that seed's problems, `construction_budgets`) gets further direct calls,
+run spent on constructing that seed's problems, `finmbs.runs.construction_budgets`) gets further direct calls,
 teachers in turn, until its own spending reaches or exceeds that budget. Like is compared with like:
 on both sides the tokens counted (prompt once per request plus every sample's completion, cached
 calls included) are those of every model call made before re-grounding, novelty, quality control and
@@ -17,24 +17,23 @@ re-grounding, quality control and calibration that follow are paid by each metho
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 from pydantic import BaseModel, Field, field_validator
 
 from finmbs.mbs.candidates import WorkedProblem, asking_for, derive, novel_problems, reply_model, verified_node, written_items
 from finmbs.mbs.context import Context, Ledger, in_stage
-from finmbs.mbs.outcome import SeedOutcome, finish, seed_root, synthetic_trees
+from finmbs.mbs.outcome import (
+    SeedOutcome, calibrated, guarded, outcome, problems_by_id, quality_checked, regrounded, seed_root, synthetic_trees,
+)
 from finmbs.mbs.programs import program_prompt
 from finmbs.mbs.solve import document_block
+from finmbs.mbs.stages import Stage
 from finmbs.records import Decision, DecompositionTree, Problem, TreeNode
-from finmbs.runs import DONE, METRICS, SEEDS, TREES, file_name, read_jsonl
 from finmbs.resources import render_prompt
 
-STAGE = "direct"
+STAGE = Stage.DIRECT
 BUDGET_KEY = "construction_budget"
 # stages whose tokens a matched budget does not count, on either side (paid for each method's own output)
-BUDGET_STAGES_OUT = frozenset({"reground", "quality", "calibrate"})
+BUDGET_STAGES_OUT = frozenset({Stage.REGROUND, Stage.QUALITY, Stage.CALIBRATE})
 MAX_CALLS = 1000  # a safety stop for the matched-budget loop
 
 
@@ -72,8 +71,7 @@ async def direct_call(ctx: Context, root: TreeNode, r: int, ledger: Ledger) -> l
     ]
     since = len(ledger.rejected)
     fresh = novel_problems(ctx, problems, lambda _: [("seed", seed)], ledger)  # before any trace
-    for rejection in ledger.rejected[since:]:  # each is a root candidate, counted in the rates like MBS's
-        rejection.data["root"] = True
+    ledger.mark_roots(since)  # each is a root candidate, counted in the rates like MBS's
     nodes = [await verified_node(ctx, p, ledger, stage=STAGE, path="0", mirrors=seed.id) for p in fresh]
     kept = [n for n in nodes if n is not None]
     reason = f"call {r} ({teacher.name}): {len(kept)} of {len(problems)} verified" + ("" if reply else " (reply did not parse)")
@@ -86,7 +84,7 @@ async def grow_seed_direct(seed: Problem, ctx: Context) -> SeedOutcome:
     ctx, ledger = ctx.for_seed(), Ledger(seed.id)
     root = await seed_root(ctx, seed, ledger)
     if root is None:
-        return await finish(ctx, seed, None, [], ledger.rejected[-1].reason, ledger)
+        return outcome(ctx, seed, None, [], ledger, dropped=ledger.rejected[-1].reason)
     budget = int(seed.meta.get(BUDGET_KEY) or 0)
     with in_stage(STAGE):
         nodes = await direct_call(ctx, root, 0, ledger)
@@ -95,37 +93,13 @@ async def grow_seed_direct(seed: Problem, ctx: Context) -> SeedOutcome:
             nodes += await direct_call(ctx, root, calls, ledger)
             calls += 1
     tree = DecompositionTree(seed_id=seed.id, root=root)
-    return await finish(ctx, seed, tree, synthetic_trees(seed.id, nodes), None, ledger,
-                        reground=ctx.stages.direct_reground)
-
-
-def construction_budgets(run: str | Path) -> dict[str, int]:
-    """Per-seed matched-budget tokens (`budget_tokens`) of a finished MBS run folder; a folder that is
-    no finished MBS run (no metrics, another method, a seed without its done marker) is a ValueError."""
-    root = Path(run)
-    where = f"--match-budget {run}"
-    if not root.is_dir():
-        raise ValueError(f"{where}: no such run folder")
-    metrics, seeds_file = root / METRICS, root / SEEDS
-    if not metrics.is_file() or not seeds_file.is_file():
-        raise ValueError(f"{where}: not a run folder of `finmbs grow` (no {METRICS} or {SEEDS})")
-    method = json.loads(metrics.read_text(encoding="utf-8")).get("method")
-    if method != "mbs":
-        raise ValueError(f"{where}: a run of method {method!r}; give the folder of a finished MBS run")
-    ids = [row["id"] for row in read_jsonl(seeds_file)]
-    def finished(seed_id: str) -> bool:
-        return (root / DONE / file_name(seed_id)).exists() and (root / TREES / f"{file_name(seed_id)}.json").exists()
-
-    unfinished = [i for i in ids if not finished(i)]
-    if not ids or unfinished:
-        shown = ", ".join(unfinished[:3]) + (f" (+{len(unfinished) - 3} more)" if len(unfinished) > 3 else "")
-        raise ValueError(f"{where}: the run is not finished ({len(unfinished)} of {len(ids)} seeds not done: "
-                         f"{shown or 'no seeds'}); rerun its grow command to finish it first")
-    budgets = {}
-    for i in ids:
-        data = json.loads((root / TREES / f"{file_name(i)}.json").read_text(encoding="utf-8"))
-        budgets[data["seed"]["id"]] = budget_tokens(data.get("stages", {}))
-    return budgets
+    synthetic = synthetic_trees(seed.id, nodes)
+    grounded = await regrounded(ctx, seed, synthetic, ledger, on=ctx.stages.direct_reground)
+    trees = synthetic + (grounded or [])
+    nodes = guarded(ctx, seed, synthetic if grounded is None else grounded, problems_by_id(seed, tree, trees), ledger)
+    nodes = await quality_checked(ctx, seed, nodes, ledger)
+    roots, others = await calibrated(ctx, nodes, ledger)
+    return outcome(ctx, seed, tree, trees, ledger, roots=roots, others=others)
 
 
 def with_budgets(seeds: list[Problem], budgets: dict[str, int]) -> list[Problem]:

@@ -3,8 +3,10 @@
     runs/NAME/
       config.yaml          resolved run config (no secrets)
       seeds.jsonl          the seeds as read (Problem records)
-      trees/SEED_ID.json   the seed's DecompositionTree and SyntheticTrees (one file per seed, atomic)
+      trees/SEED_ID.json   the seed's tree file, a `records.SeedTrees`: its DecompositionTree and SyntheticTrees,
+                           tokens, per-stage usage and counts (one file per seed, atomic)
       qualified.jsonl      Problem records that passed final calibration (meta holds the DifficultyReport)
+      qualified_nodes.jsonl  keep: all -- the other qualified synthetic nodes
       rejected.jsonl       Rejection records: every candidate that did not make it, with stage and reason
       metrics.json         RunMetrics.summary()
       usage.jsonl          per-process LLM usage snapshots, written as calls are paid for (budget and totals
@@ -47,6 +49,7 @@ DONE = "done"
 USAGE = "usage.jsonl"
 CONFIG_CHANGES = "config_changes.jsonl"
 CONTAMINATION = "contamination.json"  # finance: the documents re-grounding never targets, and why
+QUALIFIED_NODES = "qualified_nodes.jsonl"  # keep: all -- qualified non-root nodes, apart from qualified.jsonl
 LOCK = ".lock"
 TMP_SUFFIX = ".tmp"
 
