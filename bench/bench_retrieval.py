@@ -45,7 +45,8 @@ from bench_ingest import MODEL, measure, print_pair, resumable
 
 from finmbs.config import IndexSettings
 from finmbs.ingest import open_index
-from finmbs.ingest.index import ClientStore, EdgeStore, Where, company_key, point_id
+from finmbs.ingest.query import company_key
+from finmbs.ingest.store import ClientStore, EdgeStore, Where, point_id
 
 DATA = Path(os.environ.get("FINMBS_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data")) / "financebench"
 MODES = {"dense": {"hybrid": False, "metadata": False, "per_page": 0}, "hybrid": {"metadata": False, "concepts": False},

@@ -12,6 +12,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from finmbs.errors import FinmbsError
 from finmbs.records import first_error
 from finmbs.resources import resource_dir
 
@@ -19,7 +20,7 @@ EMBEDDED_MODEL = "embedded/qwen2.5-coder-0.5b-instruct"
 _ENV_REF = re.compile(r"\$\{(\w+)\}")
 
 
-class ConfigError(ValueError):
+class ConfigError(FinmbsError, ValueError):
     """A run config problem, named by file and key."""
 
     def __init__(self, message: str, *, source: str | None = None, key: str | None = None):
@@ -318,16 +319,20 @@ def _get_dotted(data: dict[str, Any], dotted: str) -> tuple[bool, Any]:
     return True, node
 
 
-def apply_profile(data: dict[str, Any], source: str | None = None) -> dict[str, Any]:
+def apply_profile(data: dict[str, Any], source: str | None = None, overridden: dict[str, str] | None = None
+                  ) -> dict[str, Any]:
     """`data` (a config mapping) with the paper profile's values set when it asks for `profile: paper`;
-    a key it sets otherwise is a ConfigError naming the key and the paper's value."""
+    a key it sets otherwise is a ConfigError naming the key and the paper's value, and the --set that set
+    it (`overridden`: key -> the KEY=VALUE override) or else the file."""
     if data.get("profile", "finmbs") != "paper":
         return data
     for key, paper in PAPER_VALUES.items():
         given, value = _get_dotted(data, key)
         if given and value != paper:
-            raise ConfigError(f"profile: paper runs the method as published, where {key} is {paper!r} (this config "
-                              f"sets {value!r}): remove the key, or drop profile: paper", source=source, key=key)
+            by = (overridden or {}).get(key)
+            cause, fix = (f"--set {by}", "drop the --set") if by else ("this config", "remove the key")
+            raise ConfigError(f"profile: paper runs the method as published, where {key} is {paper!r} ({cause} "
+                              f"sets {value!r}): {fix}, or drop profile: paper", source=None if by else source, key=key)
         _set_dotted(data, key, paper)
     return data
 
@@ -445,17 +450,21 @@ def load_config(
         data["profile"] = profile
         for key, value in PAPER_VALUES.items() if profile == "paper" else ():
             _set_dotted(data, key, value)  # the file's settings of finmbs's additions give way to the profile
-    for key, value in parse_overrides(overrides or []):
+    pairs = parse_overrides(overrides or [])
+    for key, value in pairs:
         try:
             _set_dotted(data, key, value)
         except (IndexError, ValueError, TypeError, AttributeError):
             raise ConfigError(f"cannot set override {key}", source=source, key=key) from None
-    apply_profile(data, source)
+    overridden = {key: item.strip() for (key, _), item in zip(pairs, overrides or [])}  # key -> its --set
+    apply_profile(data, source, overridden)
     try:
         return RunConfig.model_validate(data)
     except ValidationError as exc:
         key, message = first_error(exc)
         extra = f" (+{exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+        if by := overridden.get(key or ""):  # the --set that gave the bad value, not the file
+            raise ConfigError(f"{message}{extra}: --set {by}", key=key) from None
         raise ConfigError(f"{message}{extra}", source=source, key=key or "(root)") from None
 
 

@@ -12,11 +12,12 @@ import json
 from collections.abc import Iterable
 from pathlib import Path
 
+from finmbs.errors import FinmbsError
 from finmbs.records import Problem, Provenance, Snippet
 from finmbs.runs import atomic_write_text
 
 
-class SeedFormatError(ValueError):
+class SeedFormatError(FinmbsError, ValueError):
     """A bad input row; the message names the file and the line."""
 
 

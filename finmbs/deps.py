@@ -21,6 +21,7 @@ from types import ModuleType
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
+from finmbs.errors import FinmbsError
 from finmbs.resources import resource_dir
 
 PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
@@ -50,7 +51,7 @@ EXTRAS: dict[str, str] = {
 }
 
 
-class DependencyError(RuntimeError):
+class DependencyError(FinmbsError, RuntimeError):
     """An integration cannot be imported in this environment; the message names the package and the fix."""
 
 

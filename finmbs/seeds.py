@@ -13,12 +13,13 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from finmbs.errors import FinmbsError
 from finmbs.records import Problem, Provenance, first_error
 
 _FIELDS = {"id", "question", "answer", "domain", "snippet", "entity", "meta", "provenance"}
 
 
-class SeedsError(ValueError):
+class SeedsError(FinmbsError, ValueError):
     """One or more bad lines in a seeds file; the message names the file and every line."""
 
 

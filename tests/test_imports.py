@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # subpackage of finmbs ("finmbs" alone is the package's own __init__). Written down once more in
 # docs/engine.md ("Layers").
 LAYERS: list[set[str]] = [
-    {"finmbs", "finmbs.records", "finmbs.config", "finmbs.resources", "finmbs.ngrams", "finmbs.deps"},
+    {"finmbs", "finmbs.errors", "finmbs.records", "finmbs.config", "finmbs.resources", "finmbs.ngrams", "finmbs.deps"},
     {"finmbs.llm", "finmbs.verify", "finmbs.executors", "finmbs.ingest", "finmbs.reward", "finmbs.seeds"},
     {"finmbs.mbs"},  # the engine: the paper's stages, MBS and the direct baseline
     {"finmbs.runs", "finmbs.testing"},  # the run layer: run folder, run loop, metrics, the run loader

@@ -21,7 +21,9 @@ import pytest
 from finmbs.config import ConfigError, IndexSettings
 from finmbs.ingest import ingest_paths, open_index
 from finmbs.ingest.embed import batch_size_for, embedder, resolve_device, token_counter
-from finmbs.ingest.index import FIRST, RERANK, alias_table, point_id, ranking_text
+from finmbs.ingest.index import FIRST, RERANK
+from finmbs.ingest.query import alias_table, ranking_text
+from finmbs.ingest.store import point_id
 
 pytest.importorskip("model2vec")
 

@@ -25,7 +25,7 @@ from finmbs.config import IndexSettings
 from finmbs.ingest import ingest_paths, open_index
 from finmbs.ingest.chunk import Chunker
 from finmbs.ingest.embed import special_tokens, token_counter, token_offsets, window
-from finmbs.ingest.index import abbreviates, query_terms, query_years
+from finmbs.ingest.query import abbreviates, query_terms, query_years
 from finmbs.ingest.parse import ParsedDocument
 from finmbs.ingest.pipeline import chunk_budget, embedding_text, prepared_files
 

@@ -10,7 +10,7 @@ import pytest
 from finmbs.config import ConfigError, IndexSettings
 from finmbs.ingest import ingest_paths, open_index
 from finmbs.ingest.embed import embedder, model_dir, window
-from finmbs.ingest.index import point_id
+from finmbs.ingest.store import point_id
 
 pytest.importorskip("model2vec")
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from finmbs.ingest.index import ClientStore, EdgeStore, Where, company_key, doc_type_key, periods, point_id
+from finmbs.ingest.query import company_key, doc_type_key, periods
+from finmbs.ingest.store import ClientStore, EdgeStore, Where, point_id
 
 
 @pytest.fixture(params=["edge", "client-local"])
@@ -38,3 +39,30 @@ def test_normalized_filter_keys():
     assert company_key("Foot Locker, Inc.") == company_key("FOOTLOCKER") == "footlocker"
     assert doc_type_key("10-K") == doc_type_key("10k") == "10k"
     assert periods("2023-01-03") == ["2023", "2023-01-03"] and periods(None) == []
+
+
+def test_shared_index_one_store_per_settings_closed_by_its_last_user(tmp_path):
+    """Users of the same index settings (the seeds of a run) share one open index; the last one to let go
+    closes it: the shard is flushed and the folder's lock let go, so the next opener reads what was written."""
+    from finmbs.config import IndexSettings
+    from finmbs.ingest import open_index, shared_index
+
+    settings = IndexSettings(path=str(tmp_path / "index"), lock_timeout_s=5)
+    with shared_index(settings) as first:
+        closes = []
+        real_close = first.store.close
+        first.store.close = lambda: (closes.append(1), real_close())[-1]
+        first.store.ensure("c", 4)
+        with shared_index(settings.model_copy()) as second:
+            assert second is first and second.store is first.store
+            second.store.upsert("c", [(point_id("a"), vec(0), None, {"doc_id": "a"})])
+        assert closes == []  # the outer user still holds it
+        with shared_index(settings.model_copy(update={"path": str(tmp_path / "other")})) as other:
+            assert other is not first
+        assert [row["doc_id"] for row in first.store.scroll("c", Where())] == ["a"]
+    assert closes == [1]
+    with open_index(settings) as again:
+        assert again is not first
+        assert [row["doc_id"] for row in again.store.scroll("c", Where())] == ["a"]
+    with shared_index(settings) as fresh:
+        assert fresh is not first

@@ -24,7 +24,7 @@ from typer.testing import CliRunner
 from finmbs.cli import app
 from finmbs.config import IndexSettings, load_config
 from finmbs.ingest import ingest_paths, open_index
-from finmbs.ingest.index import ClientStore, EdgeStore, open_store
+from finmbs.ingest.store import ClientStore, EdgeStore, open_store
 
 SHARDING = {"shard_number": 3, "replication_factor": 2, "write_consistency_factor": 2}
 QUERY = "conditions precedent to the effectiveness of the commitments"

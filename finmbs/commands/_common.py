@@ -1,22 +1,26 @@
-"""Shared CLI plumbing: config loading with overrides, one-line errors, the embedded-model notice."""
+"""Shared CLI plumbing: the run options every config-reading command takes (`RunOptions`), config loading with
+overrides, one-line errors, the embedded-model notice."""
 
 from __future__ import annotations
 
 import functools
+import inspect
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
 import typer
 from rich.console import Console
 
-from finmbs.config import ConfigError, RunConfig, load_config
-from finmbs.deps import DependencyError
-from finmbs.executors import ExecutorError, ExecutorName
-from finmbs.llm.types import GatewayError
-from finmbs.runs import RunFolderBusy
-from finmbs.seeds import SeedsError
+from finmbs.config import RunConfig, load_config
+from finmbs.errors import FinmbsError
+from finmbs.executors import ExecutorName
+
+if TYPE_CHECKING:
+    from finmbs.executors import Executor
+    from finmbs.llm import Gateway
 
 F = TypeVar("F", bound=Callable[..., Any])
 console = Console(stderr=True)
@@ -45,7 +49,79 @@ RayWorkersOption = Annotated[
 ]
 
 
-class UsageError(ValueError):
+@dataclass(frozen=True)
+class RunOptions:
+    """The options the config-reading commands share, one object: which config (--config, --set, --profile)
+    and, for the commands that run work, where it runs (--executor, --ray-address, --ray-workers). A command
+    takes it as its `options` parameter; `with_run_options` shows typer the single options instead."""
+
+    config: Path | None = None
+    overrides: tuple[str, ...] = ()  # --set KEY=VALUE, in order
+    profile: Literal["finmbs", "paper"] | None = None
+    executor: ExecutorName = "local"
+    ray_address: str | None = None
+    ray_workers: int | None = None
+
+    def with_overrides(self, *overrides: str) -> RunOptions:
+        """These options with more KEY=VALUE overrides after the --set ones (a command's own flags)."""
+        return replace(self, overrides=(*self.overrides, *overrides))
+
+    def load(self, weak_roles: tuple[str, ...] = ("teacher", "judge")) -> RunConfig:
+        """The run config, with the notices of `resolve_config` (small embedded models in `weak_roles`, a dollar
+        budget that cannot price a model)."""
+        return resolve_config(self.config, list(self.overrides), weak_roles=weak_roles, profile=self.profile)
+
+    def load_quietly(self) -> RunConfig:
+        """The run config, without notices (a command that asks no model)."""
+        return load_config(self.config, list(self.overrides), profile=self.profile)
+
+    def make_executor(self, config: RunConfig, gateway: Gateway | None = None) -> Executor:
+        """The executor --executor names (ray: joining --ray-address with --ray-workers)."""
+        from finmbs.executors import make_executor
+
+        return make_executor(self.executor, config, gateway=gateway, ray_address=self.ray_address,
+                             ray_workers=self.ray_workers)
+
+
+# RunOptions field -> (the command's parameter, its typer annotation, its default), in the order help shows them
+_CONFIG_OPTIONS = {"config": ("config", ConfigOption, None), "overrides": ("set_", SetOption, None),
+                   "profile": ("profile", ProfileOption, None)}
+_EXECUTOR_OPTIONS = {"executor": ("executor", ExecutorOption, "local"),
+                     "ray_address": ("ray_address", RayAddressOption, None),
+                     "ray_workers": ("ray_workers", RayWorkersOption, None)}
+
+
+def with_run_options(func: Callable[..., Any], *, executor: bool = False) -> Callable[..., Any]:
+    """`func` as typer sees it: its `options: RunOptions` parameter shown as the single shared options (where it
+    stands in the signature: --config, --set, --profile, and with `executor` --executor, --ray-address,
+    --ray-workers), gathered back into one RunOptions when the command runs."""
+    fields = {**_CONFIG_OPTIONS, **(_EXECUTOR_OPTIONS if executor else {})}
+    signature = inspect.signature(func, eval_str=True)
+    parameters: list[inspect.Parameter] = []
+    for parameter in signature.parameters.values():
+        if parameter.name != "options":
+            parameters.append(parameter)
+            continue
+        parameters += [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation, default=default)
+                       for name, annotation, default in fields.values()]
+    if len(parameters) == len(signature.parameters):
+        raise TypeError(f"{func.__name__} takes no `options: RunOptions` parameter")
+    # keyword-only (typer passes keywords): the options keep their place, whatever defaults stand around them
+    parameters = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in parameters]
+
+    @functools.wraps(func)
+    def command(**kwargs: Any) -> Any:
+        given = {field: kwargs.pop(name) for field, (name, _, _) in fields.items()}
+        given["overrides"] = tuple(given["overrides"] or ())
+        return func(**kwargs, options=RunOptions(**given))
+
+    del command.__wrapped__  # typer reads the signature below, not func's
+    command.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
+    command.__annotations__ = {p.name: p.annotation for p in parameters}
+    return command
+
+
+class UsageError(FinmbsError, ValueError):
     """Bad input from the user (a file, a line, an argument), reported in one line."""
 
 
@@ -62,8 +138,9 @@ def cli_errors(func: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return func(*args, **kwargs)
-        except (ConfigError, GatewayError, UsageError, ExecutorError, SeedsError, FileNotFoundError, NotADirectoryError,
-                RunFolderBusy, DependencyError) as exc:
+        except FinmbsError as exc:  # every error finmbs raises on purpose: its message and its exit code
+            fail(str(exc), exc.exit_code)
+        except (FileNotFoundError, NotADirectoryError) as exc:
             fail(str(exc))
         except KeyboardInterrupt:
             console.print("interrupted; finished work is saved, rerun the same command to resume")

@@ -6,7 +6,7 @@ import typer
 import yaml
 from rich.table import Table
 
-from finmbs.commands._common import ConfigOption, ProfileOption, SetOption, cli_errors, console
+from finmbs.commands._common import RunOptions, cli_errors, console, with_run_options
 from finmbs.config import PAPER_VALUES
 
 # The paper's symbols (section 3, appendix D), in the order the stages use them.
@@ -67,27 +67,23 @@ def options_table(config) -> Table:
     return table
 
 
+def explain(options: RunOptions = RunOptions()) -> None:
+    """The stage symbols (N, Nt, K, Nd, D, N_leaf, R, alpha_leaf, alpha_parent, Nc, Kd, L) and finmbs's
+    own options (relabel, extract, novelty, quality ...): meaning, value, and whether each is the paper's
+    or finmbs's (with the paper's value, which --profile paper sets)."""
+    resolved = options.load_quietly()
+    console.print(symbols_table(resolved.stages.model_dump()))
+    console.print(options_table(resolved))
+
+
+def show(options: RunOptions = RunOptions()) -> None:
+    """The resolved run config (defaults, file and --set overrides) as YAML."""
+    resolved = options.load_quietly()
+    typer.echo(yaml.safe_dump(resolved.model_dump(mode="json"), sort_keys=False).rstrip())
+
+
 def register(app: typer.Typer) -> None:
     config_app = typer.Typer(help="Explain or show the run config.", no_args_is_help=True)
     app.add_typer(config_app, name="config")
-
-    @config_app.command("explain")
-    @cli_errors
-    def explain(config: ConfigOption = None, set_: SetOption = None, profile: ProfileOption = None) -> None:
-        """The stage symbols (N, Nt, K, Nd, D, N_leaf, R, alpha_leaf, alpha_parent, Nc, Kd, L) and finmbs's
-        own options (relabel, extract, novelty, quality ...): meaning, value, and whether each is the paper's
-        or finmbs's (with the paper's value, which --profile paper sets)."""
-        from finmbs.config import load_config
-
-        resolved = load_config(config, set_ or [], profile=profile)
-        console.print(symbols_table(resolved.stages.model_dump()))
-        console.print(options_table(resolved))
-
-    @config_app.command("show")
-    @cli_errors
-    def show(config: ConfigOption = None, set_: SetOption = None, profile: ProfileOption = None) -> None:
-        """The resolved run config (defaults, file and --set overrides) as YAML."""
-        from finmbs.config import load_config
-
-        resolved = load_config(config, set_ or [], profile=profile)
-        typer.echo(yaml.safe_dump(resolved.model_dump(mode="json"), sort_keys=False).rstrip())
+    config_app.command("explain")(cli_errors(with_run_options(explain)))
+    config_app.command("show")(cli_errors(with_run_options(show)))

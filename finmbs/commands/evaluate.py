@@ -6,6 +6,7 @@ import asyncio
 import functools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -16,19 +17,14 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from typer.core import TyperGroup
 
-from finmbs.commands._common import (
-    ConfigOption, ExecutorOption, RayAddressOption, RayWorkersOption, SetOption, UsageError, cli_errors, console,
-    resolve_config, warn_embedded,
-)
+from finmbs.commands._common import RunOptions, UsageError, cli_errors, console, warn_embedded, with_run_options
 from finmbs.commands.calibrate import policy_endpoint
 from finmbs.config import ConfigError, Endpoint, RunConfig
-from finmbs.evaluate import EvalError
 from finmbs.evaluate.audit import audit, audit_markdown, load_run
 from finmbs.evaluate.benchmarks import Mode, known_benchmarks, load_benchmark
 from finmbs.evaluate.compare import compare_results, comparison_markdown
 from finmbs.evaluate.results import load_result, markdown_table
 from finmbs.evaluate.run import EvalSettings, check_settings, refuse_overwrite, result_path, run_eval, write_result
-from finmbs.executors import make_executor
 from finmbs.llm import Gateway
 from finmbs.runs import atomic_write_json, atomic_write_text
 
@@ -46,7 +42,7 @@ def resolve_endpoint(config: RunConfig, name: str, api_base: str | None = None, 
 
 
 def eval_errors(func: Callable[..., Any]) -> Callable[..., Any]:
-    """cli_errors, plus EvalError and invalid option values as one-line usage errors."""
+    """cli_errors, plus invalid option values as one-line usage errors."""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -55,8 +51,6 @@ def eval_errors(func: Callable[..., Any]) -> Callable[..., Any]:
         except ValidationError as exc:
             err = exc.errors()[0]
             raise UsageError(f"invalid {'.'.join(map(str, err['loc']))}: {err['msg']}") from None
-        except EvalError as exc:
-            raise UsageError(str(exc)) from None
 
     return cli_errors(wrapper)
 
@@ -81,12 +75,6 @@ class EvalGroup(TyperGroup):
         if args and args[0] not in self.commands and args[0] not in ("--help", "-h"):
             args = ["run", *args]
         return super().parse_args(ctx, args)
-
-
-eval_app = typer.Typer(
-    cls=EvalGroup, no_args_is_help=True,
-    help="Evaluate a model on a benchmark (finmbs eval BENCH --model ...), or compare two results.",
-)
 
 
 def parse_ks(text: str | None) -> list[int] | None:
@@ -122,8 +110,6 @@ def read_system_prompt(text: str | None) -> str | None:
     return path.read_text(encoding="utf-8").strip()
 
 
-@eval_app.command("run")
-@eval_errors
 def eval_run(
     benchmark: Annotated[str, typer.Argument(help="Benchmark name (see `finmbs eval list`) or a YAML file.")],
     model: Annotated[str, typer.Option("--model", "-m", help="Role/endpoint name from the config, or a litellm model string.")],
@@ -148,15 +134,11 @@ def eval_run(
     out: Annotated[Path, typer.Option("--out", "-o", help="Results folder (files named by their settings), "
                                       "or a .json file path.")] = DEFAULT_OUT,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing result of the same name.")] = False,
-    config: ConfigOption = None,
-    set_: SetOption = None,
-    executor: ExecutorOption = "local",
-    ray_address: RayAddressOption = None,
-    ray_workers: RayWorkersOption = None,
+    options: RunOptions = RunOptions(),
 ) -> None:
     """Sample a model n times per question, grade, and report pass@k overall and per question type."""
     bench = load_benchmark(benchmark)
-    resolved = resolve_config(config, set_, weak_roles=())
+    resolved = options.load(weak_roles=())
     policy = resolve_endpoint(resolved, model, api_base, api_key_env)
     judge_endpoint = None
     if bench.domain == "finance" and (judge or "").lower() != "none":
@@ -174,7 +156,7 @@ def eval_run(
     check_settings(bench, settings)  # a usage error opens no cache and starts no worker
     target = result_path(out, bench.name, str(policy.name), settings)
     refuse_overwrite(target, overwrite)
-    runner = make_executor(executor, resolved, ray_address=ray_address, ray_workers=ray_workers)
+    runner = options.make_executor(resolved)
     try:
         with question_progress(f"{bench.name} · {policy.name}") as progress:
             result = run_eval(bench, settings, resolved, policy, judge_endpoint, progress, runner)
@@ -187,8 +169,6 @@ def eval_run(
     console.print(f"wrote {json_path}, {md_path} and the per-sample log {log_path}", highlight=False)
 
 
-@eval_app.command("compare")
-@eval_errors
 def eval_compare(
     a: Annotated[Path, typer.Argument(help="Result JSON of the base model (A).")],
     b: Annotated[Path, typer.Argument(help="Result JSON of the trained model (B).")],
@@ -203,8 +183,6 @@ def eval_compare(
         console.print(f"wrote {out}", highlight=False)
 
 
-@eval_app.command("list")
-@eval_errors
 def eval_list() -> None:
     """The known benchmarks, their domain, modes and protocol defaults."""
     table = Table(title="finmbs benchmarks")
@@ -228,12 +206,13 @@ def audit_command(
     problems: Annotated[int, typer.Option(min=1, help="Problems per method checked by the correctness panel.")] = 50,
     seed: Annotated[int, typer.Option(help="Sampling seed for the audited subset.")] = 0,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Output folder (default: RUN/audit).")] = None,
-    config: ConfigOption = None,
-    set_: SetOption = None,
+    options: RunOptions = RunOptions(),
 ) -> None:
     """The paper's data audits: blind blueprint preservation/novelty scores and a judge-panel correctness check."""
     run_config = run / "config.yaml"
-    resolved = resolve_config(config or (run_config if run_config.is_file() else None), set_, weak_roles=("judge",))
+    if options.config is None and run_config.is_file():
+        options = replace(options, config=run_config)
+    resolved = options.load(weak_roles=("judge",))
     panel = {resolved.roles.judge.name: resolved.roles.judge}
     for name in judge or []:
         endpoint = resolve_endpoint(resolved, name, judge_api_base)
@@ -255,5 +234,12 @@ def audit_command(
 
 
 def register(app: typer.Typer) -> None:
+    eval_app = typer.Typer(
+        cls=EvalGroup, no_args_is_help=True,
+        help="Evaluate a model on a benchmark (finmbs eval BENCH --model ...), or compare two results.",
+    )
+    eval_app.command("run")(eval_errors(with_run_options(eval_run, executor=True)))
+    eval_app.command("compare")(eval_errors(eval_compare))
+    eval_app.command("list")(eval_errors(eval_list))
     app.add_typer(eval_app, name="eval")
-    app.command("audit")(eval_errors(audit_command))
+    app.command("audit")(eval_errors(with_run_options(audit_command)))

@@ -10,7 +10,8 @@ import typer
 from rich.progress import track
 from rich.table import Table
 
-from finmbs.commands._common import UsageError, cli_errors, console, fail
+from finmbs.commands._common import UsageError, cli_errors, console
+from finmbs.errors import FinmbsError
 from finmbs.export.splits import DEFAULT_SPLIT
 
 
@@ -69,51 +70,49 @@ CoverageOption = Annotated[float, typer.Option(
     help="Share of an eval question's n-grams a problem must reproduce to count as contaminated.")]
 
 
-def register(app: typer.Typer) -> None:
-    @app.command()
-    @cli_errors
-    def export(
-        run: Annotated[Path, typer.Argument(help="Run folder, e.g. runs/NAME.")],
-        format: FormatOption = ExportFormat.verl,
-        split: SplitOption = DEFAULT_SPLIT,
-        out: OutOption = None,
-        decontaminate: Annotated[bool, typer.Option(
-            "--decontaminate/--no-decontaminate", help="Check n-gram overlap with eval sets and seeds.")] = True,
-        eval_data: EvalDataOption = None,
-        contamination: Annotated[Contamination, typer.Option(help="What to do with contaminated problems.")] = Contamination.drop,
-        ngram: Annotated[int, typer.Option(help="Word n-gram size for decontamination.")] = 13,
-        min_coverage: CoverageOption = 0.5,
-        nodes: Annotated[NodesChoice, typer.Option(
-            help="Ship tree roots only, or every qualified node (runs grown with --keep all).")] = NodesChoice.roots,
-        allow_empty: Annotated[bool, typer.Option(
-            "--allow-empty", help="Write empty files instead of failing when there is nothing to export.")] = False,
-        push_to_hub: Annotated[str | None, typer.Option(
-            "--push-to-hub", metavar="REPO", help="Also upload the export to this Hugging Face dataset repo "
-            "(needs the network and HF_TOKEN).")] = None,
-    ) -> None:
-        """Export a run's qualified problems for training (veRL or TRL parquet, Hugging Face dataset, or JSONL),
-        split train/test by seed lineage, with a dataset card (README.md)."""
-        from finmbs.export import EmptyExport, RunReadError, export_run
-        from finmbs.export.hub import HubError, push_export
+def export(
+    run: Annotated[Path, typer.Argument(help="Run folder, e.g. runs/NAME.")],
+    format: FormatOption = ExportFormat.verl,
+    split: SplitOption = DEFAULT_SPLIT,
+    out: OutOption = None,
+    decontaminate: Annotated[bool, typer.Option(
+        "--decontaminate/--no-decontaminate", help="Check n-gram overlap with eval sets and seeds.")] = True,
+    eval_data: EvalDataOption = None,
+    contamination: Annotated[Contamination, typer.Option(help="What to do with contaminated problems.")] = Contamination.drop,
+    ngram: Annotated[int, typer.Option(help="Word n-gram size for decontamination.")] = 13,
+    min_coverage: CoverageOption = 0.5,
+    nodes: Annotated[NodesChoice, typer.Option(
+        help="Ship tree roots only, or every qualified node (runs grown with --keep all).")] = NodesChoice.roots,
+    allow_empty: Annotated[bool, typer.Option(
+        "--allow-empty", help="Write empty files instead of failing when there is nothing to export.")] = False,
+    push_to_hub: Annotated[str | None, typer.Option(
+        "--push-to-hub", metavar="REPO", help="Also upload the export to this Hugging Face dataset repo "
+        "(needs the network and HF_TOKEN).")] = None,
+) -> None:
+    """Export a run's qualified problems for training (veRL or TRL parquet, Hugging Face dataset, or JSONL),
+    split train/test by seed lineage, with a dataset card (README.md)."""
+    from finmbs.export import export_run
+    from finmbs.export.hub import push_export
 
-        try:
-            report = export_run(
-                run, format.value, out=out, split=split, decontaminate=decontaminate, eval_data=eval_data,
-                policy=contamination.value, ngram=ngram, min_coverage=min_coverage, allow_empty=allow_empty,
-                nodes=nodes.value,
-                track=lambda items, what: track(items, description=what, console=console, transient=True),
-            )
-        except EmptyExport as exc:
-            fail(str(exc), code=1)
-        except (RunReadError, ValueError, FileExistsError) as exc:
-            raise UsageError(str(exc)) from None
-        console.print(report_table(report))
-        for warning in report.warnings:
-            console.print(f"[yellow]warning:[/] {warning}", highlight=False)
-        console.print(f"wrote {len(report.files)} files and export_report.json to {report.out}", highlight=False)
-        if push_to_hub:
-            try:
-                url = push_export(Path(report.out), report.format, push_to_hub)
-            except HubError as exc:
-                fail(str(exc), code=1)
-            console.print(f"pushed to {url}", highlight=False)
+    try:
+        report = export_run(
+            run, format.value, out=out, split=split, decontaminate=decontaminate, eval_data=eval_data,
+            policy=contamination.value, ngram=ngram, min_coverage=min_coverage, allow_empty=allow_empty,
+            nodes=nodes.value,
+            track=lambda items, what: track(items, description=what, console=console, transient=True),
+        )
+    except FinmbsError:
+        raise  # one line and its exit code (nothing to export: 1; a bad run file: 2)
+    except (ValueError, FileExistsError) as exc:
+        raise UsageError(str(exc)) from None
+    console.print(report_table(report))
+    for warning in report.warnings:
+        console.print(f"[yellow]warning:[/] {warning}", highlight=False)
+    console.print(f"wrote {len(report.files)} files and export_report.json to {report.out}", highlight=False)
+    if push_to_hub:
+        url = push_export(Path(report.out), report.format, push_to_hub)  # HubError: one line, exit 1
+        console.print(f"pushed to {url}", highlight=False)
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(cli_errors(export))

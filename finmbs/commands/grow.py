@@ -11,11 +11,7 @@ import typer
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from finmbs.commands._common import (
-    ConfigOption, ExecutorOption, ProfileOption, RayAddressOption, RayWorkersOption, SetOption, cli_errors, console,
-    fail, resolve_config,
-)
-from finmbs.executors import make_executor
+from finmbs.commands._common import RunOptions, cli_errors, console, fail, with_run_options
 from finmbs.llm import BudgetExceeded, GatewayError
 from finmbs.mbs import stages
 from finmbs.records import RunMetrics
@@ -54,74 +50,70 @@ def summary_table(metrics: RunMetrics, out: Path) -> Table:
     return table
 
 
+def grow(
+    seeds: Annotated[Path, typer.Option("--seeds", help="Seeds JSONL: id, question, answer[, domain, snippet, entity, meta].")],
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Run folder (default runs/SEEDS-METHOD).")] = None,
+    method: Annotated[Literal["mbs", "direct"], typer.Option(help="mbs, or the direct seed-synthesis baseline.")] = "mbs",
+    keep: Annotated[Literal["roots", "all"] | None, typer.Option(
+        help="roots: keep the synthetic roots (the paper); all: also calibrate every other synthetic node, "
+             "reported apart (qualified_nodes.jsonl). Default: stages.keep of the config.")] = None,
+    match_budget: Annotated[Path | None, typer.Option(
+        help="--method direct: oversample each seed to the construction tokens this MBS run folder spent on it.")] = None,
+    options: RunOptions = RunOptions(),
+    allow_config_change: Annotated[bool, typer.Option(
+        "--allow-config-change", help="Continue an existing run folder under a changed config (the change is "
+        "logged in its config_changes.jsonl).")] = False,
+) -> None:
+    """Grow seeds into calibrated synthetic problems; rerun the same command to resume.
+
+    Stage parameters are the paper's symbols under stages.* (N rollouts, Nt traces, K children, Nd retries,
+    D depth, N_leaf variants, R rounds, alpha_leaf, alpha_parent, Nc combinations, Kd documents, L budget):
+    `finmbs config explain` says what each means and its value.
+    """
+    from finmbs.runs.grow import regrounds, run_grow
+
+    problems = load_seeds(seeds)
+    resolved = options.with_overrides(*([f"stages.keep={keep}"] if keep else [])).load()
+    if match_budget is not None:
+        from finmbs.mbs.direct import with_budgets
+        from finmbs.runs.budgets import construction_budgets
+
+        if method != "direct":
+            fail("--match-budget is for --method direct", code=2)
+        try:
+            problems = with_budgets(problems, construction_budgets(match_budget))
+        except ValueError as exc:
+            fail(str(exc), code=2)
+    out = out or Path("runs") / f"{seeds.stem}-{method}"
+    runner = options.make_executor(resolved)
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TextColumn("{task.completed}"),
+                  TimeElapsedColumn(), console=console, transient=False) as progress:
+        reground = regrounds(resolved, problems, method)
+        tasks = {stage: progress.add_task(stage, total=None) for stage in stages.progress(method, reground)}
+        progress.update(tasks[stages.Progress.SEEDS], description=f"seeds (of {len(problems)})")
+
+        started = time.monotonic()
+
+        def tick(stage: str, advance: int = 1) -> None:
+            if stage in tasks:
+                progress.advance(tasks[stage], advance)
+            seeds = stages.Progress.SEEDS
+            if stage == seeds and not progress.console.is_terminal:  # a log file gets a line per seed
+                done = next(t.completed for t in progress.tasks if t.id == tasks[seeds])
+                progress.console.print(f"seeds finished: {done:.0f} of {len(problems)} "
+                                       f"({time.monotonic() - started:.0f} s)")
+
+        try:
+            metrics = asyncio.run(run_grow(resolved, problems, out, method=method, tick=tick, executor=runner,
+                                           allow_config_change=allow_config_change))
+        except BudgetExceeded as exc:
+            fail(f"{exc}; finished seeds are saved in {out}: raise budget.max_tokens and rerun to continue", code=3)
+        except GatewayError as exc:
+            fail(f"{exc}; finished seeds are saved in {out}: rerun the same command to resume", code=1)
+        finally:
+            runner.close()
+    console.print(summary_table(metrics, out))
+
+
 def register(app: typer.Typer) -> None:
-    @app.command()
-    @cli_errors
-    def grow(
-        seeds: Annotated[Path, typer.Option("--seeds", help="Seeds JSONL: id, question, answer[, domain, snippet, entity, meta].")],
-        out: Annotated[Path | None, typer.Option("--out", "-o", help="Run folder (default runs/SEEDS-METHOD).")] = None,
-        method: Annotated[Literal["mbs", "direct"], typer.Option(help="mbs, or the direct seed-synthesis baseline.")] = "mbs",
-        config: ConfigOption = None,
-        set_: SetOption = None,
-        profile: ProfileOption = None,
-        keep: Annotated[Literal["roots", "all"] | None, typer.Option(
-            help="roots: keep the synthetic roots (the paper); all: also calibrate every other synthetic node, "
-                 "reported apart (qualified_nodes.jsonl). Default: stages.keep of the config.")] = None,
-        match_budget: Annotated[Path | None, typer.Option(
-            help="--method direct: oversample each seed to the construction tokens this MBS run folder spent on it.")] = None,
-        executor: ExecutorOption = "local",
-        ray_address: RayAddressOption = None,
-        ray_workers: RayWorkersOption = None,
-        allow_config_change: Annotated[bool, typer.Option(
-            "--allow-config-change", help="Continue an existing run folder under a changed config (the change is "
-            "logged in its config_changes.jsonl).")] = False,
-    ) -> None:
-        """Grow seeds into calibrated synthetic problems; rerun the same command to resume.
-
-        Stage parameters are the paper's symbols under stages.* (N rollouts, Nt traces, K children, Nd retries,
-        D depth, N_leaf variants, R rounds, alpha_leaf, alpha_parent, Nc combinations, Kd documents, L budget):
-        `finmbs config explain` says what each means and its value.
-        """
-        from finmbs.runs.grow import regrounds, run_grow
-
-        problems = load_seeds(seeds)
-        resolved = resolve_config(config, [*(set_ or []), *([f"stages.keep={keep}"] if keep else [])], profile=profile)
-        if match_budget is not None:
-            from finmbs.mbs.direct import with_budgets
-            from finmbs.runs.budgets import construction_budgets
-
-            if method != "direct":
-                fail("--match-budget is for --method direct", code=2)
-            try:
-                problems = with_budgets(problems, construction_budgets(match_budget))
-            except ValueError as exc:
-                fail(str(exc), code=2)
-        out = out or Path("runs") / f"{seeds.stem}-{method}"
-        runner = make_executor(executor, resolved, ray_address=ray_address, ray_workers=ray_workers)
-        with Progress(SpinnerColumn(), TextColumn("{task.description}"), TextColumn("{task.completed}"),
-                      TimeElapsedColumn(), console=console, transient=False) as progress:
-            reground = regrounds(resolved, problems, method)
-            tasks = {stage: progress.add_task(stage, total=None) for stage in stages.progress(method, reground)}
-            progress.update(tasks[stages.Progress.SEEDS], description=f"seeds (of {len(problems)})")
-
-            started = time.monotonic()
-
-            def tick(stage: str, advance: int = 1) -> None:
-                if stage in tasks:
-                    progress.advance(tasks[stage], advance)
-                seeds = stages.Progress.SEEDS
-                if stage == seeds and not progress.console.is_terminal:  # a log file gets a line per seed
-                    done = next(t.completed for t in progress.tasks if t.id == tasks[seeds])
-                    progress.console.print(f"seeds finished: {done:.0f} of {len(problems)} "
-                                           f"({time.monotonic() - started:.0f} s)")
-
-            try:
-                metrics = asyncio.run(run_grow(resolved, problems, out, method=method, tick=tick, executor=runner,
-                                               allow_config_change=allow_config_change))
-            except BudgetExceeded as exc:
-                fail(f"{exc}; finished seeds are saved in {out}: raise budget.max_tokens and rerun to continue", code=3)
-            except GatewayError as exc:
-                fail(f"{exc}; finished seeds are saved in {out}: rerun the same command to resume", code=1)
-            finally:
-                runner.close()
-        console.print(summary_table(metrics, out))
+    app.command()(cli_errors(with_run_options(grow, executor=True)))

@@ -9,7 +9,7 @@ import httpx
 import typer
 from rich.table import Table
 
-from finmbs.commands._common import ConfigOption, SetOption, cli_errors, console, resolve_config
+from finmbs.commands._common import RunOptions, cli_errors, console, with_run_options
 from finmbs.config import ConfigError, Endpoint, RunConfig
 from finmbs.llm import Gateway, GatewayError
 
@@ -61,19 +61,19 @@ def endpoint_table(config: RunConfig, probe: bool) -> tuple[Table, list[str], bo
     return table, details, all_ok
 
 
+def models(
+    options: RunOptions = RunOptions(),
+    probe: Annotated[bool, typer.Option(help="Also send a 4-token request to each endpoint.")] = False,
+) -> None:
+    """Show the resolved role -> endpoint table and check each endpoint is reachable."""
+    resolved = options.load()
+    table, details, ok = endpoint_table(resolved, probe)
+    console.print(table)
+    for line in details:
+        console.print(line, highlight=False, soft_wrap=True, markup=False)
+    if not ok:
+        raise typer.Exit(1)
+
+
 def register(app: typer.Typer) -> None:
-    @app.command()
-    @cli_errors
-    def models(
-        config: ConfigOption = None,
-        set_: SetOption = None,
-        probe: Annotated[bool, typer.Option(help="Also send a 4-token request to each endpoint.")] = False,
-    ) -> None:
-        """Show the resolved role -> endpoint table and check each endpoint is reachable."""
-        resolved = resolve_config(config, set_)
-        table, details, ok = endpoint_table(resolved, probe)
-        console.print(table)
-        for line in details:
-            console.print(line, highlight=False, soft_wrap=True, markup=False)
-        if not ok:
-            raise typer.Exit(1)
+    app.command()(cli_errors(with_run_options(models)))

@@ -8,6 +8,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from finmbs.config import IndexSettings
+from finmbs.errors import FinmbsError
 from finmbs.evaluate import EvalError
 from finmbs.evaluate.benchmarks import Benchmark, Mode
 from finmbs.evaluate.loaders import EvalItem, Evidence
@@ -40,7 +41,7 @@ class IndexRetriever:
         return any(hit in gold for hit in self.retrieved[item.question])
 
 
-class SkipItem(Exception):
+class SkipItem(FinmbsError):
     """This question cannot be asked in this mode (e.g. its evidence PDF is missing)."""
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import Field
 
+from finmbs.errors import FinmbsError
 from finmbs.evaluate.benchmarks import Benchmark
 from finmbs.records import Domain, Record
 
@@ -47,7 +48,7 @@ class Skipped(Record):
     reason: str
 
 
-class RowError(ValueError):
+class RowError(FinmbsError, ValueError):
     """A row that does not fit the benchmark's fields."""
 
 

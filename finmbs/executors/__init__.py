@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Literal, Protocol, TypeVar
 
 from finmbs.config import RunConfig
+from finmbs.errors import FinmbsError
 from finmbs.llm import Gateway
 from finmbs.records import RoleUsage
 
@@ -26,7 +27,7 @@ Work = Callable[[Any, Gateway, Tick], Awaitable[Any]]
 ExecutorName = Literal["local", "ray"]
 
 
-class ExecutorError(RuntimeError):
+class ExecutorError(FinmbsError, RuntimeError):
     """The executor could not run the work (a worker kept dying, no cluster to join)."""
 
 

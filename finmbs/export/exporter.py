@@ -11,6 +11,7 @@ from typing import Literal, TypeVar
 
 from pydantic import BaseModel, Field
 
+from finmbs.errors import FinmbsError
 from finmbs.export import hf, jsonl, trl, verl
 from finmbs.export.card import CARD, dataset_card
 from finmbs.export.decontaminate import Contamination, Decontaminator, load_eval_sets
@@ -27,8 +28,12 @@ Nodes = Literal["roots", "all"]
 WRITERS = {"verl": verl.write, "trl": trl.write, "hf": hf.write, "jsonl": jsonl.write}
 
 
-class EmptyExport(ValueError):
+class EmptyExport(FinmbsError, ValueError):
     """Nothing to export (no qualified problem, or every one dropped); allowed only with allow_empty."""
+
+    exit_code = 1
+
+
 T = TypeVar("T")
 Track = Callable[[Sequence[T], str], Iterable[T]]
 

@@ -5,11 +5,14 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from finmbs.errors import FinmbsError
 from finmbs.export.card import CARD
 
 
-class HubError(RuntimeError):
+class HubError(FinmbsError, RuntimeError):
     """The push did not happen (offline, no token, refused); the local export is kept."""
+
+    exit_code = 1
 
 
 def hub_endpoint() -> str:

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import yaml
 
+from finmbs.errors import FinmbsError
+
 CONCEPTS = Path(__file__).with_name("concepts.yaml")
 
 
@@ -23,7 +25,7 @@ class Concept:
     where: str  # where its figures are reported: statement and line items
 
 
-class ConceptError(ValueError):
+class ConceptError(FinmbsError, ValueError):
     """The concept table is malformed (names the file and the entry)."""
 
 

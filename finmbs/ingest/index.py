@@ -1,30 +1,28 @@
-"""One index interface over two Qdrant engines: chunk vectors and document-summary vectors in separate
-collections, the full document text stored with each document so a passage can be proven verbatim.
-
-Engine: a server or cluster (`url`) goes through qdrant-client; the embedded default is Qdrant Edge
-(`qdrant-edge-py`), chosen by measurement (bench/bench_retrieval.py: filtered search on the same
-vectors is far faster than qdrant-client's local mode, which scans numpy arrays in Python).
+"""The document index: chunks and documents in separate collections of a vector store (`store`), the
+full document text stored with each document so a passage can be proven verbatim; hybrid search with
+the query's company and year as filters (`query`), the cascade re-ranking and small-to-big context.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import re
-import uuid
-from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from finmbs.config import ConfigError, IndexSettings
 from finmbs.ingest.concepts import expansion
+from finmbs.ingest.query import (
+    Recognised, abbreviates, alias_table, company_key, doc_type_key, periods, query_terms, query_words, ranking_text,
+    ticker_spans, written_as_name, year_spans,
+)
+from finmbs.ingest.store import Also, Dense, Sparse, Store, Where, open_store, point_id, store_url
 from finmbs.records import Chunk, Document, Record
 
-_NAMESPACE = uuid.UUID("6f1d2c4e-8a7b-4c3d-9e2f-0a1b2c3d4e5f")
-KEY_FIELDS = ("doc_id", "source_path", "company_key", "doc_type_key", "periods", "kind", "term")
 TERMS = "terms"  # a document record's defined terms
+FIRST = "static"  # cascade: the static embedder's dense vector, written at ingest
+RERANK = "rerank"  # cascade: the full embedder's vector, written back the first time a search re-scores the chunk
 
 
 class Hit(Record):
@@ -36,652 +34,11 @@ class Hit(Record):
     context: Chunk | None = None  # small-to-big: the enclosing table or section window (exact document text)
 
 
-def point_id(key: str) -> str:
-    return str(uuid.uuid5(_NAMESPACE, key))
-
-
-_LEGAL_FORMS = {"inc", "corp", "corporation", "co", "company", "ltd", "llc", "plc", "lp", "l", "p", "com", "the", "sa", "nv", "ag"}
-
-
-def company_words(name: str | None) -> list[str]:
-    """'Amazon.com, Inc.' -> ['amazon']: lower-case words, legal suffixes dropped."""
-    words = re.sub(r"[^a-z0-9& ]", " ", (name or "").lower()).split()
-    while len(words) > 1 and words[-1] in _LEGAL_FORMS:
-        words.pop()
-    return words
-
-
-def company_key(name: str | None) -> str | None:
-    """'Amazon.com, Inc.' / 'AMAZON' -> 'amazon': lower-case letters and digits, legal suffixes dropped."""
-    return "".join(company_words(name)) or None
-
-
-def abbreviates(word: str, name: str | None) -> bool:
-    """Whether `word` (four letters or more) abbreviates a company name of two words or more by the first
-    two letters or more of each word, in order: "AMEX" / "AmEx" for American Express; not its initials."""
-    words = [w for w in company_words(name) if w.isalnum()]
-    if len(word) < 4 or len(words) < 2:
-        return False
-
-    def spelled(rest: str, words: list[str]) -> bool:
-        if not words:
-            return not rest
-        return any(rest[:n] == words[0][:n] and spelled(rest[n:], words[1:]) for n in range(2, min(len(words[0]), len(rest)) + 1))
-
-    return spelled(word.lower(), words)
-
-
-def doc_type_key(doc_type: str | None) -> str | None:
-    """'10-K', '10k', '10K' -> '10k'; 'Credit Agreement' -> 'creditagreement'."""
-    return re.sub(r"[^a-z0-9.]", "", doc_type.lower()) if doc_type else None
-
-
-def periods(period: str | None) -> list[str]:
-    """A period and its year, so `--period 2023` matches '2023-01-03' and '2023Q4'."""
-    if not period:
-        return []
-    year = re.search(r"(19|20)\d\d", period)
-    return sorted({period, year.group(0)} if year else {period})
-
-
-@dataclass
-class Where:
-    """A payload filter: `must` key == value (a list: any of), `must_not` key in values."""
-
-    must: dict[str, Any] = field(default_factory=dict)
-    must_not: dict[str, list[Any]] = field(default_factory=dict)
-
-
-SPARSE = "bm25"  # the sparse (BM25, IDF-weighted) vector of each chunk, next to the dense one(s)
-RRF_K = 60  # reciprocal-rank fusion constant (score = sum 1 / (RRF_K + rank))
-FIRST = "static"  # cascade: the static embedder's dense vector, written at ingest
-RERANK = "rerank"  # cascade: the full embedder's vector, written back the first time a search re-scores the chunk
-
-
-@dataclass
-class Sparse:
-    """A sparse vector: token ids and weights."""
-
-    indices: list[int]
-    values: list[float]
-
-
-Dense = list[float] | dict[str, list[float]]  # the unnamed dense vector, or named ones (cascade: FIRST)
-Point = tuple[str, Dense, Sparse | None, dict[str, Any]]
-Also = tuple[list[float], Where]  # one more dense candidate list for the fusion: its vector, its filter
-
-
-class Store(ABC):
-    """The few vector-store operations the index needs, per engine."""
-
-    @abstractmethod
-    def ensure(self, name: str, dim: int | dict[str, int], sparse: bool = False) -> None:
-        """Create the collection if missing: a dense vector (or named ones: {name: size}), and with `sparse`
-        a BM25 vector (IDF modifier)."""
-
-    @abstractmethod
-    def vectors(self, name: str) -> dict[str, int] | None:
-        """The collection's dense vectors, {name: size} ('' for the unnamed one); None when there is none."""
-
-    def dim(self, name: str) -> int | None:
-        """The size of the collection's (first) dense vector; None when there is no such collection."""
-        vectors = self.vectors(name)
-        return None if not vectors else vectors.get("", next(iter(vectors.values())))
-
-    @abstractmethod
-    def get_vectors(self, name: str, ids: list[str], vector: str) -> dict[str, list[float] | None]:
-        """Point id -> its named vector `vector` (None where the point has none yet)."""
-
-    @abstractmethod
-    def set_vectors(self, name: str, vector: str, vectors: dict[str, list[float]]) -> int:
-        """Write the named vector `vector` of existing points (their other vectors and payload untouched);
-        a point deleted meanwhile (its file re-ingested) is skipped. Returns how many were written."""
-
-    def release(self) -> None:
-        """Let other processes at the index (embedded engine: close the shards, drop the lock)."""
-
-    def turn(self) -> Any:
-        """A context for one operation of this process on the index (the embedded engine: the shards stay
-        open across operations until another process asks for its turn)."""
-        from contextlib import nullcontext
-
-        return nullcontext()
-
-    @abstractmethod
-    def has_sparse(self, name: str) -> bool:
-        """Whether the collection holds BM25 vectors (indexes built before hybrid search do not)."""
-
-    @abstractmethod
-    def upsert(self, name: str, points: list[Point]) -> None: ...
-
-    @abstractmethod
-    def delete(self, name: str, where: Where) -> None: ...
-
-    @abstractmethod
-    def query(self, name: str, vector: list[float], k: int, where: Where | None, exclude: tuple[str, ...] = (),
-              sparse: Sparse | None = None, also: Sequence[Also] = (), using: str = "",
-              ids: Sequence[str] | None = None) -> list[tuple[float, dict[str, Any]]]:
-        """Top-k points by the dense vector `using` ('' the unnamed one) or, given `sparse`, by dense and BM25
-        candidates fused with reciprocal-rank fusion in one query (`prefetch` + RRF); each of `also` (hybrid
-        only) adds one more candidate list to the fusion: the dense search for its vector within its
-        filter. `ids`: only among these points (the cascade's second stage)."""
-
-    @abstractmethod
-    def scroll(self, name: str, where: Where, exclude: tuple[str, ...] = ()) -> list[dict[str, Any]]: ...
-
-    @abstractmethod
-    def close(self) -> None: ...
-
-
-def _busy_as_error(open_shard: Any, folder: Path) -> Any:
-    """Open an Edge shard; one ConfigError line when a process outside finmbs's lock holds it (its WAL is locked)."""
-    try:
-        return open_shard(str(folder))
-    except Exception as exc:
-        if "WouldBlock" not in str(exc):
-            raise
-        raise ConfigError(f"index {folder.parent} is busy: another process has it open outside finmbs's index lock; "
-                          "wait for it to finish, then rerun", key="index.path") from None
-
-
-LOCK_FILE = ".finmbs-index.lock"  # held (exclusive) by the process whose turn it is
-WANT_FILE = ".finmbs-index.want"  # held (shared) by each process waiting for its turn
-
-
-class EdgeStore(Store):
-    """Qdrant Edge: one embedded shard per collection under `path`.
-
-    A shard can be open in one process at a time, so processes take turns. A process opens the shards under
-    an exclusive lock on `path/.finmbs-index.lock`; a process that wants a turn holds a shared lock on
-    `path/.finmbs-index.want` while it waits. The holder keeps its shards open across its own operations
-    (opening and closing costs about a second) and, when another process wants a turn, closes them (flushed)
-    at the end of its current operation, or at once when it is idle (a watcher thread), so a search waits
-    at most for one operation of the other process. A process that waits longer than `lock_timeout_s`
-    gets one error line naming the index."""
-
-    def __init__(self, path: str | Path, lock_timeout_s: float = 600.0):
-        import threading
-
-        import qdrant_edge as qe
-
-        self.qe, self.path, self.shards = qe, Path(path), {}
-        self.lock_timeout_s = lock_timeout_s
-        self._lock: Any = None  # the open lock file while this process holds the index
-        self._mutex = threading.RLock()  # one operation at a time in this process, and the watcher between them
-        self._watcher: Any = None
-        self._closed = threading.Event()
-        self._has_sparse: dict[str, bool] = {}  # collection -> has BM25 vectors
-
-    def turn(self) -> Any:
-        return self._mutex
-
-    def _acquire(self) -> None:
-        if self._lock is not None:
-            return
-        import fcntl
-        import time
-
-        self.path.mkdir(parents=True, exist_ok=True)
-        handle = open(self.path / LOCK_FILE, "a+")
-        want = open(self.path / WANT_FILE, "a+")
-        fcntl.flock(want, fcntl.LOCK_SH)  # tells the holder that a process waits
-        deadline = time.monotonic() + self.lock_timeout_s
-        try:
-            while True:
-                try:
-                    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() > deadline:
-                        handle.close()
-                        raise ConfigError(f"index {self.path} is busy: another finmbs process kept it for more than "
-                                          f"{self.lock_timeout_s:g} s (index.lock_timeout_s); wait for it to finish, then rerun",
-                                          key="index.path") from None
-                    time.sleep(0.01)
-        finally:
-            want.close()  # drops the shared lock
-        self._lock = handle
-        self._watch()
-
-    def wanted(self) -> bool:
-        """Whether another process waits for its turn at the index."""
-        import fcntl
-
-        with open(self.path / WANT_FILE, "a+") as probe:
-            try:
-                fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return True
-            fcntl.flock(probe, fcntl.LOCK_UN)
-        return False
-
-    def _watch(self) -> None:
-        """A daemon thread that gives the index up while this process is idle and another one waits."""
-        import threading
-
-        if self._watcher is not None and self._watcher.is_alive():
-            return
-
-        def watch() -> None:
-            while not self._closed.wait(0.05):
-                if self._lock is None or not self.wanted():
-                    continue
-                if self._mutex.acquire(blocking=False):
-                    try:
-                        self._give_up()
-                    finally:
-                        self._mutex.release()
-
-        self._watcher = threading.Thread(target=watch, name="finmbs-index-turns", daemon=True)
-        self._watcher.start()
-
-    def release(self) -> None:
-        """After an operation: give the index up if another process waits for it."""
-        with self._mutex:
-            if self._lock is not None and self.wanted():
-                self._give_up()
-
-    def _give_up(self) -> None:
-        for shard in self.shards.values():
-            shard.flush()
-            shard.close()
-        self.shards.clear()
-        if self._lock is not None:
-            import fcntl
-
-            fcntl.flock(self._lock, fcntl.LOCK_UN)
-            self._lock.close()
-            self._lock = None
-
-    def _shard(self, name: str):
-        if name not in self.shards:
-            folder = self.path / name
-            if not folder.is_dir():
-                return None
-            self._acquire()
-            self.shards[name] = _busy_as_error(self.qe.EdgeShard.load, folder)
-        return self.shards[name]
-
-    def ensure(self, name: str, dim: int | dict[str, int], sparse: bool = False) -> None:
-        if self._shard(name) is None:
-            qe = self.qe
-            self._acquire()
-            folder = self.path / name
-            folder.parent.mkdir(parents=True, exist_ok=True)
-            sparse_vectors = {SPARSE: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)} if sparse else None
-            if isinstance(dim, dict):
-                vectors: Any = {n: qe.EdgeVectorParams(size=d, distance=qe.Distance.Cosine) for n, d in dim.items()}
-            else:
-                vectors = qe.EdgeVectorParams(size=dim, distance=qe.Distance.Cosine)
-            config = qe.EdgeConfig(vectors=vectors, sparse_vectors=sparse_vectors)
-            shard = self.shards[name] = _busy_as_error(lambda f: qe.EdgeShard.create(f, config), folder)
-            for key in KEY_FIELDS:
-                shard.update(qe.UpdateOperation.create_field_index(key, qe.PayloadSchemaType.Keyword))
-
-    def _filter(self, where: Where | None, ids: Sequence[str] | None = None):
-        if (where is None or (not where.must and not where.must_not)) and ids is None:
-            return None
-        qe, where = self.qe, where or Where()
-
-        def match(value: Any):
-            return qe.MatchAny(list(value)) if isinstance(value, (list, tuple)) else qe.MatchValue(value)
-
-        must: list[Any] = [qe.FieldCondition(key, match=match(v)) for key, v in where.must.items()]
-        if ids is not None:
-            must.append(qe.HasIdCondition(set(ids)))
-        return qe.Filter(
-            must=must or None,
-            must_not=[qe.FieldCondition(key, match=qe.MatchAny(list(v))) for key, v in where.must_not.items() if v] or None,
-        )
-
-    def _config(self, name: str) -> dict[str, Any] | None:
-        """The collection's `edge_config.json` (vectors, sparse vectors); None when there is no collection."""
-        config = self.path / name / "edge_config.json"
-        return json.loads(config.read_text()) if config.is_file() else None
-
-    def has_sparse(self, name: str) -> bool:
-        if name not in self._has_sparse:
-            if (config := self._config(name)) is None:
-                return False
-            self._has_sparse[name] = SPARSE in (config.get("sparse_vectors") or {})
-        return self._has_sparse[name]
-
-    def vectors(self, name: str) -> dict[str, int] | None:
-        config = self._config(name)
-        return None if config is None else {n: int(v["size"]) for n, v in config["vectors"].items()}
-
-    def _vector(self, dense: Dense, sparse: Sparse | None):
-        named = dense if isinstance(dense, dict) else {"": dense}
-        if sparse:
-            return {**named, SPARSE: self.qe.SparseVector(sparse.indices, sparse.values)}
-        return dense
-
-    def get_vectors(self, name: str, ids: list[str], vector: str) -> dict[str, list[float] | None]:
-        if (shard := self._shard(name)) is None or not ids:
-            return {}
-        found = {str(r.id): r.vector for r in shard.retrieve(list(ids), with_payload=False, with_vector=[vector])}
-        return {pid: _named(found.get(pid), vector) for pid in ids}
-
-    def set_vectors(self, name: str, vector: str, vectors: dict[str, list[float]]) -> int:
-        if (shard := self._shard(name)) is None or not vectors:
-            return 0
-        alive = {str(r.id) for r in shard.retrieve(list(vectors), with_payload=False, with_vector=False)}
-        points = [self.qe.PointVectors(pid, {vector: v}) for pid, v in vectors.items() if pid in alive]
-        if points:
-            shard.update(self.qe.UpdateOperation.update_vectors(points))
-        return len(points)
-
-    def upsert(self, name: str, points: list[Point]) -> None:
-        for i in range(0, len(points), 256):
-            batch = [self.qe.Point(pid, self._vector(dense, sparse), payload) for pid, dense, sparse, payload in points[i : i + 256]]
-            self.shards[name].update(self.qe.UpdateOperation.upsert_points(batch))
-
-    def delete(self, name: str, where: Where) -> None:
-        if (shard := self._shard(name)) is not None:
-            shard.update(self.qe.UpdateOperation.delete_points_by_filter(self._filter(where)))
-
-    def _payload(self, exclude: tuple[str, ...]):
-        return self.qe.PayloadSelector.Exclude(list(exclude)) if exclude else True
-
-    def query(self, name: str, vector: list[float], k: int, where: Where | None, exclude: tuple[str, ...] = (),
-              sparse: Sparse | None = None, also: Sequence[Also] = (), using: str = "",
-              ids: Sequence[str] | None = None) -> list[tuple[float, dict[str, Any]]]:
-        if (shard := self._shard(name)) is None:
-            return []
-        qe, filter_, using_ = self.qe, self._filter(where, ids), using or None
-        if sparse is None or not sparse.indices:
-            request = qe.QueryRequest(limit=k, query=qe.Query.Nearest(vector, using=using_), filter=filter_, with_payload=self._payload(exclude))
-        else:
-            depth = prefetch_depth(k)
-            prefetches = [qe.Prefetch(limit=depth, query=qe.Query.Nearest(vector, using=using_), filter=filter_),
-                          qe.Prefetch(limit=depth, query=qe.Query.Nearest(qe.SparseVector(sparse.indices, sparse.values), using=SPARSE), filter=filter_)]
-            prefetches += [qe.Prefetch(limit=depth, query=qe.Query.Nearest(v, using=using_), filter=self._filter(w, ids)) for v, w in also]
-            request = qe.QueryRequest(limit=k, prefetches=prefetches, query=qe.Fusion.Rrf(k=RRF_K), filter=filter_, with_payload=self._payload(exclude))
-        return [(p.score, p.payload or {}) for p in shard.query(request)]
-
-    def scroll(self, name: str, where: Where, exclude: tuple[str, ...] = ()) -> list[dict[str, Any]]:
-        if (shard := self._shard(name)) is None:
-            return []
-        out, offset = [], None
-        while True:
-            request = self.qe.ScrollRequest(offset=offset, limit=512, filter=self._filter(where), with_payload=self._payload(exclude))
-            records, offset = shard.scroll(request)
-            out += [r.payload or {} for r in records]
-            if offset is None:
-                return out
-
-    def close(self) -> None:
-        self._closed.set()
-        with self._mutex:
-            self._give_up()
-
-
-def _named(vectors: Any, name: str) -> list[float] | None:
-    """One named vector out of a retrieved point's vectors (None when the point has none of that name)."""
-    if isinstance(vectors, dict):
-        value = vectors.get(name)
-        return list(value) if value is not None and not hasattr(value, "indices") else None
-    return None
-
-
-class ClientStore(Store):
-    """qdrant-client: a Qdrant server/cluster (`url`), or its local mode (`path`, for comparison)."""
-
-    def __init__(self, url: str | None = None, path: str | None = None, api_key: str | None = None,
-                 options: dict[str, int] | None = None):
-        from qdrant_client import QdrantClient, models
-
-        self.models, self.server, self.options = models, bool(url), options or {}
-        self._has_sparse: dict[str, bool] = {}  # collection -> has BM25 vectors
-        self.client = QdrantClient(url=url, api_key=api_key) if url else QdrantClient(path=path)
-
-    def ensure(self, name: str, dim: int | dict[str, int], sparse: bool = False) -> None:
-        m = self.models
-        if not self.client.collection_exists(name):
-            sparse_config = {SPARSE: m.SparseVectorParams(modifier=m.Modifier.IDF)} if sparse else None
-            if isinstance(dim, dict):
-                vectors: Any = {n: m.VectorParams(size=d, distance=m.Distance.COSINE) for n, d in dim.items()}
-            else:
-                vectors = m.VectorParams(size=dim, distance=m.Distance.COSINE)
-            self.client.create_collection(name, vectors_config=vectors,
-                                          sparse_vectors_config=sparse_config, **self.options)
-            for key in KEY_FIELDS if self.server else ():  # local mode has no payload indexes
-                self.client.create_payload_index(name, key, m.PayloadSchemaType.KEYWORD)
-
-    def _filter(self, where: Where | None, ids: Sequence[str] | None = None):
-        if (where is None or (not where.must and not where.must_not)) and ids is None:
-            return None
-        m, where = self.models, where or Where()
-
-        def match(value: Any):
-            return m.MatchAny(any=list(value)) if isinstance(value, (list, tuple)) else m.MatchValue(value=value)
-
-        must: list[Any] = [m.FieldCondition(key=key, match=match(v)) for key, v in where.must.items()]
-        if ids is not None:
-            must.append(m.HasIdCondition(has_id=list(ids)))
-        return m.Filter(
-            must=must or None,
-            must_not=[m.FieldCondition(key=key, match=m.MatchAny(any=list(v))) for key, v in where.must_not.items() if v] or None,
-        )
-
-    def has_sparse(self, name: str) -> bool:
-        if name not in self._has_sparse:
-            if not self.client.collection_exists(name):
-                return False
-            self._has_sparse[name] = SPARSE in (self.client.get_collection(name).config.params.sparse_vectors or {})
-        return self._has_sparse[name]
-
-    def vectors(self, name: str) -> dict[str, int] | None:
-        if not self.client.collection_exists(name):
-            return None
-        params = self.client.get_collection(name).config.params.vectors
-        return {n: int(v.size) for n, v in params.items()} if isinstance(params, dict) else {"": int(params.size)}
-
-    def _vector(self, dense: Dense, sparse: Sparse | None):
-        named = dense if isinstance(dense, dict) else {"": dense}
-        if sparse:
-            return {**named, SPARSE: self.models.SparseVector(indices=sparse.indices, values=sparse.values)}
-        return dense
-
-    def get_vectors(self, name: str, ids: list[str], vector: str) -> dict[str, list[float] | None]:
-        if not ids or not self.client.collection_exists(name):
-            return {}
-        found = {str(p.id): p.vector for p in self.client.retrieve(name, list(ids), with_payload=False, with_vectors=[vector])}
-        return {pid: _named(found.get(pid), vector) for pid in ids}
-
-    def set_vectors(self, name: str, vector: str, vectors: dict[str, list[float]]) -> int:
-        if not vectors or not self.client.collection_exists(name):
-            return 0
-        alive = {str(p.id) for p in self.client.retrieve(name, list(vectors), with_payload=False, with_vectors=False)}
-        points = [self.models.PointVectors(id=pid, vector={vector: v}) for pid, v in vectors.items() if pid in alive]
-        if points:
-            self.client.update_vectors(name, points=points)
-        return len(points)
-
-    def upsert(self, name: str, points: list[Point]) -> None:
-        for i in range(0, len(points), 256):
-            batch = [self.models.PointStruct(id=pid, vector=self._vector(dense, sparse), payload=p) for pid, dense, sparse, p in points[i : i + 256]]
-            self.client.upsert(name, batch)
-
-    def delete(self, name: str, where: Where) -> None:
-        if self.client.collection_exists(name):
-            self.client.delete(name, points_selector=self.models.FilterSelector(filter=self._filter(where)))
-
-    def _payload(self, exclude: tuple[str, ...]):
-        return self.models.PayloadSelectorExclude(exclude=list(exclude)) if exclude else True
-
-    def query(self, name: str, vector: list[float], k: int, where: Where | None, exclude: tuple[str, ...] = (),
-              sparse: Sparse | None = None, also: Sequence[Also] = (), using: str = "",
-              ids: Sequence[str] | None = None) -> list[tuple[float, dict[str, Any]]]:
-        if not self.client.collection_exists(name):
-            return []
-        m, filter_, using_ = self.models, self._filter(where, ids), using or None
-        if sparse is None or not sparse.indices:
-            result = self.client.query_points(name, query=vector, using=using_, limit=k, query_filter=filter_,
-                                              with_payload=self._payload(exclude))
-        else:
-            depth = prefetch_depth(k)
-            prefetch = [m.Prefetch(query=vector, using=using_, limit=depth, filter=filter_),
-                        m.Prefetch(query=m.SparseVector(indices=sparse.indices, values=sparse.values), using=SPARSE, limit=depth, filter=filter_)]
-            prefetch += [m.Prefetch(query=v, using=using_, limit=depth, filter=self._filter(w, ids)) for v, w in also]
-            result = self.client.query_points(name, prefetch=prefetch, query=rrf_query(m), limit=k, query_filter=filter_,
-                                              with_payload=self._payload(exclude))
-        return [(p.score, p.payload or {}) for p in result.points]
-
-    def scroll(self, name: str, where: Where, exclude: tuple[str, ...] = ()) -> list[dict[str, Any]]:
-        if not self.client.collection_exists(name):
-            return []
-        out, offset = [], None
-        while True:
-            records, offset = self.client.scroll(name, scroll_filter=self._filter(where), limit=512, offset=offset, with_payload=self._payload(exclude))
-            out += [r.payload or {} for r in records]
-            if offset is None:
-                return out
-
-    def close(self) -> None:
-        self.client.close()
-
-
-def prefetch_depth(k: int) -> int:
-    """Candidates each of the dense and BM25 searches hands to the fusion."""
-    return max(4 * k, 50)
-
-
-def rrf_query(models):
-    """qdrant-client's RRF query with the same constant as Qdrant Edge (older clients: the server default)."""
-    if hasattr(models, "RrfQuery"):
-        return models.RrfQuery(rrf=models.Rrf(k=RRF_K))
-    return models.FusionQuery(fusion=models.Fusion.RRF)
-
-
 def _chunk_payload(chunk: Chunk, document: Document) -> dict[str, Any]:
     return {
         **chunk.model_dump(), "company_key": company_key(document.company),
         "doc_type_key": doc_type_key(document.doc_type), "periods": periods(document.period),
     }
-
-
-@dataclass
-class Recognised:
-    """Company and period a query names, as the index spells them, and where the query names them."""
-
-    company: str | None = None  # the company key (the first of `companies`)
-    period: str | None = None
-    terms: list[str] = field(default_factory=list)
-    companies: list[str] = field(default_factory=list)  # every company key the name stands for ("Kimco": two entities)
-    company_spans: list[tuple[int, int]] = field(default_factory=list)  # where the query names the company
-    year_spans: dict[str, list[tuple[int, int]]] = field(default_factory=dict)  # year -> where the query names it
-
-
-_YEAR = re.compile(r"\b(?:FY|fiscal(?: year)?\s*)?'?((?:19|20)\d\d)\b|\bFY\s?'?(\d\d)\b", re.I)
-
-
-def query_years(query: str) -> list[str]:
-    """Years a query names: '2022', 'FY2022', 'FY22', 'fiscal 2022'."""
-    return [year for year, _ in _year_spans(query)]
-
-
-def _year_spans(query: str) -> list[tuple[str, tuple[int, int]]]:
-    return [(match[1] or f"20{match[2]}", match.span()) for match in _YEAR.finditer(query)]
-
-
-_WORD = re.compile(r"[A-Za-z0-9&]+(?:['’][A-Za-z0-9&]+)*['’]?")
-
-
-def _query_words(query: str) -> list[tuple[str, int, int, str]]:
-    """(company-key spelling, start, end, as written) of each word: lower case, a possessive dropped ("Amcor's",
-    "Express'")."""
-    out = []
-    for match in _WORD.finditer(query):
-        written = match[0]
-        bare = re.sub(r"['’]s?$", "", written)
-        out.append((re.sub(r"['’]", "", bare.lower()), match.start(), match.end(), written))
-    return out
-
-
-def query_phrases(query: str) -> set[str]:
-    """Runs of up to five consecutive words, joined as company keys are ('american express' -> 'americanexpress')."""
-    words = [w for w, *_ in _query_words(query)]
-    return {"".join(words[i : j]) for i in range(len(words)) for j in range(i + 1, min(i + 6, len(words) + 1))}
-
-
-def query_tickers(query: str) -> list[str]:
-    """Words a query may write as a trading symbol: two to five capitals ("JPM"; "FL" only so; not the word
-    "A"), or three letters or more with a capital inside ("JnJ" for JNJ; never "key", "Key" or "all")."""
-    return [word.upper() for word, _ in _ticker_spans(query)]
-
-
-def _ticker_spans(query: str) -> list[tuple[str, tuple[int, int]]]:
-    return [(m[0], m.span()) for m in re.finditer(r"\b[A-Za-z]{2,5}(?:\.[A-Z])?\b", query)
-            if m[0].isupper() or (len(m[0]) >= 3 and not m[0].islower() and not m[0].istitle())]
-
-
-def query_terms(query: str, terms: set[str]) -> list[str]:
-    """The defined terms (of two words or more) a query names with their capitals ("Maturity Date" in
-    "Kimco term loan Maturity Date", not "maturity date"; a plural names its singular), minus those
-    inside a longer one it names."""
-    words = re.findall(r"[\w&'’.-]+", query)
-    named = {" ".join(words[i:j]) for i in range(len(words)) for j in range(i + 2, min(i + 9, len(words) + 1))}
-    named |= {phrase[:-1] for phrase in named if phrase.endswith("s")}  # "Restricted Payments": "Restricted Payment"
-    found = sorted(named & terms, key=len, reverse=True)
-    return [t for i, t in enumerate(found) if not any(re.search(rf"\b{re.escape(t)}\b", longer) for longer in found[:i])]
-
-
-# First words too common to stand for a company on their own ("American" is not American Express).
-_GENERIC = set("""
-a an and the of for first american general national international global united new old north south east west
-northern southern eastern western central pacific atlantic capital credit financial bank trust health home homes
-realty properties commercial technology technologies systems services industries holdings group partners energy
-royal standard great best premier advanced applied digital data power life lifetime stone point growth drug
-host bird duck now runway jones smith key fair city state us usa""".split())
-
-
-def name_variants(name: str | None) -> list[str]:
-    """The names one company value holds: 'NOW Inc. / DNOW L.P.' -> both; 'RYAM Lux SARL (Rayonier Advanced
-    Materials)' -> both."""
-    if not name:
-        return []
-    inner = re.findall(r"\(([^)]*)\)", name)
-    outer = re.sub(r"\([^)]*\)", " ", name)
-    return [v.strip() for v in re.split(r"\s*/\s*|;", outer) + inner if v.strip()]
-
-
-def aliases(name: str) -> dict[str, bool]:
-    """Company-key spellings that name `name` in a query -> whether the alias is one word (those must be
-    written with a capital). 'Duck Creek Technologies LLC' -> duckcreektechnologies, duckcreek, (duck: too
-    common); 'Kimco Realty OP, LLC' -> kimcorealtyop, kimcorealty, kimco. Legal forms and a leading 'the'
-    are dropped; a first word is an alias alone when it has four letters or more and is not a common word."""
-    found: dict[str, bool] = {}
-    for variant in name_variants(name):
-        words = company_words(variant)
-        words = words[1:] if len(words) > 1 and words[0] == "the" else words
-        words = [w for w in words if w.replace("&", "")]
-        if not words:
-            continue
-        found["".join(words)] = len(words) == 1
-        for n in range(2, len(words)):
-            found.setdefault("".join(words[:n]), False)
-        first = words[0]
-        if len(words) > 1 and (len(first) >= 4 or any(ch.isdigit() for ch in first)) and first not in _GENERIC:
-            found.setdefault(first, True)
-    return found
-
-
-def alias_table(names: dict[str, set[str]]) -> dict[str, tuple[set[str], bool]]:
-    """alias -> (the company keys it names, one word?), over the index's companies (key -> the names its
-    documents give it: company values and "the Borrower" entities). A one-word alias shared by companies
-    that do not share a two-word alias ("Kimco" for Kimco Realty Corporation and Kimco Realty OP) is dropped."""
-    table: dict[str, tuple[set[str], bool]] = {}
-    for key, spellings in names.items():
-        for spelling in spellings:
-            for alias, single in aliases(spelling).items():
-                keys, was_single = table.get(alias, (set(), single))
-                table[alias] = (keys | {key}, was_single and single)
-    for alias, (keys, single) in list(table.items()):
-        if single and len(keys) > 1 and not any(
-                not one and other.startswith(alias) and other != alias and shared == keys for other, (shared, one) in table.items()):
-            del table[alias]
-    return table
 
 
 @dataclass
@@ -1005,7 +362,7 @@ class Index:
         with where the query names them."""
         catalogue = self.catalogue()
         terms = query_terms(query, self.terms())
-        words = _query_words(query)
+        words = query_words(query)
         best: tuple[int, list[str], tuple[int, int]] | None = None
         for i in range(len(words)):
             for j in range(i + 1, min(i + 6, len(words) + 1)):
@@ -1014,12 +371,12 @@ class Index:
                 if found is None:
                     continue
                 keys, single = found
-                if single and j - i == 1 and not _written_as_name(words, i, phrase):
+                if single and j - i == 1 and not written_as_name(words, i, phrase):
                     continue
                 if best is None or len(phrase) > best[0]:
                     best = (len(phrase), sorted(keys), (words[i][1], words[j - 1][2]))
         named: list[tuple[list[str], tuple[int, int]]] = [(best[1], best[2])] if best else []
-        for word, span in _ticker_spans(query):
+        for word, span in ticker_spans(query):
             if word.upper() in self._tickers:
                 named.append(([self._tickers[word.upper()]], span))
             elif len(short := [key for key, name in self._names.items() if abbreviates(word, name)]) == 1:
@@ -1029,7 +386,7 @@ class Index:
         companies = named[0][0]
         spans = [span for keys, span in named if keys == companies]
         years: dict[str, list[tuple[int, int]]] = {}
-        for year, span in _year_spans(query):
+        for year, span in year_spans(query):
             if any(year in catalogue.get(key, ()) for key in companies):
                 years.setdefault(year, []).append(span)
         period = max(years) if years else None
@@ -1197,36 +554,6 @@ class Index:
         return [(_document(payload), score) for score, payload in rows]
 
 
-def _written_as_name(words: list[tuple[str, int, int, str]], i: int, alias: str) -> bool:
-    """Whether the one word at `i` is written as a name: with a capital; and a common word ("Now" for NOW Inc.)
-    as the query's first word or anywhere only in capitals throughout, or as a possessive."""
-    _, start, end, written = words[i]
-    if not written[:1].isupper() and not written[:1].isdigit():
-        return False
-    bare = re.sub(r"['’]s?$", "", written)
-    if alias not in _GENERIC:
-        return True
-    return bare != written or (bare.isupper() and len(bare) > 1) or any(ch.isdigit() for ch in bare)
-
-
-def ranking_text(query: str, spans: Sequence[tuple[int, int]]) -> str:
-    """The query without the words that chose the filter (a company name with its possessive, a year): what
-    ranks the chunks once the filter has chosen the documents. The query itself when nothing would be left."""
-    if not spans:
-        return query
-    out, at = [], 0
-    for start, end in sorted(spans):
-        if start < at:
-            continue
-        out.append(query[at:start])
-        at = end
-        while at < len(query) and query[at] in "'’s" and query[at - 1] in "'’":  # "Kimco's": the possessive too
-            at += 1
-    out.append(query[at:])
-    text = re.sub(r"\s+([?.!,;:])", r"\1", re.sub(r"\s{2,}", " ", "".join(out))).strip(" ,;")
-    return text if re.search(r"\w", text) else query
-
-
 def _per_page(hits: list[Hit], per_page: int) -> list[Hit]:
     """At most `per_page` hits from one page of one document (0: all); chunks without a page all count."""
     if not per_page:
@@ -1252,23 +579,26 @@ def _document(payload: dict[str, Any]) -> Document:
     return Document.model_validate({k: v for k, v in payload.items() if k in Document.model_fields})
 
 
-def store_url(settings: IndexSettings) -> str | None:
-    """The Qdrant server/cluster URL of the settings (or QDRANT_URL); None for the embedded folder."""
-    return settings.url or os.environ.get("QDRANT_URL")
-
-
-def open_store(settings: IndexSettings) -> Store:
-    """Qdrant server/cluster when `url` (or QDRANT_URL) is set, else the embedded Qdrant Edge folder."""
-    url = store_url(settings)
-    if url:
-        api_key = os.environ.get(settings.api_key_env) if settings.api_key_env else None
-        return ClientStore(url=url, api_key=api_key, options=settings.collection_options())
-    try:
-        return EdgeStore(settings.path, lock_timeout_s=settings.lock_timeout_s)
-    except OSError as exc:
-        raise ConfigError(f"cannot open index folder {settings.path}: {exc}", key="index.path") from None
-
-
 def open_index(settings: IndexSettings) -> Index:
     """The index named by the settings (see `open_store`)."""
     return Index(open_store(settings), settings)
+
+
+_SHARED: dict[str, list] = {}  # settings (as JSON) -> [the open index, how many users hold it]
+
+
+@contextmanager
+def shared_index(settings: IndexSettings) -> Iterator[Index]:
+    """The index of `settings`, opened once per process while any user holds it (an embedded Qdrant Edge
+    folder admits one opener at a time: the seeds of a run share one), closed when the last one lets go."""
+    key = settings.model_dump_json()
+    entry = _SHARED.setdefault(key, [None, 0])
+    if entry[0] is None:
+        entry[0] = open_index(settings)
+    entry[1] += 1
+    try:
+        yield entry[0]
+    finally:
+        entry[1] -= 1
+        if entry[1] == 0:
+            _SHARED.pop(key)[0].close()

@@ -25,6 +25,8 @@ import lxml.html
 import pymupdf
 import pymupdf.table
 
+from finmbs.errors import FinmbsError
+
 PDF_EXTS = {".pdf"}
 DOCX_EXTS = {".docx"}
 EMAIL_EXTS = {".eml"}
@@ -42,7 +44,7 @@ _MONEY_PREFIX = {"$", "€", "£", "¥", "(", "($", "$("}
 _SUFFIX_CELL = re.compile(r"^[)%]+$|^\)%$|^%\)$")
 
 
-class ParseError(ValueError):
+class ParseError(FinmbsError, ValueError):
     """A file that cannot be turned into text, with the reason."""
 
 

@@ -42,6 +42,8 @@ from typing import Any
 
 import numpy as np
 
+from finmbs.errors import FinmbsError
+
 TOP_K, MIN_P = 40, 0.05  # llama-cpp-python's create_chat_completion defaults
 
 
@@ -63,7 +65,7 @@ class Generation:
     completion_tokens: int
 
 
-class ContextOverflow(ValueError):
+class ContextOverflow(FinmbsError, ValueError):
     """The prompt does not fit the context window."""
 
 

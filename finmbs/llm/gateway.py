@@ -21,6 +21,7 @@ from pydantic import BaseModel, ValidationError
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
 from finmbs.config import Budget, EmbeddedSettings, Endpoint, RunConfig
+from finmbs.errors import FinmbsError
 from finmbs.llm.backends import Backend, EmbeddedBackend, LiteLLMBackend
 from finmbs.llm.cache import ResponseCache, request_key
 from finmbs.llm.limits import EndpointLimits
@@ -73,7 +74,7 @@ def unpriced(config: RunConfig) -> list[str]:
     return list(dict.fromkeys(f"{role} {e.name} ({e.model})" for role, e in config.roles.all() if not price_known(e)))
 
 
-class EmptyReply(RuntimeError):
+class EmptyReply(FinmbsError, RuntimeError):
     """A reply with fewer samples than asked (`choices: []`): retried like a malformed body."""
 
 

@@ -6,6 +6,8 @@ from typing import Literal
 
 from pydantic import BaseModel
 
+from finmbs.errors import FinmbsError
+
 
 class Message(BaseModel):
     role: Literal["system", "user", "assistant"]
@@ -31,7 +33,7 @@ class BackendReply(BaseModel):
     cost_usd: float | None = None
 
 
-class GatewayError(RuntimeError):
+class GatewayError(FinmbsError, RuntimeError):
     """A model call failed for good (after retries), or was refused before sending."""
 
 

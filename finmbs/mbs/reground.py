@@ -23,15 +23,13 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import re
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from finmbs.config import IndexSettings
-from finmbs.ingest import Index, find_verbatim, open_index
+from finmbs.ingest import Index, find_verbatim, shared_index
 from finmbs.llm.structured import written_in_order
 from finmbs.mbs.candidates import WorkedProblem, reply_model
 from finmbs.mbs.context import Context, Ledger
@@ -589,26 +587,6 @@ class Regrounder:
         roots = ([root] if root else []) + loose
         return [SyntheticTree(seed_id=tree.seed_id, index=tree.index, root=r, grounding=ground.snippet, entity=ground.entity)
                 for r in roots]
-
-
-_OPEN: dict[str, list] = {}  # settings -> [index, users]
-
-
-@contextmanager
-def shared_index(settings: IndexSettings) -> Iterator[Index]:
-    """The run's index, opened once per process while any seed uses it (an embedded Qdrant Edge
-    folder admits one opener at a time)."""
-    key = settings.model_dump_json()
-    entry = _OPEN.setdefault(key, [None, 0])
-    if entry[0] is None:
-        entry[0] = open_index(settings)
-    entry[1] += 1
-    try:
-        yield entry[0]
-    finally:
-        entry[1] -= 1
-        if entry[1] == 0:
-            _OPEN.pop(key)[0].close()
 
 
 async def reground_trees(ctx: Context, seed: Problem, trees: list[SyntheticTree], ledger: Ledger) -> list[SyntheticTree]:

@@ -25,14 +25,16 @@ from typing import Any
 from pydantic import Field
 
 from finmbs.config import ConfigError, IndexSettings, RunConfig
+from finmbs.errors import FinmbsError
 from finmbs.executors import Tick, no_tick
 from finmbs.executors.local import first_failure
 from finmbs.export.decontaminate import Decontaminator, load_eval_sets
-from finmbs.ingest.index import Index, company_key, store_url
+from finmbs.ingest.index import Index, shared_index
+from finmbs.ingest.query import company_key
+from finmbs.ingest.store import store_url
 from finmbs.llm import Gateway
 from finmbs.llm.gateway import budget_check
 from finmbs.mbs.context import TARGET_ROLE, Context
-from finmbs.mbs.reground import shared_index
 from finmbs.mine.company import document_company
 from finmbs.mine.passages import TYPES, plan
 from finmbs.mine.questions import DocumentMiner, DocumentOutcome, Options, seed_row
@@ -47,7 +49,7 @@ OPTIONS = "options.json"
 DOCUMENTS = "documents"
 
 
-class MineError(ValueError):
+class MineError(FinmbsError, ValueError):
     """Bad input to a mining run (no index, no documents, an unknown document), in one line."""
 
 

@@ -37,6 +37,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from finmbs.errors import FinmbsError
+
 CONFIG = "config.yaml"
 SEEDS = "seeds.jsonl"
 TREES = "trees"
@@ -138,7 +140,7 @@ class JsonlLog:
         return key in self.seen
 
 
-class RunFolderBusy(RuntimeError):
+class RunFolderBusy(FinmbsError, RuntimeError):
     """Another live process holds the run folder."""
 
 

@@ -23,12 +23,13 @@ import yaml
 
 from finmbs.config import ConfigError, RunConfig, config_changes, dump_config
 from finmbs.executors import Executor, Tick, make_executor, no_tick
+from finmbs.ingest.index import shared_index
 from finmbs.llm import Gateway
 from finmbs.llm.gateway import budget_check
 from finmbs.mbs.context import SECONDS, Context
 from finmbs.mbs.outcome import SeedOutcome
 from finmbs.mbs.pipeline import growers
-from finmbs.mbs.reground import excluded_documents, shared_index
+from finmbs.mbs.reground import excluded_documents
 from finmbs.mbs.stages import Progress
 from finmbs.records import Problem, RoleUsage, RunMetrics, merge_usage
 from finmbs.runs.folder import (

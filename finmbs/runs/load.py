@@ -11,13 +11,14 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from finmbs.errors import FinmbsError
 from finmbs.records import Problem, Rejection, SeedTrees, first_error
 from finmbs.runs.folder import CONFIG, METRICS, QUALIFIED, REJECTED, SEEDS, TREES
 
 M = TypeVar("M", bound=BaseModel)
 
 
-class RunReadError(ValueError):
+class RunReadError(FinmbsError, ValueError):
     """A run file that cannot be read; the message names the file and the line or record."""
 
 

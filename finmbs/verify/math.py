@@ -24,6 +24,7 @@ import threading
 import time
 from functools import lru_cache
 
+from finmbs.errors import FinmbsError
 from finmbs.verify.extract import extract_final_answer
 
 log = logging.getLogger("finmbs.verify.math")
@@ -39,7 +40,7 @@ WORKER_START_S = 120.0  # importing sympy on a loaded machine; not part of a che
 AST_LOCK = threading.RLock()
 
 
-class MathCheckTimeout(Exception):
+class MathCheckTimeout(FinmbsError):
     """A math-verify check ran past its hard time limit (its worker was killed)."""
 
 

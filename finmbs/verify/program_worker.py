@@ -33,6 +33,7 @@ import decimal  # noqa: F401
 import fractions  # noqa: F401
 import statistics  # noqa: F401
 
+from finmbs.errors import FinmbsError
 from finmbs.verify.quotes import check_quote, exact
 
 ALLOWED_MODULES = ("math", "fractions", "decimal", "statistics", "datetime")
@@ -43,7 +44,7 @@ EXTRA_BUILTINS = (
 UNSAFE_BUILTINS = ("setattr", "delattr", "__build_class__", "id", "hash")
 
 
-class ProgramError(Exception):
+class ProgramError(FinmbsError):
     """A sandbox rule the program broke (a failed quote, an oversized output)."""
 
 
