@@ -20,12 +20,16 @@ from finmbs.records import Problem
 
 def naive_hits(problems: list[Problem], references: list, n: int, min_coverage: float) -> dict[str, str]:
     """For every problem, every reference: the share of the reference's n-grams in the problem (no index)."""
-    ref_grams = [(r, grams) for r in references for t in [words(r.text)]
-                 if (grams := {tuple(t[i:i + n]) for i in range(len(t) - n + 1)})]
+    ref_grams = [
+        (r, grams)
+        for r in references
+        for t in [words(r.text)]
+        if (grams := {tuple(t[i : i + n]) for i in range(len(t) - n + 1)})
+    ]
     hits = {}
     for problem in problems:
         tokens = words(problem.question)
-        grams = {tuple(tokens[i:i + n]) for i in range(len(tokens) - n + 1)}
+        grams = {tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1)}
         for ref, other in ref_grams:
             if len(grams & other) >= min_coverage * len(other):
                 hits[problem.id] = ref.source
@@ -42,8 +46,11 @@ def main() -> None:
     rows = [json.loads(line) for line in (args.data / "dapo_math_17k" / "dapo_math_17k_sample2000.jsonl").open()]
     problems = [Problem(id=f"dapo-{r['id']}", question=r["problem"], answer=r["answer"]) for r in rows]
     math500 = [json.loads(line) for line in (args.data / "math500" / "test.jsonl").open()]
-    planted = [Problem(id=f"plant-{i}", question="Try this: " + r["problem"], answer=r["answer"])
-               for i, r in enumerate(math500[:20]) if len(words(r["problem"])) >= 13]
+    planted = [
+        Problem(id=f"plant-{i}", question="Try this: " + r["problem"], answer=r["answer"])
+        for i, r in enumerate(math500[:20])
+        if len(words(r["problem"])) >= 13
+    ]
     problems = (planted + problems)[: args.problems]
 
     start = time.perf_counter()
@@ -64,12 +71,18 @@ def main() -> None:
     agree = {k for k in index_hits if k in {p.id for p in sample}} == set(naive)
 
     refs = sum(len(v) for v in eval_sets.values())
-    print(f"eval references: {refs} ({', '.join(f'{k} {len(v)}' for k, v in eval_sets.items())}); "
-          f"loaded in {loaded:.2f}s, index built in {built:.2f}s")
-    print(f"index : {len(problems)} problems in {indexed:.2f}s = {1000 * indexed / len(problems):.3f} s/1000 problems;"
-          f" contaminated {len(index_hits)} (planted {len(planted)})")
-    print(f"naive : {len(sample)} problems in {pairwise:.2f}s = {1000 * pairwise / len(sample):.3f} s/1000 problems;"
-          f" contaminated {len(naive)}; same problems as the index: {agree}")
+    print(
+        f"eval references: {refs} ({', '.join(f'{k} {len(v)}' for k, v in eval_sets.items())}); "
+        f"loaded in {loaded:.2f}s, index built in {built:.2f}s"
+    )
+    print(
+        f"index : {len(problems)} problems in {indexed:.2f}s = {1000 * indexed / len(problems):.3f} s/1000 problems;"
+        f" contaminated {len(index_hits)} (planted {len(planted)})"
+    )
+    print(
+        f"naive : {len(sample)} problems in {pairwise:.2f}s = {1000 * pairwise / len(sample):.3f} s/1000 problems;"
+        f" contaminated {len(naive)}; same problems as the index: {agree}"
+    )
     print(f"ratio naive/index time per problem: {(pairwise / len(sample)) / (indexed / len(problems)):.1f}x")
 
 

@@ -62,8 +62,11 @@ def run(device: str, model: str, texts: list[str]):
     if device == "cuda":
         torch.cuda.synchronize()
     seconds = time.perf_counter() - start
-    print(f"{device:5s} {len(texts)} chunks in {seconds:7.2f} s: {len(texts) / seconds:8.1f} chunks/s  "
-          f"(batch size {embedder.batch_size}, {embedder.dim} dimensions)", flush=True)
+    print(
+        f"{device:5s} {len(texts)} chunks in {seconds:7.2f} s: {len(texts) / seconds:8.1f} chunks/s  "
+        f"(batch size {embedder.batch_size}, {embedder.dim} dimensions)",
+        flush=True,
+    )
     return vectors, seconds
 
 
@@ -79,8 +82,11 @@ def main() -> int:
 
     from finmbs.ingest.embed import cuda_available
 
-    print(f"python {platform.python_version()}, torch {torch.__version__}, CPU threads {torch.get_num_threads()}, "
-          f"CUDA {'available: ' + torch.cuda.get_device_name(0) if cuda_available() else 'not available'}", flush=True)
+    print(
+        f"python {platform.python_version()}, torch {torch.__version__}, CPU threads {torch.get_num_threads()}, "
+        f"CUDA {'available: ' + torch.cuda.get_device_name(0) if cuda_available() else 'not available'}",
+        flush=True,
+    )
     texts = passages(args.file, args.model, args.chunks)
     print(f"{len(texts)} chunks of {args.file}", flush=True)
     cpu, cpu_s = run("cpu", args.model, texts)
@@ -89,8 +95,10 @@ def main() -> int:
         return 0
     gpu, gpu_s = run("cuda", args.model, texts)
     cosine = (cpu * gpu).sum(axis=1) / (np.linalg.norm(cpu, axis=1) * np.linalg.norm(gpu, axis=1))
-    print(f"cosine CPU vs CUDA over {len(texts)} chunks: min {cosine.min():.6f}  mean {cosine.mean():.6f}  "
-          f"chunks below 0.999: {(cosine < 0.999).sum()}  goal min >= 0.999: {'met' if cosine.min() >= 0.999 else 'NOT met'}")
+    print(
+        f"cosine CPU vs CUDA over {len(texts)} chunks: min {cosine.min():.6f}  mean {cosine.mean():.6f}  "
+        f"chunks below 0.999: {(cosine < 0.999).sum()}  goal min >= 0.999: {'met' if cosine.min() >= 0.999 else 'NOT met'}"
+    )
     sims_cpu, sims_gpu = cpu @ cpu.T, gpu @ gpu.T
     np.fill_diagonal(sims_cpu, -2), np.fill_diagonal(sims_gpu, -2)
     same = (sims_cpu.argmax(axis=1) == sims_gpu.argmax(axis=1)).mean()

@@ -28,8 +28,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from finmbs.config import EmbeddedSettings, Endpoint
-from finmbs.llm.backends import EmbeddedBackend
 from finmbs.llm import embedded
+from finmbs.llm.backends import EmbeddedBackend
 from finmbs.llm.embedded import ThreadScheduler
 
 MODELS = ("embedded/qwen2.5-coder-1.5b-instruct", "embedded/qwen2.5-coder-0.5b-instruct")
@@ -47,8 +47,13 @@ async def generate(backend: EmbeddedBackend, model: str, tokens: int, rounds: in
     messages = [Message(**m) for m in PROMPT]
     began, total = time.perf_counter(), 0
     for seed in range(rounds):
-        reply = await backend.complete(endpoint(model), messages=messages, prompt=None, n=1,
-                                       params={"max_tokens": tokens, "temperature": 0.0, "seed": seed})
+        reply = await backend.complete(
+            endpoint(model),
+            messages=messages,
+            prompt=None,
+            n=1,
+            params={"max_tokens": tokens, "temperature": 0.0, "seed": seed},
+        )
         total += reply.completion_tokens
     return total, time.perf_counter() - began
 
@@ -65,15 +70,22 @@ async def together(backend: EmbeddedBackend, tokens: int, rounds: int) -> dict[s
 async def uneven(backend: EmbeddedBackend, tokens: int, rounds: int) -> dict[str, float]:
     """The 1.5B with 3 x `rounds` generations while the 0.5B has `rounds`; total tokens/s over the wall time."""
     began = time.perf_counter()
-    results = await asyncio.gather(generate(backend, MODELS[0], tokens, 3 * rounds), generate(backend, MODELS[1], tokens, rounds))
+    results = await asyncio.gather(
+        generate(backend, MODELS[0], tokens, 3 * rounds), generate(backend, MODELS[1], tokens, rounds)
+    )
     wall = time.perf_counter() - began
     rates = {m.split("/")[1]: count / seconds for m, (count, seconds) in zip(MODELS, results)}
     rates["total"] = sum(count for count, _ in results) / wall
     return rates
 
 
-SOLVE = [{"role": "user", "content": "A shop sells pens at $3 each and notebooks at $5 each. Mia buys 4 pens and "
-                                     "some notebooks and pays $37. How many notebooks did she buy? Reason step by step."}]
+SOLVE = [
+    {
+        "role": "user",
+        "content": "A shop sells pens at $3 each and notebooks at $5 each. Mia buys 4 pens and "
+        "some notebooks and pays $37. How many notebooks did she buy? Reason step by step.",
+    }
+]
 
 
 def high_level_rates(model: str, tokens: int, samples: int, cores: int, repack: bool | None) -> float:
@@ -82,8 +94,9 @@ def high_level_rates(model: str, tokens: int, samples: int, cores: int, repack: 
 
     name = model.split("/")[1]
     with embedded._weight_repacking(embedded.repack_default(repack)):
-        llama = Llama(model_path=str(embedded.model_path(name)), n_ctx=4096, n_threads=cores, n_threads_batch=cores,
-                      verbose=False)
+        llama = Llama(
+            model_path=str(embedded.model_path(name)), n_ctx=4096, n_threads=cores, n_threads_batch=cores, verbose=False
+        )
     llama.create_chat_completion(messages=SOLVE, max_tokens=4, seed=0)  # warm
     began, count = time.perf_counter(), 0
     for seed in range(samples):
@@ -103,12 +116,14 @@ async def decoder_rate(backend: EmbeddedBackend, model: str, tokens: int, sample
 
     async def ask(seeds: list[int], topic: int = 0) -> int:
         messages = [Message(role="user", content=SOLVE[0]["content"].replace("4 pens", f"{4 + topic} pens"))]
-        reply = await backend.complete(endpoint(model), messages=messages, prompt=None, n=len(seeds),
-                                       params={**params, "seeds": seeds})
+        reply = await backend.complete(
+            endpoint(model), messages=messages, prompt=None, n=len(seeds), params={**params, "seeds": seeds}
+        )
         return reply.completion_tokens
 
-    await backend.complete(endpoint(model), messages=[Message(**SOLVE[0])], prompt=None, n=1,
-                           params={**params, "max_tokens": 4})
+    await backend.complete(
+        endpoint(model), messages=[Message(**SOLVE[0])], prompt=None, n=1, params={**params, "max_tokens": 4}
+    )
     began = time.perf_counter()
     if mode == "row":
         count = sum([await ask([s], topic=s) for s in range(samples)])
@@ -121,17 +136,23 @@ async def decoder_rate(backend: EmbeddedBackend, model: str, tokens: int, sample
 
 async def decoding(args: argparse.Namespace) -> None:
     backend = EmbeddedBackend(EmbeddedSettings(schedule="serial", threads=args.threads, repack=args.repack))
-    print(f"decoding: {args.samples} samples x {args.tokens} tokens, temperature 1.0, {backend.cores} cores, "
-          f"repack {embedded.repack_default(args.repack)}")
-    print(f"{'model':<30} {'create_chat_completion':>24} {'decoder, 1 at a time':>22} {'1 request of n':>16}"
-          f" {'n requests at once':>20}")
+    print(
+        f"decoding: {args.samples} samples x {args.tokens} tokens, temperature 1.0, {backend.cores} cores, "
+        f"repack {embedded.repack_default(args.repack)}"
+    )
+    print(
+        f"{'model':<30} {'create_chat_completion':>24} {'decoder, 1 at a time':>22} {'1 request of n':>16}"
+        f" {'n requests at once':>20}"
+    )
     for model in MODELS:
         # on a thread that ends with it: llama.cpp's OpenMP threads outlive a calling thread's work until
         # that thread ends, and a second set of them slows every other (decoding.Decoder._wait_or_drive)
         with ThreadPoolExecutor(1) as pool:
             base = pool.submit(high_level_rates, model, args.tokens, args.samples, backend.cores, args.repack).result()
-        rates = [await decoder_rate(backend, model, args.tokens, args.samples, mode)
-                 for mode in ("row", "request", "requests")]
+        rates = [
+            await decoder_rate(backend, model, args.tokens, args.samples, mode)
+            for mode in ("row", "request", "requests")
+        ]
         cells = " ".join(f"{r:9.1f} ({r / base:4.2f}x)" for r in rates)
         print(f"{model.split('/')[1]:<30} {base:17.1f} tok/s {cells}", flush=True)
 
@@ -178,14 +199,20 @@ async def main() -> None:
     if args.oversubscribe:
         rows.append(("oversubscribed", backend_for("serial", args.threads, oversubscribe=True)))
     baseline = None
-    print(f"{'together':<16} " + " ".join(f"{m.split('/')[1]:>30}" for m in MODELS) + f" {'total':>8} {'vs serial':>10}")
+    print(
+        f"{'together':<16} " + " ".join(f"{m.split('/')[1]:>30}" for m in MODELS) + f" {'total':>8} {'vs serial':>10}"
+    )
     for name, backend in rows:
         rates = await together(backend, args.tokens, args.rounds)
         baseline = baseline or rates["total"]
         cells = " ".join(f"{rates[m.split('/')[1]]:30.1f}" for m in MODELS)
         print(f"{name:<16} {cells} {rates['total']:8.1f} {rates['total'] / baseline:9.2f}x", flush=True)
     baseline = None
-    print(f"{'uneven (3:1)':<16} " + " ".join(f"{m.split('/')[1]:>30}" for m in MODELS) + f" {'total':>8} {'vs fixed':>10}")
+    print(
+        f"{'uneven (3:1)':<16} "
+        + " ".join(f"{m.split('/')[1]:>30}" for m in MODELS)
+        + f" {'total':>8} {'vs fixed':>10}"
+    )
     for name, backend in (("fixed split", fixed_split(args.threads)), ("share", backend_for("share", args.threads))):
         rates = await uneven(backend, args.tokens, args.rounds)
         baseline = baseline or rates["total"]

@@ -61,15 +61,23 @@ def export(out: Path) -> tuple[Path, Path]:
                 self.bert = bert
 
             def forward(self, input_ids, attention_mask, token_type_ids):
-                return self.bert(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids).last_hidden_state
+                return self.bert(
+                    input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
+                ).last_hidden_state
 
         ids = torch.ones(2, 16, dtype=torch.long)
         axes = {0: "batch", 1: "tokens"}
         with torch.no_grad():
-            torch.onnx.export(Hidden().eval(), (ids, ids, torch.zeros_like(ids)), str(fp32), dynamo=False,
-                              input_names=["input_ids", "attention_mask", "token_type_ids"], output_names=["hidden"],
-                              dynamic_axes={"input_ids": axes, "attention_mask": axes, "token_type_ids": axes, "hidden": axes},
-                              opset_version=17)
+            torch.onnx.export(
+                Hidden().eval(),
+                (ids, ids, torch.zeros_like(ids)),
+                str(fp32),
+                dynamo=False,
+                input_names=["input_ids", "attention_mask", "token_type_ids"],
+                output_names=["hidden"],
+                dynamic_axes={"input_ids": axes, "attention_mask": axes, "token_type_ids": axes, "hidden": axes},
+                opset_version=17,
+            )
     if not int8.exists():
         quantize_dynamic(str(fp32), str(int8), weight_type=QuantType.QInt8)
     return fp32, int8
@@ -94,10 +102,12 @@ class OnnxEmbedder:
         order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
         out = []
         for i in range(0, len(texts), batch_size):
-            batch = self.tokenizer.encode_batch([texts[j] for j in order[i:i + batch_size]])
+            batch = self.tokenizer.encode_batch([texts[j] for j in order[i : i + batch_size]])
             ids = np.array([e.ids for e in batch], dtype=np.int64)
             mask = np.array([e.attention_mask for e in batch], dtype=np.int64)
-            [hidden] = self.session.run(None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)})
+            [hidden] = self.session.run(
+                None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+            )
             summed = (hidden * mask[..., None]).sum(axis=1) / np.clip(mask.sum(axis=1, keepdims=True), 1, None)
             out.append(summed / np.linalg.norm(summed, axis=1, keepdims=True))
         vectors = np.empty((len(texts), out[0].shape[1]), dtype=np.float32)
@@ -137,8 +147,10 @@ def main() -> None:
     base_vectors, base_rate = results["torch (sentence-transformers)"]
     base_queries = np.asarray(runs["torch (sentence-transformers)"](queries), dtype=np.float32)
     base_top = np.argsort(-(base_queries @ base_vectors.T), axis=1)[:, :10]
-    print(f"{len(texts)} chunks, {len(queries)} queries, {args.threads} threads; "
-          f"sizes: fp32 {fp32.stat().st_size / 2**20:.1f} MiB, int8 {int8.stat().st_size / 2**20:.1f} MiB")
+    print(
+        f"{len(texts)} chunks, {len(queries)} queries, {args.threads} threads; "
+        f"sizes: fp32 {fp32.stat().st_size / 2**20:.1f} MiB, int8 {int8.stat().st_size / 2**20:.1f} MiB"
+    )
     print("| embedder | chunks/s | vs torch | cosine to torch (mean / min) | top-1 kept | top-10 overlap |")
     print("|---|---|---|---|---|---|")
     for name, (vectors, rate) in results.items():
@@ -146,7 +158,9 @@ def main() -> None:
         top = np.argsort(-(np.asarray(runs[name](queries), dtype=np.float32) @ vectors.T), axis=1)[:, :10]
         kept = statistics.mean(float(a[0] == b[0]) for a, b in zip(top, base_top))
         overlap = statistics.mean(len(set(a) & set(b)) / 10 for a, b in zip(top, base_top))
-        print(f"| {name} | {rate:.1f} | {rate / base_rate:.2f}x | {cosines.mean():.4f} / {cosines.min():.4f} | {kept:.2f} | {overlap:.2f} |")
+        print(
+            f"| {name} | {rate:.1f} | {rate / base_rate:.2f}x | {cosines.mean():.4f} / {cosines.min():.4f} | {kept:.2f} | {overlap:.2f} |"
+        )
 
 
 if __name__ == "__main__":

@@ -29,18 +29,20 @@ import tempfile
 import time
 from pathlib import Path
 
-from finmbs.mbs.direct import with_budgets
-from finmbs.runs.budgets import construction_budgets
 from finmbs.llm import Gateway
-from finmbs.runs.grow import run_grow
+from finmbs.mbs.direct import with_budgets
 from finmbs.records import Problem, RunMetrics
 from finmbs.runs import read_jsonl
+from finmbs.runs.budgets import construction_budgets
+from finmbs.runs.grow import run_grow
 from finmbs.testing.server import ScriptedOpenAIServer
 from finmbs.testing.world import Agent, World, value, world_config
 
 AGENTS = {
-    "weak-teacher": Agent(capacity=4), "strong-teacher": Agent(),
-    "s1": Agent(capacity=3, partial=0.5, boost=3), "s2": Agent(capacity=1, boost=3, partial=0.75),
+    "weak-teacher": Agent(capacity=4),
+    "strong-teacher": Agent(),
+    "s1": Agent(capacity=3, partial=0.5, boost=3),
+    "s2": Agent(capacity=1, boost=3, partial=0.75),
     # the target solves up to 6 operations, half the time from 7 to 20 (the seeds have 7-8): seeds and
     # composed roots alike can land in the Goldilocks band; leaf variants (3-5 operations) are stale
     "target": Agent(capacity=6, table={ops: 0.5 for ops in range(7, 21)}),
@@ -84,11 +86,26 @@ def candidates(out: Path) -> int:
     return len(ids - {s["id"] for s in read_jsonl(out / "seeds.jsonl")})
 
 
-async def run(server, problems, method: str, seed_concurrency: int, concurrency: int, tmp: Path, keep: str = "roots",
-              name: str = ""):
+async def run(
+    server,
+    problems,
+    method: str,
+    seed_concurrency: int,
+    concurrency: int,
+    tmp: Path,
+    keep: str = "roots",
+    name: str = "",
+):
     name = name or f"{method}-{seed_concurrency}"
-    config = world_config(server.base_url, ["weak-teacher", "strong-teacher"], ["s1", "s2"], "target",
-                          str(tmp / f"{name}.sqlite"), **STAGES, keep=keep)
+    config = world_config(
+        server.base_url,
+        ["weak-teacher", "strong-teacher"],
+        ["s1", "s2"],
+        "target",
+        str(tmp / f"{name}.sqlite"),
+        **STAGES,
+        keep=keep,
+    )
     config = config.model_copy(update={"seed_concurrency": seed_concurrency})
     for _, endpoint in config.roles.all():
         endpoint.max_concurrency = concurrency
@@ -103,8 +120,12 @@ async def run(server, problems, method: str, seed_concurrency: int, concurrency:
     await sampler
     gateway.close()
     return {
-        "name": name, "wall_s": wall, "requests": server.request_count - start, "candidates": candidates(tmp / name),
-        "metrics": metrics, "full": {k: f / t for k, (f, t) in counts.items() if t},
+        "name": name,
+        "wall_s": wall,
+        "requests": server.request_count - start,
+        "candidates": candidates(tmp / name),
+        "metrics": metrics,
+        "full": {k: f / t for k, (f, t) in counts.items() if t},
     }
 
 
@@ -118,13 +139,18 @@ def comparison_row(label: str, m: RunMetrics) -> str:
     desc = f"{m.descendants}+{m.other_descendants}" if others else f"{m.descendants}"
     qual = f"{m.qualified}+{m.other_qualified}" if others else f"{m.qualified}"
     every_qualified = m.qualified + (m.other_qualified if others else 0)
-    return (f"   {label:26s} {desc:>11} {qual:>9} {m.seed_conversion:>10.0%} {m.construction_tokens:>12} "
-            f"{per(m.construction_tokens, m.seeds_in):>10} {per(m.construction_tokens, every_qualified):>12}")
+    return (
+        f"   {label:26s} {desc:>11} {qual:>9} {m.seed_conversion:>10.0%} {m.construction_tokens:>12} "
+        f"{per(m.construction_tokens, m.seeds_in):>10} {per(m.construction_tokens, every_qualified):>12}"
+    )
 
 
 async def main(args) -> None:
     problems = seeds(args.seeds)
-    with tempfile.TemporaryDirectory() as tmp, ScriptedOpenAIServer(World(agents=dict(AGENTS)), latency=args.latency) as server:
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        ScriptedOpenAIServer(World(agents=dict(AGENTS)), latency=args.latency) as server,
+    ):
         tmp = Path(tmp)
         base = await run(server, problems, "mbs", 1, args.concurrency, tmp)
         fast = await run(server, problems, "mbs", args.seeds, args.concurrency, tmp)
@@ -132,27 +158,39 @@ async def main(args) -> None:
         direct = await run(server, problems, "direct", args.seeds, args.concurrency, tmp)
         matched_seeds = with_budgets(problems, construction_budgets(tmp / fast["name"]))
         matched = await run(server, matched_seeds, "direct", args.seeds, args.concurrency, tmp, name="direct-matched")
-    print(f"scripted world: {args.seeds} seeds, latency {args.latency * 1000:.0f} ms/request, "
-          f"max_concurrency {args.concurrency} per endpoint")
+    print(
+        f"scripted world: {args.seeds} seeds, latency {args.latency * 1000:.0f} ms/request, "
+        f"max_concurrency {args.concurrency} per endpoint"
+    )
     print("\n1. throughput (mbs)             one seed at a time   all seeds concurrently   ratio")
     for label, key in (("wall s", "wall_s"), ("requests", "requests"), ("candidates", "candidates")):
         print(f"   {label:28s} {base[key]:>18.1f}   {fast[key]:>22.1f}")
     rate_base, rate_fast = base["candidates"] / base["wall_s"], fast["candidates"] / fast["wall_s"]
     print(f"   {'candidates/s':28s} {rate_base:>18.1f}   {rate_fast:>22.1f}   {rate_fast / rate_base:5.1f}x")
     for endpoint in sorted(fast["full"]):
-        print(f"   concurrency full: {endpoint:13s} {base['full'].get(endpoint, 0):>17.0%}   "
-              f"{fast['full'][endpoint]:>22.0%}")
+        print(
+            f"   concurrency full: {endpoint:13s} {base['full'].get(endpoint, 0):>17.0%}   "
+            f"{fast['full'][endpoint]:>22.0%}"
+        )
     print("\n2. same seeds, same world (construction tokens: every role but the target policy;")
     print("   keep all: roots+other nodes, reported apart; seed conversion counts roots)")
-    print(f"   {'method':26s} {'descendants':>11} {'qualified':>9} {'seed conv':>10} {'constr tok':>12} "
-          f"{'tok/seed':>10} {'tok/qualif':>12}")
-    for label, result in (("MBS, roots (paper)", fast), ("MBS, keep all", every), ("direct, single call", direct),
-                          ("direct, matched budget", matched)):
+    print(
+        f"   {'method':26s} {'descendants':>11} {'qualified':>9} {'seed conv':>10} {'constr tok':>12} "
+        f"{'tok/seed':>10} {'tok/qualif':>12}"
+    )
+    for label, result in (
+        ("MBS, roots (paper)", fast),
+        ("MBS, keep all", every),
+        ("direct, single call", direct),
+        ("direct, matched budget", matched),
+    ):
         print(comparison_row(label, result["metrics"]))
     m, d = fast["metrics"], matched["metrics"]
-    print(f"   matched budget: direct spent {d.construction_tokens} construction tokens against MBS's "
-          f"{m.construction_tokens} ({d.construction_tokens / max(1, m.construction_tokens):.2f}x); "
-          f"novelty rejections: MBS {m.novelty_rejected}, direct matched {d.novelty_rejected}")
+    print(
+        f"   matched budget: direct spent {d.construction_tokens} construction tokens against MBS's "
+        f"{m.construction_tokens} ({d.construction_tokens / max(1, m.construction_tokens):.2f}x); "
+        f"novelty rejections: MBS {m.novelty_rejected}, direct matched {d.novelty_rejected}"
+    )
 
 
 if __name__ == "__main__":

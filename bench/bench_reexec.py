@@ -37,7 +37,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=4, help="sandboxes at once")
     args = parser.parse_args(argv)
     bad = 0
-    print(f"{'run':40} {'problems':>8} {'re-executed':>11} " + " ".join(f"{o:>10}" for o in OUTCOMES) + f" {'wall s':>7}")
+    print(
+        f"{'run':40} {'problems':>8} {'re-executed':>11} " + " ".join(f"{o:>10}" for o in OUTCOMES) + f" {'wall s':>7}"
+    )
     for run in args.runs:
         path = problems_file(run, args.file)
         problems = load_seeds(path)
@@ -46,8 +48,11 @@ def main(argv: list[str] | None = None) -> int:
         wall = time.monotonic() - started
         counts = Counter(r.outcome for r in results)
         ran = len(results) - counts["no_program"]
-        print(f"{str(run)[-40:]:40} {len(results):>8} {ran:>11} " + " ".join(f"{counts[o]:>10}" for o in OUTCOMES)
-              + f" {wall:>7.1f}")
+        print(
+            f"{str(run)[-40:]:40} {len(results):>8} {ran:>11} "
+            + " ".join(f"{counts[o]:>10}" for o in OUTCOMES)
+            + f" {wall:>7.1f}"
+        )
         for r in results:
             if r.outcome not in ("agree", "no_program"):
                 print(f"  {r.outcome}: {r.id}: answer {r.answer!r}, program {r.program_answer!r} {r.detail}".rstrip())

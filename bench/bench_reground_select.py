@@ -35,8 +35,13 @@ def opening(text: str | None, n: int = 90) -> str:
 
 async def main(args: argparse.Namespace) -> None:
     config = load_config(args.config)
-    config = config.model_copy(update={"cache_path": None, "index": config.index.model_copy(update={"path": args.index_path}),
-                                       "stages": config.stages.model_copy(update={"extract": "select"})})
+    config = config.model_copy(
+        update={
+            "cache_path": None,
+            "index": config.index.model_copy(update={"path": args.index_path}),
+            "stages": config.stages.model_copy(update={"extract": "select"}),
+        }
+    )
     try:
         seeds: list[Problem] = load_seeds(args.seeds)
     except (SeedsError, FileNotFoundError) as exc:
@@ -56,8 +61,12 @@ async def main(args: argparse.Namespace) -> None:
                     if not args.retrieve_only:
                         reply = await ask_ground(ctx, seed, 0, doc, chunks)
                         chosen = selected(index, doc, chunks, reply.excerpts) if reply else None
-                        print(f"  select   {reply.excerpts if reply else None}: {opening(chosen.text if chosen else None)}")
-                    head = f"[{chunks[0].section_path.rsplit(' > ', 1)[-1]}] " if chunks and chunks[0].section_path else ""
+                        print(
+                            f"  select   {reply.excerpts if reply else None}: {opening(chosen.text if chosen else None)}"
+                        )
+                    head = (
+                        f"[{chunks[0].section_path.rsplit(' > ', 1)[-1]}] " if chunks and chunks[0].section_path else ""
+                    )
                     print(f"  retrieve [1]: {head}{opening(chunks[0].text if chunks else None)}", flush=True)
     finally:
         gateway.close()
@@ -66,7 +75,11 @@ async def main(args: argparse.Namespace) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--index-path", required=True)
-    parser.add_argument("--seeds", type=Path, default=ROOT / "corpora" / "finance" / "seeds-quickstart-default-rate.jsonl")
+    parser.add_argument(
+        "--seeds", type=Path, default=ROOT / "corpora" / "finance" / "seeds-quickstart-default-rate.jsonl"
+    )
     parser.add_argument("--config", default=None)
-    parser.add_argument("--retrieve-only", action="store_true", help="no teacher call: only the retrieved first excerpt")
+    parser.add_argument(
+        "--retrieve-only", action="store_true", help="no teacher call: only the retrieved first excerpt"
+    )
     asyncio.run(main(parser.parse_args()))

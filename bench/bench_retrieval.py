@@ -32,7 +32,6 @@ import argparse
 import hashlib
 import json
 import os
-import random
 import re
 import shutil
 import statistics
@@ -41,20 +40,29 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from bench_ingest import MODEL, measure, print_pair, resumable
+from bench_ingest import MODEL, measure, resumable
 
 from finmbs.config import IndexSettings
 from finmbs.ingest import open_index
 from finmbs.ingest.query import company_key
 from finmbs.ingest.store import ClientStore, EdgeStore, Where, point_id
 
-DATA = Path(os.environ.get("FINMBS_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data")) / "financebench"
-MODES = {"dense": {"hybrid": False, "metadata": False, "per_page": 0}, "hybrid": {"metadata": False, "concepts": False},
-         "hybrid+metadata": {"concepts": False}, "no-concepts": {"concepts": False}, "default": {}}
+DATA = (
+    Path(os.environ.get("FINMBS_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data")) / "financebench"
+)
+MODES = {
+    "dense": {"hybrid": False, "metadata": False, "per_page": 0},
+    "hybrid": {"metadata": False, "concepts": False},
+    "hybrid+metadata": {"concepts": False},
+    "no-concepts": {"concepts": False},
+    "default": {},
+}
 
 
 def questions() -> list[dict]:
-    return [json.loads(line) for line in (DATA / "financebench_open_source.jsonl").read_text().splitlines() if line.strip()]
+    return [
+        json.loads(line) for line in (DATA / "financebench_open_source.jsonl").read_text().splitlines() if line.strip()
+    ]
 
 
 def llamaindex_ranker(index_dir: str):
@@ -67,13 +75,18 @@ def llamaindex_ranker(index_dir: str):
 
     def rank(question: str, k: int) -> list[tuple[str, int, str]]:
         points = client.query_points("li", query=model.encode([question])[0], limit=k, with_payload=True).points
-        return [(Path(p.payload.get("file_name", "")).stem, p.payload.get("page"), p.payload.get("text", "")) for p in points]
+        return [
+            (Path(p.payload.get("file_name", "")).stem, p.payload.get("page"), p.payload.get("text", ""))
+            for p in points
+        ]
 
     return rank
 
 
 PROFILES = {  # finmbs profile -> (index.embed, index.embedding_model)
-    "full": ("full", MODEL), "static": ("full", f"static:{MODEL}"), "cascade": ("cascade", MODEL),
+    "full": ("full", MODEL),
+    "static": ("full", f"static:{MODEL}"),
+    "cascade": ("cascade", MODEL),
 }
 _FIGURE = re.compile(r"(?<![\w.])\d[\d,]*(?:\.\d+)?")
 
@@ -124,22 +137,31 @@ def quality(args: argparse.Namespace) -> None:
     for profile in profiles:
         embed, model = PROFILES[profile]
         path = f"{args.index_path}-{profile}{overlap_key.replace(':', '-').replace('=', '')}"
-        ingests[profile] = resumable(results_file, f"{key}:finmbs-{profile}{overlap_key}",
-                                     lambda: measure("finmbs", pdfs, path, args.workers, model, embed, args.overlap))
+        ingests[profile] = resumable(
+            results_file,
+            f"{key}:finmbs-{profile}{overlap_key}",
+            lambda: measure("finmbs", pdfs, path, args.workers, model, embed, args.overlap),
+        )
         ingests[profile]["path"] = path
     if args.llamaindex:
-        ingests["llamaindex"] = resumable(results_file, f"{key}:llamaindex", lambda: measure("llamaindex", pdfs, li_dir))
+        ingests["llamaindex"] = resumable(
+            results_file, f"{key}:llamaindex", lambda: measure("llamaindex", pdfs, li_dir)
+        )
     pages = next(iter(ingests.values()))["pages"]
     print(f"FinanceBench PDFs: {len(pdfs)} files, {mb:.1f} MiB, {pages} pages")
     li = ingests.get("llamaindex")
     for name, r in ingests.items():
         ratio = f"  {li['seconds'] / r['seconds']:.2f}x LlamaIndex's pages/s" if li else ""
-        print(f"  ingest {name:10s} {r['seconds']:7.1f} s  {r['pages'] / r['seconds']:6.2f} pages/s  {r['chunks']:6d} chunks  "
-              f"{r.get('over_window', 0):5d} over MiniLM's window  peak RSS {r['peak_rss_mb']:6.0f} MiB{ratio}")
+        print(
+            f"  ingest {name:10s} {r['seconds']:7.1f} s  {r['pages'] / r['seconds']:6.2f} pages/s  {r['chunks']:6d} chunks  "
+            f"{r.get('over_window', 0):5d} over MiniLM's window  peak RSS {r['peak_rss_mb']:6.0f} MiB{ratio}"
+        )
     indexed = {p.stem for p in pdfs}
     evaluated = [q for q in qs if any(e["doc_name"] in indexed for e in q["evidence"])]
     found: dict[str, dict[str, tuple[bool, bool]]] = defaultdict(dict)  # column -> question id -> (@5, @20)
-    whole: dict[str, dict[str, bool | None]] = defaultdict(dict)  # column -> question id -> a top-5 hit holds the evidence's figures
+    whole: dict[str, dict[str, bool | None]] = defaultdict(
+        dict
+    )  # column -> question id -> a top-5 hit holds the evidence's figures
     latency: dict[str, list[float]] = defaultdict(list)
     recognised = 0
     for profile in profiles:
@@ -154,7 +176,9 @@ def quality(args: argparse.Namespace) -> None:
                 print(f"  {profile}: models and catalogue loaded in {time.perf_counter() - started:.1f} s")
                 modes = {profile: {}, f"{profile} pass 2": {}}
                 if profile == profiles[0]:
-                    modes |= {f"{profile} {m}": o for m, o in MODES.items() if m != "default" and m in args.modes.split(",")}
+                    modes |= {
+                        f"{profile} {m}": o for m, o in MODES.items() if m != "default" and m in args.modes.split(",")
+                    }
                 for column, options in modes.items():
                     for q in evaluated:
                         gold = {(e["doc_name"], e["evidence_page_num"] + 1) for e in q["evidence"]}
@@ -162,15 +186,24 @@ def quality(args: argparse.Namespace) -> None:
                         hits = index.search(q["question"], 20, **options)
                         latency[column].append(time.perf_counter() - start)
                         ranked = [(h.chunk.doc_id, h.chunk.page) for h in hits]
-                        found[column][q["financebench_id"]] = (any(r in gold for r in ranked[:5]), any(r in gold for r in ranked))
-                        whole[column][q["financebench_id"]] = holds_evidence(q, [(h.context or h.chunk).text for h in hits[:5]])
+                        found[column][q["financebench_id"]] = (
+                            any(r in gold for r in ranked[:5]),
+                            any(r in gold for r in ranked),
+                        )
+                        whole[column][q["financebench_id"]] = holds_evidence(
+                            q, [(h.context or h.chunk).text for h in hits[:5]]
+                        )
                         if column == profile:
-                            whole[f"{profile} (chunk only)"][q["financebench_id"]] = holds_evidence(q, [h.chunk.text for h in hits[:5]])
+                            whole[f"{profile} (chunk only)"][q["financebench_id"]] = holds_evidence(
+                                q, [h.chunk.text for h in hits[:5]]
+                            )
                         if column == profile and profile == profiles[0]:
                             gold_doc = index.document(next(doc for doc, _ in gold if doc in indexed))
                             recognised += company_key(gold_doc.company) in index.recognise(q["question"]).companies
                 if profile == "cascade":
-                    print(f"  cascade: {index.rescored} chunks embedded by MiniLM at query time (of {ingests[profile]['chunks']})")
+                    print(
+                        f"  cascade: {index.rescored} chunks embedded by MiniLM at query time (of {ingests[profile]['chunks']})"
+                    )
     if args.llamaindex:
         rank = llamaindex_ranker(li_dir)
         rank("warm up", 1)
@@ -179,7 +212,10 @@ def quality(args: argparse.Namespace) -> None:
             start = time.perf_counter()
             ranked = rank(q["question"], 20)
             latency["llamaindex"].append(time.perf_counter() - start)
-            found["llamaindex"][q["financebench_id"]] = (any(r[:2] in gold for r in ranked[:5]), any(r[:2] in gold for r in ranked))
+            found["llamaindex"][q["financebench_id"]] = (
+                any(r[:2] in gold for r in ranked[:5]),
+                any(r[:2] in gold for r in ranked),
+            )
             whole["llamaindex"][q["financebench_id"]] = holds_evidence(q, [r[2] for r in ranked[:5]])
     print(f"questions evaluated: {len(evaluated)} (evidence PDF indexed); the company of {recognised} recognised")
     groups: dict[str, list[dict]] = defaultdict(list)
@@ -201,8 +237,10 @@ def quality(args: argparse.Namespace) -> None:
         print(f"  {column:34s} {sum(known) / max(len(known), 1):.3f} of {len(known)}")
     if "default" in args.modes.split(",") or "no-concepts" in args.modes.split(","):
         held = [q for q in evaluated if held_out(q["company"])]
-        print(f"concepts split by company: {len(held)} held-out questions of {len({q['company'] for q in held})} companies "
-              f"(recall@5 / @20; concepts.yaml frozen, nothing tuned on these)")
+        print(
+            f"concepts split by company: {len(held)} held-out questions of {len({q['company'] for q in held})} companies "
+            f"(recall@5 / @20; concepts.yaml frozen, nothing tuned on these)"
+        )
         for column in (profiles[0], f"{profiles[0]} no-concepts"):
             if column in found:
                 print(f"  {column:34s} {_share(found[column], held, 0):.3f} / {_share(found[column], held, 1):.3f}")
@@ -215,21 +253,47 @@ def _share(found: dict[str, tuple[bool, bool]], members: list[dict], at: int) ->
 
 AGREEMENTS = DATA.parent / "credit_agreements" / "docs"
 CLAUSES = [  # (query, what the right chunk is, test on the chunk)
-    ("Total Leverage Ratio", "Duck Creek definition", lambda c: c.doc_id.startswith("duck_creek") and c.term == "Total Leverage Ratio"),
-    ("Consolidated Interest Coverage Ratio", "Host Hotels definition",
-     lambda c: c.doc_id.startswith("host_hotels") and c.term == "Consolidated Interest Coverage Ratio"),
-    ("Restricted Payments", "a definition of the term", lambda c: c.kind == "definition" and (c.term or "").startswith("Restricted Payment")),
-    ("AT&T Capital fixed charge coverage ratio covenant", "AT&T Capital Section 5.03",
-     lambda c: c.doc_id.startswith("att_capital") and "5.03" in c.section_path),
-    ("Kimco term loan Maturity Date", "Kimco 2024 term loan definition", lambda c: c.doc_id.startswith("kimco_2024_term") and c.term == "Maturity Date"),
-    ("Amazon term loan $1,000,000,000", "an Amazon chunk with the figure", lambda c: c.doc_id.startswith("amazon") and "1,000,000,000" in c.text),
+    (
+        "Total Leverage Ratio",
+        "Duck Creek definition",
+        lambda c: c.doc_id.startswith("duck_creek") and c.term == "Total Leverage Ratio",
+    ),
+    (
+        "Consolidated Interest Coverage Ratio",
+        "Host Hotels definition",
+        lambda c: c.doc_id.startswith("host_hotels") and c.term == "Consolidated Interest Coverage Ratio",
+    ),
+    (
+        "Restricted Payments",
+        "a definition of the term",
+        lambda c: c.kind == "definition" and (c.term or "").startswith("Restricted Payment"),
+    ),
+    (
+        "AT&T Capital fixed charge coverage ratio covenant",
+        "AT&T Capital Section 5.03",
+        lambda c: c.doc_id.startswith("att_capital") and "5.03" in c.section_path,
+    ),
+    (
+        "Kimco term loan Maturity Date",
+        "Kimco 2024 term loan definition",
+        lambda c: c.doc_id.startswith("kimco_2024_term") and c.term == "Maturity Date",
+    ),
+    (
+        "Amazon term loan $1,000,000,000",
+        "an Amazon chunk with the figure",
+        lambda c: c.doc_id.startswith("amazon") and "1,000,000,000" in c.text,
+    ),
 ]
 
 
 def agreements(args: argparse.Namespace) -> None:
     files = sorted(AGREEMENTS.glob("*.*"))
     if args.only_clause_docs:  # the agreements the clause queries point at, and as many others (smallest first)
-        named = [f for f in files if f.stem.startswith(("duck_creek", "host_hotels", "att_capital", "kimco_2024_term", "amazon"))]
+        named = [
+            f
+            for f in files
+            if f.stem.startswith(("duck_creek", "host_hotels", "att_capital", "kimco_2024_term", "amazon"))
+        ]
         others = sorted((f for f in files if f not in named), key=lambda f: f.stat().st_size)[: len(named)]
         files = sorted(named + others)
     mb = sum(f.stat().st_size for f in files) / 2**20
@@ -237,15 +301,22 @@ def agreements(args: argparse.Namespace) -> None:
     for profile in args.profiles.split(","):
         embed, model = PROFILES[profile]
         path = f"{args.index_path}-{profile}" if profile != "full" or args.profiles != "full" else args.index_path
-        r = resumable(Path(f"{args.index_path}.json"), f"{len(files)} agreements:{profile}",
-                      lambda: measure("finmbs", files, path, args.workers, model, embed))
-        print(f"credit agreements, {profile}: {r['documents']} documents ({mb:.1f} MiB) in {r['seconds']:.0f} s: {r['chunks']} chunks "
-              f"({r['over_window']} over MiniLM's window), {r['definitions']} definitions, {r['tables']} tables; peak RSS {r['peak_rss_mb']:.0f} MiB")
+        r = resumable(
+            Path(f"{args.index_path}.json"),
+            f"{len(files)} agreements:{profile}",
+            lambda: measure("finmbs", files, path, args.workers, model, embed),
+        )
+        print(
+            f"credit agreements, {profile}: {r['documents']} documents ({mb:.1f} MiB) in {r['seconds']:.0f} s: {r['chunks']} chunks "
+            f"({r['over_window']} over MiniLM's window), {r['definitions']} definitions, {r['tables']} tables; peak RSS {r['peak_rss_mb']:.0f} MiB"
+        )
         with open_index(IndexSettings(path=path, embedding_model=model, embed=embed)) as index:
             for query, _, right in CLAUSES:
                 for mode, hybrid in (("hybrid", True), ("dense", False)):
                     hits = index.search(query, 20, hybrid=hybrid, metadata=hybrid, per_page=0, context_tokens=0)
-                    ranks.setdefault(f"{profile} {mode}", []).append(next((str(i) for i, h in enumerate(hits, 1) if right(h.chunk)), ">20"))
+                    ranks.setdefault(f"{profile} {mode}", []).append(
+                        next((str(i) for i, h in enumerate(hits, 1) if right(h.chunk)), ">20")
+                    )
     print(f"  {'query':52s} {'right chunk':34s} " + " ".join(f"{c:>16s}" for c in ranks))
     for i, (query, label, _) in enumerate(CLAUSES):
         print(f"  {query:52s} {label:34s} " + " ".join(f"{ranks[c][i]:>16s}" for c in ranks))
@@ -266,11 +337,24 @@ def engines(args: argparse.Namespace) -> None:
     rng = np.random.default_rng(0)
     dim = 384
     vectors = rng.standard_normal((args.points, dim), dtype=np.float32).tolist()
-    points = [(point_id(str(i)), vectors[i], None, {"doc_id": f"doc{i % 200}", "source_path": "x", "company_key": f"c{i % 30}"}) for i in range(args.points)]
+    points = [
+        (
+            point_id(str(i)),
+            vectors[i],
+            None,
+            {"doc_id": f"doc{i % 200}", "source_path": "x", "company_key": f"c{i % 30}"},
+        )
+        for i in range(args.points)
+    ]
     queries = rng.standard_normal((args.queries, dim), dtype=np.float32).tolist()
-    filters = {"exclude 29 docs": Where(must_not={"doc_id": [f"doc{i}" for i in range(0, 200, 7)]}),
-               "company = c7": Where(must={"company_key": "c7"})}
-    engines_ = {"qdrant-edge": lambda tmp: EdgeStore(Path(tmp) / "edge"), "qdrant-client local": lambda tmp: ClientStore(path=str(Path(tmp) / "local"))}
+    filters = {
+        "exclude 29 docs": Where(must_not={"doc_id": [f"doc{i}" for i in range(0, 200, 7)]}),
+        "company = c7": Where(must={"company_key": "c7"}),
+    }
+    engines_ = {
+        "qdrant-edge": lambda tmp: EdgeStore(Path(tmp) / "edge"),
+        "qdrant-client local": lambda tmp: ClientStore(path=str(Path(tmp) / "local")),
+    }
     with tempfile.TemporaryDirectory() as tmp:
         results = {}
         for label in args.engines.split(","):
@@ -284,12 +368,16 @@ def engines(args: argparse.Namespace) -> None:
             for name, where in filters.items():
                 times = _latency(store, "bench", queries, where)
                 results[(label, name)] = statistics.median(times)
-                print(f"{label:20s} {name:16s} load {load_s:6.1f} s   p50 {statistics.median(times):8.2f} ms   p95 {statistics.quantiles(times, n=20)[-1]:8.2f} ms")
+                print(
+                    f"{label:20s} {name:16s} load {load_s:6.1f} s   p50 {statistics.median(times):8.2f} ms   p95 {statistics.quantiles(times, n=20)[-1]:8.2f} ms"
+                )
             store.close()
     if "qdrant-client local" in args.engines and "qdrant-edge" in args.engines:
         for name in filters:
-            print(f"p50 ratio qdrant-client local / qdrant-edge ({name}) = {results[('qdrant-client local', name)] / results[('qdrant-edge', name)]:.1f}x  "
-                  f"({args.points} points, top-10)")
+            print(
+                f"p50 ratio qdrant-client local / qdrant-edge ({name}) = {results[('qdrant-client local', name)] / results[('qdrant-edge', name)]:.1f}x  "
+                f"({args.points} points, top-10)"
+            )
 
 
 def main() -> None:
@@ -299,17 +387,35 @@ def main() -> None:
     q.add_argument("--max-docs", type=int, default=0, help="only the N smallest PDFs that questions use (0: all)")
     q.add_argument("--index-path", default=".finmbs/bench-financebench")
     q.add_argument("--workers", type=int, default=None, help="finmbs parser processes (default: the cores)")
-    q.add_argument("--profiles", default="cascade,full,static", help="finmbs profiles, each its own index DIR-PROFILE: "
-                   "full (MiniLM at ingest), static (the distilled static embedder only), cascade (static + BM25 at ingest, MiniLM re-ranks)")
-    q.add_argument("--modes", default="", help="more search modes of the first profile: dense,hybrid,hybrid+metadata,no-concepts")
-    q.add_argument("--overlap", type=int, default=None, help="index.chunk_overlap of the finmbs ingests (default: the setting's)")
-    q.add_argument("--no-llamaindex", dest="llamaindex", action="store_false",
-                   help="finmbs alone: no plain LlamaIndex ingest, speed ratio or column (its figures do not depend on finmbs)")
+    q.add_argument(
+        "--profiles",
+        default="cascade,full,static",
+        help="finmbs profiles, each its own index DIR-PROFILE: "
+        "full (MiniLM at ingest), static (the distilled static embedder only), cascade (static + BM25 at ingest, MiniLM re-ranks)",
+    )
+    q.add_argument(
+        "--modes", default="", help="more search modes of the first profile: dense,hybrid,hybrid+metadata,no-concepts"
+    )
+    q.add_argument(
+        "--overlap", type=int, default=None, help="index.chunk_overlap of the finmbs ingests (default: the setting's)"
+    )
+    q.add_argument(
+        "--no-llamaindex",
+        dest="llamaindex",
+        action="store_false",
+        help="finmbs alone: no plain LlamaIndex ingest, speed ratio or column (its figures do not depend on finmbs)",
+    )
     a = sub.add_parser("agreements")
     a.add_argument("--index-path", default=".finmbs/bench-agreements")
     a.add_argument("--workers", type=int, default=None)
-    a.add_argument("--profiles", default="full", help="comma-separated: full, cascade, static (each its own index DIR-PROFILE)")
-    a.add_argument("--only-clause-docs", action="store_true", help="only the agreements the clause queries point at, and as many small others")
+    a.add_argument(
+        "--profiles", default="full", help="comma-separated: full, cascade, static (each its own index DIR-PROFILE)"
+    )
+    a.add_argument(
+        "--only-clause-docs",
+        action="store_true",
+        help="only the agreements the clause queries point at, and as many small others",
+    )
     e = sub.add_parser("engines")
     e.add_argument("--points", type=int, default=100000)
     e.add_argument("--engines", default="qdrant-edge", help="comma-separated: qdrant-edge, qdrant-client local")

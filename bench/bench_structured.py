@@ -24,13 +24,16 @@ from finmbs.seeds import load_seeds
 SOLUTION = "Work through the problem step by step; the final answer is {answer}."
 
 
-async def failures(gateway: Gateway, endpoint, prompts: list[str], samples: int, constrained: bool) -> tuple[int, int, float]:
+async def failures(
+    gateway: Gateway, endpoint, prompts: list[str], samples: int, constrained: bool
+) -> tuple[int, int, float]:
     """(unparseable replies, replies, seconds) for every prompt x sample."""
     fmt = schema_format(Decomposition) if constrained else None
     began, bad, total = time.perf_counter(), 0, 0
     for text in prompts:
-        replies = await gateway.generate(endpoint, role="teacher", messages=[{"role": "user", "content": text}],
-                                         n=samples, response_format=fmt)
+        replies = await gateway.generate(
+            endpoint, role="teacher", messages=[{"role": "user", "content": text}], n=samples, response_format=fmt
+        )
         for reply in replies:
             parsed, _ = parse_structured(reply.text, Decomposition)
             bad += parsed is None
@@ -47,8 +50,15 @@ async def main() -> None:
     teacher = config.roles.teachers[0]
     seeds = load_seeds(resource_dir("corpora") / "math" / "seeds.jsonl")[: args.seeds]
     prompts = [
-        render_prompt("decompose", K=config.stages.K, document="", question=s.question,
-                      solution=SOLUTION.format(answer=s.answer), answer=s.answer, failed="")
+        render_prompt(
+            "decompose",
+            K=config.stages.K,
+            document="",
+            question=s.question,
+            solution=SOLUTION.format(answer=s.answer),
+            answer=s.answer,
+            failed="",
+        )
         for s in seeds
     ]
     gateway = Gateway(cache_path=None, embedded=config.embedded)

@@ -106,8 +106,13 @@ def math_pairs() -> list[tuple[str, str]]:
     """Ordinary (predicted, gold) pairs as rewards see them: fractions, decimals, LaTeX, algebra, misses."""
     pairs = []
     for i in range(1, 41):
-        pairs += [(rf"\frac{{{i}}}{{{2 * i}}}", "0.5"), (f"{i}.0", str(i)), (f"{i + 1}", str(i)),
-                  (rf"{i}\sqrt{{2}}", rf"\sqrt{{{2 * i * i}}}"), (f"x^2 + {2 * i}x + {i * i}", f"(x + {i})^2")]
+        pairs += [
+            (rf"\frac{{{i}}}{{{2 * i}}}", "0.5"),
+            (f"{i}.0", str(i)),
+            (f"{i + 1}", str(i)),
+            (rf"{i}\sqrt{{2}}", rf"\sqrt{{{2 * i * i}}}"),
+            (f"x^2 + {2 * i}x + {i * i}", f"(x + {i})^2"),
+        ]
     return pairs
 
 
@@ -153,9 +158,12 @@ def main() -> None:
     if args.math_only:
         return
     table = [(p, g, q, truth, truth) for p, g, q, truth in hand_written_cases()]
-    measure("hand-written table (truth = the table's label; undecided rows count as correct only when undecided)",
-            table)
-    measure("FinanceBench answer pairs", financebench_pairs(args.data / "financebench" / "financebench_open_source.jsonl"))
+    measure(
+        "hand-written table (truth = the table's label; undecided rows count as correct only when undecided)", table
+    )
+    measure(
+        "FinanceBench answer pairs", financebench_pairs(args.data / "financebench" / "financebench_open_source.jsonl")
+    )
 
 
 if __name__ == "__main__":

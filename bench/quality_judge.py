@@ -55,12 +55,16 @@ async def main(args: argparse.Namespace) -> None:
     ill = [s for label, s in rows if not label]
     well = [s for label, s in rows if label]
     usage = gateway.role_usage("judge")
-    print(f"\njudge {config.roles.judge.model}: accuracy {sum(s == l for l, s in rows)}/{len(rows)}; "
-          f"ill-posed caught {sum(s is False for s in ill)}/{len(ill)}; "
-          f"well-posed wrongly rejected {sum(s is False for s in well)}/{len(well)}; "
-          f"unparseable {sum(s is None for _, s in rows)}")
-    print(f"{usage.calls} calls ({usage.cache_hits} from cache), {usage.prompt_tokens} prompt + "
-          f"{usage.completion_tokens} completion tokens, {seconds:.0f} s")
+    print(
+        f"\njudge {config.roles.judge.model}: accuracy {sum(said == label for label, said in rows)}/{len(rows)}; "
+        f"ill-posed caught {sum(s is False for s in ill)}/{len(ill)}; "
+        f"well-posed wrongly rejected {sum(s is False for s in well)}/{len(well)}; "
+        f"unparseable {sum(s is None for _, s in rows)}"
+    )
+    print(
+        f"{usage.calls} calls ({usage.cache_hits} from cache), {usage.prompt_tokens} prompt + "
+        f"{usage.completion_tokens} completion tokens, {seconds:.0f} s"
+    )
     gateway.close()
 
 

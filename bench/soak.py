@@ -33,12 +33,22 @@ from finmbs.testing.server import Reply, Request, ScriptedOpenAIServer
 from finmbs.testing.world import Agent, World, world_config
 
 AGENTS = {
-    "weak-teacher": Agent(capacity=2), "strong-teacher": Agent(),
-    "s1": Agent(capacity=2, partial=0.5), "s2": Agent(capacity=1, boost=2, partial=0.875),
+    "weak-teacher": Agent(capacity=2),
+    "strong-teacher": Agent(),
+    "s1": Agent(capacity=2, partial=0.5),
+    "s2": Agent(capacity=1, boost=2, partial=0.875),
     "target": Agent(capacity=6, partial=0.5),
 }
-EMPTY = json.dumps({"id": "e", "object": "chat.completion", "created": 0, "model": "m", "choices": [],
-                    "usage": {"prompt_tokens": 1, "completion_tokens": 0, "total_tokens": 1}})
+EMPTY = json.dumps(
+    {
+        "id": "e",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "m",
+        "choices": [],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 0, "total_tokens": 1},
+    }
+)
 FAULTS = [Reply(status=429), Reply(status=500), Reply(raw='{"id": "x", "choices": [{"message": '), Reply(raw=EMPTY)]
 
 
@@ -69,8 +79,9 @@ def seeds_file(path: Path, count: int) -> Path:
 
 
 def config_file(path: Path, base_url: str, cache: Path, retries: int) -> Path:
-    cfg = world_config(base_url, ["weak-teacher", "strong-teacher"], ["s1", "s2"], "target", str(cache),
-                       Nt=2, N=8, N_leaf=2, L=100)
+    cfg = world_config(
+        base_url, ["weak-teacher", "strong-teacher"], ["s1", "s2"], "target", str(cache), Nt=2, N=8, N_leaf=2, L=100
+    )
     data = cfg.model_dump(mode="json") | {"seed_concurrency": 4}
     for role in ("teachers", "students"):
         for endpoint in data["roles"][role]:
@@ -98,8 +109,11 @@ def child(config: str, seeds: str, out: str) -> None:
 
 def outputs(out: Path) -> tuple:
     """What a run leaves, minus usage and timing."""
-    metrics = {k: v for k, v in json.loads((out / "metrics.json").read_text()).items()
-               if k not in ("usage", "wall_time_s", "cache_hits")}
+    metrics = {
+        k: v
+        for k, v in json.loads((out / "metrics.json").read_text()).items()
+        if k not in ("usage", "wall_time_s", "cache_hits")
+    }
     for stage in metrics.get("stages", {}).values():  # model seconds are timing too
         stage.pop("model_seconds", None)
     trees = {p.name: json.loads(p.read_text()) for p in sorted((out / "trees").iterdir())}
@@ -122,8 +136,14 @@ def done(out: Path) -> int:
     return len(list((out / "done").iterdir())) if (out / "done").is_dir() else 0
 
 
-def run_with_stops(command: list[str], out: Path, total: int, stops: list[tuple[float, int]], log,
-                   server: ScriptedOpenAIServer | None = None) -> list[int]:
+def run_with_stops(
+    command: list[str],
+    out: Path,
+    total: int,
+    stops: list[tuple[float, int]],
+    log,
+    server: ScriptedOpenAIServer | None = None,
+) -> list[int]:
     """Run `command` until it finishes, stopping it with each (fraction, signal) as done/ passes the fraction;
     after each stop, log the calls on record against the requests the server received."""
     codes = []
@@ -137,8 +157,11 @@ def run_with_stops(command: list[str], out: Path, total: int, stops: list[tuple[
         _, stderr = process.communicate(timeout=600)
         codes.append(process.returncode)
         seen = f"; calls on record {ledger_calls(out)}, requests received {server.request_count}" if server else ""
-        log(f"  run {len(codes)}: exit {process.returncode} with {done(out)}/{total} seeds done"
-            + (f" (sent {signal.Signals(sig).name})" if sig else "") + seen)
+        log(
+            f"  run {len(codes)}: exit {process.returncode} with {done(out)}/{total} seeds done"
+            + (f" (sent {signal.Signals(sig).name})" if sig else "")
+            + seen
+        )
         if process.returncode not in (0, 130, -signal.SIGKILL):
             log(stderr[-2000:])
             raise SystemExit("soak child failed")
@@ -172,14 +195,20 @@ def soak(count: int, chaos: float, retries: int, log=print) -> dict:
 
         metrics = json.loads((out / "metrics.json").read_text())
         return {
-            "seeds": count, "chaos": chaos, "faults": {["429", "500", "malformed", "empty"][k]: v
-                                                       for k, v in sorted(flaky.faults.items())},
-            "exit_codes": codes, "identical_outputs": outputs(out) == outputs(clean),
-            "requests_sent": requests, "calls_on_record": ledger_calls(out),
+            "seeds": count,
+            "chaos": chaos,
+            "faults": {["429", "500", "malformed", "empty"][k]: v for k, v in sorted(flaky.faults.items())},
+            "exit_codes": codes,
+            "identical_outputs": outputs(out) == outputs(clean),
+            "requests_sent": requests,
+            "calls_on_record": ledger_calls(out),
             "metrics_calls": sum(u["calls"] for u in metrics["usage"].values()),
-            "duplicates": duplicates(out), "clean_requests": clean_requests, "clean_calls_on_record": clean_calls,
+            "duplicates": duplicates(out),
+            "clean_requests": clean_requests,
+            "clean_calls_on_record": clean_calls,
             "qualified": len(list(read_jsonl(out / "qualified.jsonl"))),
-            "clean_s": round(clean_s, 1), "stressed_s": round(stressed_s, 1),
+            "clean_s": round(clean_s, 1),
+            "stressed_s": round(stressed_s, 1),
         }
 
 

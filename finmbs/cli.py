@@ -33,7 +33,6 @@ app = typer.Typer(
 )
 
 
-
 def show_version(value: bool) -> None:
     if value:
         from finmbs import __version__
@@ -45,13 +44,16 @@ def show_version(value: bool) -> None:
 @app.callback()
 def main(
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Log gateway retries and stage decisions."),
-    version: bool = typer.Option(False, "--version", callback=show_version, is_eager=True,
-                                 help="Print the finmbs version and exit."),
+    version: bool = typer.Option(
+        False, "--version", callback=show_version, is_eager=True, help="Print the finmbs version and exit."
+    ),
 ) -> None:
     """finmbs: MagicBeanStalk synthesis of calibrated RLVR problems (finance documents and math)."""
     import logging
 
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+    )
 
 
 for module in sorted(m.name for m in pkgutil.iter_modules(finmbs.commands.__path__) if not m.name.startswith("_")):

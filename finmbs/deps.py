@@ -125,8 +125,14 @@ def drift(only: set[str] | None = None) -> list[Drift]:
     optional = _optional_of_locked()
     for name in sorted(set(have) - set(pins) - {"finmbs", "pip", "setuptools", "wheel"}):
         if name in optional and (only is None or optional[name] & only):
-            found.append(Drift(name, have[name], None, f"not in the lock; {', '.join(sorted(optional[name]))} "
-                                                          "imports it when present"))
+            found.append(
+                Drift(
+                    name,
+                    have[name],
+                    None,
+                    f"not in the lock; {', '.join(sorted(optional[name]))} imports it when present",
+                )
+            )
     return found
 
 

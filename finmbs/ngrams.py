@@ -66,8 +66,14 @@ class NgramIndex:
     `min_coverage` of a reference's remaining distinct n-grams.
     """
 
-    def __init__(self, references: Iterable[Reference], n: int = 13, min_words: int = 6,
-                 min_coverage: float = 0.5, common: int = 3):
+    def __init__(
+        self,
+        references: Iterable[Reference],
+        n: int = 13,
+        min_words: int = 6,
+        min_coverage: float = 0.5,
+        common: int = 3,
+    ):
         if n < 1 or min_words < 1 or common < 2 or not 0 < min_coverage <= 1:
             raise ValueError("need n >= 1, min_words >= 1, common >= 2 and 0 < min_coverage <= 1")
         self.n, self.min_words, self.min_coverage = n, min_words, min_coverage

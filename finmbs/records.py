@@ -20,7 +20,8 @@ def first_error(exc: ValidationError) -> tuple[str, str]:
 
 def shown_path(source_path: str) -> str:
     """A document's path as a record or a search hit shows it: relative to the working directory when the file lies
-    under it (the index keys files by absolute path; a run folder, dataset or search result should not carry a machine's)."""
+    under it (the index keys files by absolute path; a run folder, dataset or search result should not carry a
+    machine's)."""
     path = Path(source_path)
     try:
         return path.relative_to(Path.cwd()).as_posix() if path.is_absolute() else source_path

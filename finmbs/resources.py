@@ -40,4 +40,3 @@ def render_prompt(name: str, **fields: object) -> str:
         return "" if value is None else str(value)
 
     return _SLOT.sub(fill, prompt_template(name))
-

@@ -32,14 +32,16 @@ MATH_SOURCES = ("math", "aime", "amc", "gsm8k", "dapo", "deepscaler", "olympiad"
 
 
 def domain_of(data_source: str) -> str:
-    """"finance" or "math" for a veRL data_source; ValueError for anything else."""
+    """ "finance" or "math" for a veRL data_source; ValueError for anything else."""
     name = str(data_source).lower()
     if any(s in name for s in FINANCE_SOURCES):
         return "finance"
     if any(s in name for s in MATH_SOURCES):
         return "math"
-    raise ValueError(f"finmbs reward: unknown data_source {data_source!r} (expected finmbs/math, finmbs/finance, "
-                     "a math benchmark name, financebench or secque)")
+    raise ValueError(
+        f"finmbs reward: unknown data_source {data_source!r} (expected finmbs/math, finmbs/finance, "
+        "a math benchmark name, financebench or secque)"
+    )
 
 
 def _result(correct: bool, pred: str | None, decided_by: str) -> dict[str, Any]:
@@ -53,8 +55,9 @@ def _question(extra_info: Any) -> str | None:
     return None
 
 
-def score_deterministic(data_source: str, solution_str: str, ground_truth: str, question: str | None = None
-                        ) -> dict[str, Any]:
+def score_deterministic(
+    data_source: str, solution_str: str, ground_truth: str, question: str | None = None
+) -> dict[str, Any]:
     """The reward without any LLM: math-verify or the finance comparer ("undecided" scores 0.0)."""
     pred = extract_final_answer(solution_str or "")
     if not pred:
@@ -83,10 +86,12 @@ class _JudgeRunner:
         from finmbs.verify.judge import judge_equivalence
 
         async def run() -> list[bool]:
-            verdicts = await asyncio.gather(*(
-                judge_equivalence(self.gateway, self.endpoint, question=q, predicted=p, ground_truth=g)
-                for q, p, g in items
-            ))
+            verdicts = await asyncio.gather(
+                *(
+                    judge_equivalence(self.gateway, self.endpoint, question=q, predicted=p, ground_truth=g)
+                    for q, p, g in items
+                )
+            )
             return [v.equal for v in verdicts]
 
         return asyncio.run_coroutine_threadsafe(run(), self.loop).result()
@@ -104,8 +109,11 @@ def judge_runner() -> _JudgeRunner | None:
 
 
 def compute_score_batch(
-    data_sources: list[str], solution_strs: list[str], ground_truths: list[str],
-    extra_infos: list[Any] | None = None, **kwargs: Any,
+    data_sources: list[str],
+    solution_strs: list[str],
+    ground_truths: list[str],
+    extra_infos: list[Any] | None = None,
+    **kwargs: Any,
 ) -> list[dict[str, Any]]:
     """Scores for a batch; undecided finance answers go to the judge together (one call per batch)."""
     extra_infos = list(extra_infos) if extra_infos is not None else [None] * len(data_sources)
@@ -149,8 +157,12 @@ def completion_text(completion: Any) -> str:
 
 
 def trl_reward(
-    completions: list[Any], answer: list[str], data_source: list[str] | None = None,
-    question: list[str | None] | None = None, log_extra: Any = None, **kwargs: Any,
+    completions: list[Any],
+    answer: list[str],
+    data_source: list[str] | None = None,
+    question: list[str | None] | None = None,
+    log_extra: Any = None,
+    **kwargs: Any,
 ) -> list[float]:
     """TRL GRPOTrainer reward: one float per completion, 1.0 when its final answer matches `answer`.
 
@@ -163,7 +175,9 @@ def trl_reward(
     sources = data_source or ["finmbs/math"] * len(completions)
     questions = question or [None] * len(completions)
     results = compute_score_batch(
-        list(sources), [completion_text(c) for c in completions], [str(a) for a in answer],
+        list(sources),
+        [completion_text(c) for c in completions],
+        [str(a) for a in answer],
         [{"question": q} for q in questions],
     )
     if callable(log_extra):

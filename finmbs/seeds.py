@@ -55,7 +55,9 @@ def _read_text(path: Path) -> str:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         line = data[: exc.start].count(b"\n") + 1
-        raise SeedsError(f"{path} line {line}: not UTF-8 (byte 0x{data[exc.start]:02x}); save the file as UTF-8") from None
+        raise SeedsError(
+            f"{path} line {line}: not UTF-8 (byte 0x{data[exc.start]:02x}); save the file as UTF-8"
+        ) from None
 
 
 def _looks(seed_id: str) -> str:

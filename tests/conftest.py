@@ -32,8 +32,14 @@ def openai_server():
 def make_endpoint(openai_server):
     def make(name: str = "scripted", **kwargs) -> Endpoint:
         fields = dict(
-            name=name, model=f"openai/{name}", api_base=openai_server.base_url, max_concurrency=8,
-            temperature=1.0, max_tokens=64, timeout_s=5.0, max_retries=3,
+            name=name,
+            model=f"openai/{name}",
+            api_base=openai_server.base_url,
+            max_concurrency=8,
+            temperature=1.0,
+            max_tokens=64,
+            timeout_s=5.0,
+            max_retries=3,
         )
         fields.update(kwargs)
         return Endpoint(**fields)
@@ -52,8 +58,13 @@ _FIRST = pytest.StashKey[dict]()  # new top-level entry -> the first test after 
 def checkout_leftovers() -> set[str] | None:
     """Untracked and ignored paths of the checkout as `git status` lists them; None outside a git checkout."""
     try:
-        listed = subprocess.run(["git", "status", "--porcelain", "--ignored", "--untracked-files=normal"], cwd=ROOT,
-                                capture_output=True, text=True, timeout=60)
+        listed = subprocess.run(
+            ["git", "status", "--porcelain", "--ignored", "--untracked-files=normal"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     if listed.returncode != 0:
@@ -93,12 +104,13 @@ def pytest_sessionfinish(session, exitstatus):
     if gained:
         first = session.config.stash.get(_FIRST, {})
         culprits = {first[p.split("/")[0]] for p in gained if p.split("/")[0] in first}
-        message = (f"the test run left {', '.join(gained)} in the checkout {ROOT}"
-                   + (f" (first seen after {', '.join(sorted(culprits))})" if culprits else "")
-                   + ": give the test a tmp_path for it (cache_path, index.path, --out)")
+        message = (
+            f"the test run left {', '.join(gained)} in the checkout {ROOT}"
+            + (f" (first seen after {', '.join(sorted(culprits))})" if culprits else "")
+            + ": give the test a tmp_path for it (cache_path, index.path, --out)"
+        )
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")
         if reporter is not None:
             reporter.ensure_newline()
             reporter.write_line(f"ERROR: {message}", red=True)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
-

@@ -69,4 +69,5 @@ if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null
 fi
 
 "$PYTHON" -m finmbs.cli doctor --smoke
+PYTHON="$PYTHON" bash "$(dirname "$0")/lint.sh"
 exec "$PYTHON" -m pytest -q -p no:cacheprovider "$@"

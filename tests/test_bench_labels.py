@@ -34,8 +34,18 @@ def verdict(status: str, answer: str | None, reason: str = "") -> dict:
 
 def test_each_outcome_is_scored_against_the_label(labels):
     b = bench("bench_labels")
-    picked = [labels[i] for i in ("f-al-undrawn-fee-daycount", "f-al-default-rate", "f-al-exit-fee",
-                                  "f-av-default-sofr", "m-fence-posts", "m-buses", "m-rope")]
+    picked = [
+        labels[i]
+        for i in (
+            "f-al-undrawn-fee-daycount",
+            "f-al-default-rate",
+            "f-al-exit-fee",
+            "f-av-default-sofr",
+            "m-fence-posts",
+            "m-buses",
+            "m-rope",
+        )
+    ]
     rows = {
         "f-al-undrawn-fee-daycount": verdict("verified", "$110,958.90"),  # the wrong label, accepted as stated
         "f-al-default-rate": verdict("relabeled", "11.5%"),  # relabeled to the right answer, written otherwise
@@ -46,9 +56,13 @@ def test_each_outcome_is_scored_against_the_label(labels):
     }  # m-rope: missing from the output
     tallies, results = b.score(picked, rows)
     assert results == {
-        "f-al-undrawn-fee-daycount": "wrong: accepted wrong", "f-al-default-rate": "wrong: fixed",
-        "f-al-exit-fee": "right: kept", "f-av-default-sofr": "right: rejected", "m-fence-posts": "wrong: relabeled wrong",
-        "m-buses": "right: relabeled wrong", "m-rope": "wrong: missing",
+        "f-al-undrawn-fee-daycount": "wrong: accepted wrong",
+        "f-al-default-rate": "wrong: fixed",
+        "f-al-exit-fee": "right: kept",
+        "f-av-default-sofr": "right: rejected",
+        "m-fence-posts": "wrong: relabeled wrong",
+        "m-buses": "right: relabeled wrong",
+        "m-rope": "wrong: missing",
     }
     assert tallies["finance"].reasons == ["f-av-default-sofr (right): program gives 7.85% and traces give 9.85%"]
     assert tallies["math"].counts["wrong"] == 2 and tallies["finance"].counts["right"] == 2
@@ -56,8 +70,16 @@ def test_each_outcome_is_scored_against_the_label(labels):
 
 def test_a_rejection_names_its_check_and_the_program_result():
     b = bench("bench_labels")
-    got = b.outcome({"id": "x", "outcome": "rejected", "answer": None, "reason": "program and traces disagree",
-                     "check": "program", "program_answer": "7.85%"})
+    got = b.outcome(
+        {
+            "id": "x",
+            "outcome": "rejected",
+            "answer": None,
+            "reason": "program and traces disagree",
+            "check": "program",
+            "program_answer": "7.85%",
+        }
+    )
     assert (got.status, got.answer) == ("rejected", None)
     assert got.reason == "[program] program and traces disagree (program: 7.85%)"
 
@@ -78,5 +100,11 @@ def test_program_and_answer_read_from_a_reply():
     assert program_in(reply) == "x = 2\nanswer = x + 1"
     assert program_in("```py\n    x = 2\n    answer = x\n```") == "x = 2\nanswer = x"  # an indented block is dedented
     assert program_in("The answer is 3.") is None and program_in("answer = 4") == "answer = 4"
-    assert [b.as_answer(v) for v in (12.0, 2.5, 1 / 3, "1,200", True, float("nan"))] == \
-        ["12", "2.5", "0.333333", "1200", None, None]
+    assert [b.as_answer(v) for v in (12.0, 2.5, 1 / 3, "1,200", True, float("nan"))] == [
+        "12",
+        "2.5",
+        "0.333333",
+        "1200",
+        None,
+        None,
+    ]

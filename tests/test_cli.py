@@ -12,10 +12,28 @@ from finmbs import __version__
 from finmbs.cli import app
 
 runner = CliRunner()
-WRITERS = [["grow"], ["calibrate"], ["eval", "run"], ["eval", "compare"], ["audit"], ["export"], ["report"],
-           ["seeds", "from-financebench"], ["seeds", "from-csv"]]
-CONFIG_READERS = [["grow"], ["calibrate"], ["eval", "run"], ["audit"], ["models"], ["ingest"], ["search"],
-                  ["config", "explain"], ["config", "show"]]
+WRITERS = [
+    ["grow"],
+    ["calibrate"],
+    ["eval", "run"],
+    ["eval", "compare"],
+    ["audit"],
+    ["export"],
+    ["report"],
+    ["seeds", "from-financebench"],
+    ["seeds", "from-csv"],
+]
+CONFIG_READERS = [
+    ["grow"],
+    ["calibrate"],
+    ["eval", "run"],
+    ["audit"],
+    ["models"],
+    ["ingest"],
+    ["search"],
+    ["config", "explain"],
+    ["config", "show"],
+]
 
 
 def help_text(*command: str) -> str:
@@ -29,8 +47,11 @@ def test_version():
     assert result.exit_code == 0 and result.output.strip() == f"finmbs {__version__}"
 
 
-@pytest.mark.parametrize("command", [c for c in WRITERS + CONFIG_READERS if c != ["config", "show"]] + [[]],
-                         ids=lambda c: " ".join(c) or "finmbs")
+@pytest.mark.parametrize(
+    "command",
+    [c for c in WRITERS + CONFIG_READERS if c != ["config", "show"]] + [[]],
+    ids=lambda c: " ".join(c) or "finmbs",
+)
 def test_flags_are_shown_as_flags(command):
     assert "<bool>" not in help_text(*command)
 
@@ -61,8 +82,13 @@ def test_stage_symbols_are_explained_with_their_values():
         assert re.search(rf"│ {symbol}\s+│", result.output), symbol
     assert re.search(r"│ N\s+│ 16\s+│", result.output)
     # finmbs's own switches, with the default config's values
-    for key, value in (("stages.relabel", "False"), ("stages.extract", "retrieve"), ("novelty.enabled", "True"),
-                       ("quality.enabled", "False"), ("stages.keep", "roots")):
+    for key, value in (
+        ("stages.relabel", "False"),
+        ("stages.extract", "retrieve"),
+        ("novelty.enabled", "True"),
+        ("quality.enabled", "False"),
+        ("stages.keep", "roots"),
+    ):
         assert re.search(rf"│ {re.escape(key)}\s+│ {value}\s+│ \w", result.output), key
     assert "finmbs config explain" in help_text("grow")
     shown = runner.invoke(app, ["config", "show", "--set", "stages.L=512"])

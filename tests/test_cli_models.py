@@ -22,28 +22,40 @@ def test_help_lists_commands():
 
 
 def test_models_reachable_scripted_endpoint(openai_server, tmp_path):
-    result = run("models", "--set", "roles.judge.model=openai/judge", "--set", f"roles.judge.api_base={openai_server.base_url}")
+    result = run(
+        "models", "--set", "roles.judge.model=openai/judge", "--set", f"roles.judge.api_base={openai_server.base_url}"
+    )
     assert result.exit_code == 0, result.output
     assert "judge" in result.output
     assert openai_server.request_count == 0  # /models is a GET, completions untouched
 
 
 def test_models_probe_sends_one_request(openai_server):
-    result = run("models", "--probe", "--set", "roles.judge.model=openai/judge",
-                 "--set", f"roles.judge.api_base={openai_server.base_url}")
+    result = run(
+        "models",
+        "--probe",
+        "--set",
+        "roles.judge.model=openai/judge",
+        "--set",
+        f"roles.judge.api_base={openai_server.base_url}",
+    )
     assert result.exit_code == 0, result.output
     assert openai_server.request_count == 1
 
 
 def test_models_unreachable_endpoint_fails():
-    result = run("models", "--set", "roles.judge.model=openai/judge", "--set", "roles.judge.api_base=http://127.0.0.1:9/v1")
+    result = run(
+        "models", "--set", "roles.judge.model=openai/judge", "--set", "roles.judge.api_base=http://127.0.0.1:9/v1"
+    )
     assert result.exit_code == 1
     assert "unreachable" in result.output
 
 
 def test_missing_key_env_named(monkeypatch):
     monkeypatch.delenv("FINMBS_MISSING_KEY", raising=False)
-    result = run("models", "--set", "roles.judge.model=openai/gpt-5.2", "--set", "roles.judge.api_key_env=FINMBS_MISSING_KEY")
+    result = run(
+        "models", "--set", "roles.judge.model=openai/gpt-5.2", "--set", "roles.judge.api_key_env=FINMBS_MISSING_KEY"
+    )
     assert result.exit_code == 1
     assert "FINMBS_MISSING_KEY" in result.output
 

@@ -32,11 +32,35 @@ def test_the_command_line_gathers_the_shared_options_into_one_object():
 
     command = with_run_options(probe, executor=True)
     assert list(inspect.signature(command).parameters) == [
-        "path", "config", "set_", "profile", "executor", "ray_address", "ray_workers", "last"]
-    command(path=Path("x"), config=Path("c.yaml"), set_=["stages.N=2", "stages.L=9"], profile="paper", executor="ray",
-            ray_address="auto", ray_workers=3, last=1)
-    assert seen == [RunOptions(config=Path("c.yaml"), overrides=("stages.N=2", "stages.L=9"), profile="paper",
-                               executor="ray", ray_address="auto", ray_workers=3)]
+        "path",
+        "config",
+        "set_",
+        "profile",
+        "executor",
+        "ray_address",
+        "ray_workers",
+        "last",
+    ]
+    command(
+        path=Path("x"),
+        config=Path("c.yaml"),
+        set_=["stages.N=2", "stages.L=9"],
+        profile="paper",
+        executor="ray",
+        ray_address="auto",
+        ray_workers=3,
+        last=1,
+    )
+    assert seen == [
+        RunOptions(
+            config=Path("c.yaml"),
+            overrides=("stages.N=2", "stages.L=9"),
+            profile="paper",
+            executor="ray",
+            ray_address="auto",
+            ray_workers=3,
+        )
+    ]
     assert seen[0].with_overrides("stages.keep=all").overrides == ("stages.N=2", "stages.L=9", "stages.keep=all")
     with pytest.raises(TypeError, match="takes no `options: RunOptions`"):
         with_run_options(lambda path: None)
@@ -59,33 +83,46 @@ def test_every_command_that_runs_work_takes_the_executor_options(command):
 SEED = '{"id": "s1", "question": "What is 2 + 3?", "answer": "5"}\n'
 # every command that reads a run config, with the arguments it needs to get as far as reading it
 CONFIG_READERS = {
-    "grow": ["grow", "--seeds", "seeds.jsonl"], "calibrate": ["calibrate", "seeds.jsonl", "-o", "out.jsonl"],
-    "eval run": ["eval", "run", "gsm8k", "--model", "x/y"], "audit": ["audit", "run"], "models": ["models"],
-    "ingest": ["ingest", "docs"], "search": ["search", "anything"], "config explain": ["config", "explain"],
-    "config show": ["config", "show"], "seeds mine": ["seeds", "mine", "-o", "mined.jsonl"],
+    "grow": ["grow", "--seeds", "seeds.jsonl"],
+    "calibrate": ["calibrate", "seeds.jsonl", "-o", "out.jsonl"],
+    "eval run": ["eval", "run", "gsm8k", "--model", "x/y"],
+    "audit": ["audit", "run"],
+    "models": ["models"],
+    "ingest": ["ingest", "docs"],
+    "search": ["search", "anything"],
+    "config explain": ["config", "explain"],
+    "config show": ["config", "show"],
+    "seeds mine": ["seeds", "mine", "-o", "mined.jsonl"],
     "verify": ["verify", "seeds.jsonl"],
 }
 
 
 @pytest.mark.parametrize("name", CONFIG_READERS)
-def test_every_config_reading_command_takes_the_profile_and_a_set_that_contradicts_it_is_named(name, tmp_path,
-                                                                                              monkeypatch):
+def test_every_config_reading_command_takes_the_profile_and_a_set_that_contradicts_it_is_named(
+    name, tmp_path, monkeypatch
+):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "seeds.jsonl").write_text(SEED)
-    result = runner.invoke(app, [*CONFIG_READERS[name], "--profile", "paper", "--set", "novelty.enabled=true"],
-                           env={"COLUMNS": "300", "NO_COLOR": "1"})
+    result = runner.invoke(
+        app,
+        [*CONFIG_READERS[name], "--profile", "paper", "--set", "novelty.enabled=true"],
+        env={"COLUMNS": "300", "NO_COLOR": "1"},
+    )
     assert result.exit_code == 2, result.output
     assert [line for line in result.output.splitlines() if line.startswith("error:")] == [
         "error: profile: paper runs the method as published, where novelty.enabled is False (--set "
-        "novelty.enabled=true sets True): drop the --set, or drop profile: paper (key novelty.enabled)"]
+        "novelty.enabled=true sets True): drop the --set, or drop profile: paper (key novelty.enabled)"
+    ]
     assert not (tmp_path / "runs").exists()
 
 
 def test_a_bad_value_from_a_set_names_the_set_not_the_file(tmp_path):
     result = runner.invoke(app, ["config", "show", "--set", "stages.N=abc"], env={"COLUMNS": "300", "NO_COLOR": "1"})
     assert result.exit_code == 2
-    assert result.output.strip() == ("error: Input should be a valid integer, unable to parse string as an integer: "
-                                     "--set stages.N=abc (key stages.N)")
+    assert result.output.strip() == (
+        "error: Input should be a valid integer, unable to parse string as an integer: "
+        "--set stages.N=abc (key stages.N)"
+    )
     # a contradiction the file makes still names the file
     config = tmp_path / "paper.yaml"
     config.write_text("profile: paper\nnovelty:\n  enabled: true\n")

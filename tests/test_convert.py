@@ -45,8 +45,10 @@ def test_from_financebench_real_file(shared_data, tmp_path):
 
 def test_financebench_bad_line_named(tmp_path):
     path = tmp_path / "fb.jsonl"
-    path.write_text('{"financebench_id": "a", "question": "q", "answer": "1", "evidence": [{"evidence_text": "t"}]}\n'
-                    '{"financebench_id": "b", "question": "q"\n')
+    path.write_text(
+        '{"financebench_id": "a", "question": "q", "answer": "1", "evidence": [{"evidence_text": "t"}]}\n'
+        '{"financebench_id": "b", "question": "q"\n'
+    )
     with pytest.raises(SeedFormatError, match=r"fb\.jsonl:2: malformed JSON"):
         from_financebench(path)
 
@@ -64,21 +66,30 @@ def test_from_csv_and_roundtrip_through_load_seeds(tmp_path):
     path.write_text(CSV)
     seeds = from_csv(path)
     assert [s.id for s in seeds] == ["seeds-0001", "seeds-0002"]
-    assert seeds[0].snippet.page == 12 and seeds[0].entity == "AvidXchange, Inc." and seeds[0].snippet.doc_id == "avidxchange"
-    assert seeds[1].question == "What is the maximum leverage,\nafter the step-down?" and seeds[1].snippet.doc_id is None
+    assert (
+        seeds[0].snippet.page == 12
+        and seeds[0].entity == "AvidXchange, Inc."
+        and seeds[0].snippet.doc_id == "avidxchange"
+    )
+    assert (
+        seeds[1].question == "What is the maximum leverage,\nafter the step-down?" and seeds[1].snippet.doc_id is None
+    )
     out = tmp_path / "seeds.jsonl"
     result = CliRunner().invoke(app, ["seeds", "from-csv", str(path), "--out", str(out)])
     assert result.exit_code == 0, result.output
     assert [s.model_dump() for s in load_seeds(out)] == [s.model_dump() for s in seeds]
 
 
-@pytest.mark.parametrize(("body", "message"), [
-    ("question,answer,evidence\nq1,1,e1\nq2,2\n", r"seeds\.csv:3: expected 3 fields"),
-    ("question,answer,evidence\nq1,1,e1,extra\n", r"seeds\.csv:2: expected 3 fields"),
-    ("question,answer,evidence\nq1,,e1\n", r"seeds\.csv:2: empty 'answer'"),
-    ("question,answer,evidence,page\n\"q1\nsecond line\",1,e1,p7\n", r"seeds\.csv:3: page 'p7' is not a number"),
-    ("question,answer\nq1,1\n", r"seeds\.csv:1: missing column\(s\) \['snippet'\]"),
-])
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ("question,answer,evidence\nq1,1,e1\nq2,2\n", r"seeds\.csv:3: expected 3 fields"),
+        ("question,answer,evidence\nq1,1,e1,extra\n", r"seeds\.csv:2: expected 3 fields"),
+        ("question,answer,evidence\nq1,,e1\n", r"seeds\.csv:2: empty 'answer'"),
+        ('question,answer,evidence,page\n"q1\nsecond line",1,e1,p7\n', r"seeds\.csv:3: page 'p7' is not a number"),
+        ("question,answer\nq1,1\n", r"seeds\.csv:1: missing column\(s\) \['snippet'\]"),
+    ],
+)
 def test_csv_malformed_row_names_file_and_line(tmp_path, body, message):
     path = tmp_path / "seeds.csv"
     path.write_text(body)
@@ -124,8 +135,15 @@ def test_demo_seeds_are_hard_real_and_grounded():
         assert len(_norm(seed.snippet.text)) >= 250, seed.id  # a passage, not a phrase
 
 
-@pytest.mark.parametrize("name", ["seeds-quickstart.jsonl", "seeds-quickstart-more.jsonl", "seeds-quickstart-hard.jsonl",
-                                  "seeds-quickstart-default-rate.jsonl"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "seeds-quickstart.jsonl",
+        "seeds-quickstart-more.jsonl",
+        "seeds-quickstart-hard.jsonl",
+        "seeds-quickstart-default-rate.jsonl",
+    ],
+)
 def test_quickstart_seeds_are_grounded_and_measured(name):
     seeds = load_seeds(FINANCE / name)
     assert seeds and all(s.id.startswith("qs-") for s in seeds)
@@ -156,10 +174,14 @@ def test_every_shipped_agreement_states_the_default_rate_clause():
     # the default-rate quickstart seeds re-ground onto whichever agreement retrieval picks: each shipped
     # agreement adds 2% to the rate otherwise applicable after a default (Brown-Forman: to overdue amounts)
     two = r"(?:two percent \(2(?:\.0)?%\)|\b2(?:\.0)?% per annum)"
-    clause = re.compile(rf"(?i){two}[^.;]{{0,200}}?(?:otherwise (?:applicable|payable)|in excess of)"
-                        rf"|otherwise applicable[^.;]{{0,200}}?{two}")
+    clause = re.compile(
+        rf"(?i){two}[^.;]{{0,200}}?(?:otherwise (?:applicable|payable)|in excess of)"
+        rf"|otherwise applicable[^.;]{{0,200}}?{two}"
+    )
     docs = {p.stem: re.sub(r"\s+", " ", p.read_text(encoding="utf-8")) for p in (FINANCE / "docs").glob("*.txt")}
-    assert len(docs) == 4 and all(clause.search(text) for text in docs.values()), [d for d, t in docs.items() if not clause.search(t)]
+    assert len(docs) == 4 and all(clause.search(text) for text in docs.values()), [
+        d for d, t in docs.items() if not clause.search(t)
+    ]
     for seed in load_seeds(FINANCE / "seeds-quickstart-default-rate.jsonl"):
         assert clause.search(re.sub(r"\s+", " ", seed.snippet.text)), seed.id
 

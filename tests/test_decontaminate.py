@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-
 from export_fixtures import NEW_SNIPPET, finance_run, math_run, problem
+
 from finmbs.export import export_run
 from finmbs.export.decontaminate import Decontaminator, load_eval_sets
 from finmbs.ngrams import NgramIndex, Reference, words
@@ -28,15 +28,23 @@ def test_planted_benchmark_questions_and_seed_copies_are_dropped(tmp_path, share
     gsm = rows_of(shared_data / "gsm8k" / "test.jsonl")[17]
     planted = [
         # a real MATH-500 problem with a lead-in: shares its 13-grams
-        problem("plant/math500", "Here is a good exercise. " + long_one["problem"], long_one["answer"], "s1", "t9/0",
-                k=2),
+        problem(
+            "plant/math500", "Here is a good exercise. " + long_one["problem"], long_one["answer"], "s1", "t9/0", k=2
+        ),
         # a short MATH-500 problem (4 words) asked verbatim: caught by exact match
         problem("plant/short", short_one["problem"], short_one["answer"], "s2", "t9/0", k=2),
         # a GSM8K question with its numbers kept and a different final ask appended
         problem("plant/gsm8k", gsm["question"] + " Then double it.", "1", "s2", "t9/1", k=2),
         # a copy of seed s1 with one extra sentence
-        problem("plant/seed", "Consider the cubic below. Let f(x) = x^3 - 6x^2 + 11x - 6. Find the sum of the "
-                "squares of the roots of f, then multiply it by the product of the roots.", "84", "s1", "t9/1", k=4),
+        problem(
+            "plant/seed",
+            "Consider the cubic below. Let f(x) = x^3 - 6x^2 + 11x - 6. Find the sum of the "
+            "squares of the roots of f, then multiply it by the product of the roots.",
+            "84",
+            "s1",
+            "t9/1",
+            k=4,
+        ),
     ]
     run = math_run(tmp_path / "run", extra_qualified=planted)
     report = export_run(run, "verl", split="train", eval_data=[shared_data])
@@ -58,8 +66,16 @@ def test_flag_keeps_rows_and_marks_them(tmp_path, shared_data):
     leaked = NEW_SNIPPET.model_copy(update={"text": NEW_SNIPPET.text + " Note: " + fb["question"]})
     planted = [
         problem("plant/fb-question", fb["question"], fb["answer"], "f1", "t9/0", snippet=NEW_SNIPPET, k=3),
-        problem("plant/fb-snippet", "What is the Applicable Margin on Base Rate Loans for Globex, in percent per "
-                "annum, when no leverage step-up applies?", "1.10%", "f1", "t9/1", snippet=leaked, k=3),
+        problem(
+            "plant/fb-snippet",
+            "What is the Applicable Margin on Base Rate Loans for Globex, in percent per "
+            "annum, when no leverage step-up applies?",
+            "1.10%",
+            "f1",
+            "t9/1",
+            snippet=leaked,
+            k=3,
+        ),
     ]
     run = finance_run(tmp_path / "run", extra_qualified=planted)
     report = export_run(run, "jsonl", split="train", eval_data=[shared_data], policy="flag")
@@ -74,8 +90,20 @@ def test_flag_keeps_rows_and_marks_them(tmp_path, shared_data):
 
 def test_extra_eval_jsonl_and_bad_lines(tmp_path):
     extra = tmp_path / "private_eval.jsonl"
-    extra.write_text(json.dumps({"id": "pe-1", "prompt": [{"role": "user", "content":
-        "Find how many odd positive integers n below 2000 make n^2 + 3n + 5 divisible by 121 and leave remainder 2."}]}) + "\n")
+    extra.write_text(
+        json.dumps(
+            {
+                "id": "pe-1",
+                "prompt": [
+                    {
+                        "role": "user",
+                        "content": "Find how many odd positive integers n below 2000 make n^2 + 3n + 5 divisible by 121 and leave remainder 2.",
+                    }
+                ],
+            }
+        )
+        + "\n"
+    )
     sets = load_eval_sets([extra])
     assert sets == {"private_eval": [Reference("private_eval", "pe-1", sets["private_eval"][0].text)]}
     bad = tmp_path / "bad.jsonl"
@@ -95,9 +123,15 @@ def test_extra_eval_jsonl_and_bad_lines(tmp_path):
 
 
 def test_ngram_index_rules():
-    index = NgramIndex([Reference("bench", "long", "the quick brown fox jumps over the lazy dog"),
-                        Reference("bench", "short", "compute two plus"),
-                        Reference("bench", "tiny", "hello there")], n=5, min_words=3)
+    index = NgramIndex(
+        [
+            Reference("bench", "long", "the quick brown fox jumps over the lazy dog"),
+            Reference("bench", "short", "compute two plus"),
+            Reference("bench", "tiny", "hello there"),
+        ],
+        n=5,
+        min_words=3,
+    )
     ref, coverage, gram = index.overlaps("Yesterday THE quick, brown fox jumps over the lazy cat.")
     assert (ref.ref, coverage, gram) == ("long", 0.8, "the quick brown fox jumps")
     assert index.overlaps("Yesterday THE quick, brown fox jumps high.") is None  # 1 of 5 grams: below half
@@ -108,7 +142,10 @@ def test_ngram_index_rules():
     seeds = [problem("s1", "the quick brown fox jumps over the lazy dog", "1", "s1", "0")]
     checker = Decontaminator({}, seeds, n=5)
     assert checker.check(seeds[0]) is None  # a seed is not a copy of itself
-    assert checker.check(problem("x", "so the quick brown fox jumps over the lazy dog", "1", "s1", "t0/0")).source == "seeds"
+    assert (
+        checker.check(problem("x", "so the quick brown fox jumps over the lazy dog", "1", "s1", "t0/0")).source
+        == "seeds"
+    )
 
 
 def test_real_training_data_copies_are_caught_and_stock_phrasing_is_not(shared_data):
@@ -117,8 +154,12 @@ def test_real_training_data_copies_are_caught_and_stock_phrasing_is_not(shared_d
     checker = Decontaminator(load_eval_sets([shared_data]), [])
     hits = {r["id"]: h for r in rows if (h := checker.check(problem(str(r["id"]), r["problem"], r["answer"], "", "")))}
     assert {i: (h.source, h.ref) for i, h in hits.items()} == {
-        6199: ("math500", "test/intermediate_algebra/345.json"), 7147: ("math500", "test/geometry/947.json"),
-        15848: ("amc23", "46"), 15850: ("amc23", "47"), 15885: ("amc23", "10")}
+        6199: ("math500", "test/intermediate_algebra/345.json"),
+        7147: ("math500", "test/geometry/947.json"),
+        15848: ("amc23", "46"),
+        15850: ("amc23", "47"),
+        15885: ("amc23", "10"),
+    }
     # 5963 shares AIME 2024 #65's answer-format sentence ("... m, n, and p are positive integers ...") only
     stock = next(r for r in rows if r["id"] == 5963)
     assert "relatively prime" in stock["problem"] and 5963 not in hits

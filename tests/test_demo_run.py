@@ -13,8 +13,17 @@ from finmbs.cli import app
 from finmbs.export import load_run
 
 DEMO = Path(__file__).resolve().parents[1] / "corpora" / "demo" / "quickstart-run"
-SHIPPED = {"config.yaml", "seeds.jsonl", "trees", "qualified.jsonl", "rejected.jsonl", "metrics.json", "done",
-           "usage.jsonl", "config_changes.jsonl"}
+SHIPPED = {
+    "config.yaml",
+    "seeds.jsonl",
+    "trees",
+    "qualified.jsonl",
+    "rejected.jsonl",
+    "metrics.json",
+    "done",
+    "usage.jsonl",
+    "config_changes.jsonl",
+}
 
 
 @pytest.fixture(scope="module")

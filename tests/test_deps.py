@@ -31,8 +31,9 @@ def fake_dist(folder: Path, name: str, version: str, module: str | None = None, 
 
 def finmbs(args: list[str], overlay: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(overlay), str(ROOT)]), "COLUMNS": "200"}
-    return subprocess.run([sys.executable, "-m", "finmbs.cli", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "finmbs.cli", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
+    )
 
 
 def test_the_lock_pins_every_package_once_and_holds_torch_at_the_cpu_release():
@@ -60,15 +61,23 @@ def test_doctor_names_a_leftover_optional_package_and_a_version_off_the_lock(tmp
 
 def test_an_integration_that_fails_to_import_is_one_line_naming_package_and_fix(tmp_path):
     overlay = tmp_path / "overlay"
-    fake_dist(overlay, "sentence-transformers", "6.3.0", "sentence_transformers",
-              'raise ValueError("Either a revision or a version must be specified.")\n')
+    fake_dist(
+        overlay,
+        "sentence-transformers",
+        "6.3.0",
+        "sentence_transformers",
+        'raise ValueError("Either a revision or a version must be specified.")\n',
+    )
     doc = ROOT / "corpora" / "finance" / "docs" / "brown_forman_2023_credit_agreement.txt"
     result = finmbs(["ingest", str(doc), "--index-path", str(tmp_path / "index"), "--json"], overlay, tmp_path)
     assert result.returncode == 2, result.stdout + result.stderr
     assert "Traceback" not in result.stderr
     error = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert len(error) == 1, result.stderr
-    assert "sentence-transformers 6.3.0 failed to import (ValueError: Either a revision or a version must be specified.)" in error[0]
+    assert (
+        "sentence-transformers 6.3.0 failed to import (ValueError: Either a revision or a version must be specified.)"
+        in error[0]
+    )
     assert "Fix:" in error[0] and "pip install -r" in error[0]
 
 

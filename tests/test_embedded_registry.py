@@ -50,8 +50,16 @@ def fake_model(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(site))
     monkeypatch.setenv("FINMBS_MODEL_CACHE", str(tmp_path / "cache"))
     whole = b"".join(PARTS)
-    model = EmbeddedModel(name="tiny-test", title="test", license="-", package=stem, version="1.2.3",
-                          parts=len(PARTS), size=len(whole), sha256=hashlib.sha256(whole).hexdigest())
+    model = EmbeddedModel(
+        name="tiny-test",
+        title="test",
+        license="-",
+        package=stem,
+        version="1.2.3",
+        parts=len(PARTS),
+        size=len(whole),
+        sha256=hashlib.sha256(whole).hexdigest(),
+    )
     monkeypatch.setitem(embedded.REGISTRY, model.name, model)
     return model, site
 

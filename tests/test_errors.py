@@ -21,8 +21,11 @@ def finmbs_exceptions() -> list[type[BaseException]]:
     found = []
     for info in pkgutil.walk_packages(finmbs.__path__, "finmbs."):
         module = importlib.import_module(info.name)
-        found += [obj for obj in vars(module).values()
-                  if inspect.isclass(obj) and issubclass(obj, BaseException) and obj.__module__ == module.__name__]
+        found += [
+            obj
+            for obj in vars(module).values()
+            if inspect.isclass(obj) and issubclass(obj, BaseException) and obj.__module__ == module.__name__
+        ]
     return found
 
 
@@ -32,12 +35,19 @@ def test_every_finmbs_exception_derives_from_finmbs_error():
     assert [f"{c.__module__}.{c.__qualname__}" for c in classes if not issubclass(c, FinmbsError)] == []
 
 
-@pytest.mark.parametrize(("name", "base"), [
-    ("finmbs.config.ConfigError", ValueError), ("finmbs.seeds.SeedsError", ValueError),
-    ("finmbs.ingest.parse.ParseError", ValueError), ("finmbs.export.exporter.EmptyExport", ValueError),
-    ("finmbs.llm.types.GatewayError", RuntimeError), ("finmbs.llm.types.BudgetExceeded", RuntimeError),
-    ("finmbs.runs.RunFolderBusy", RuntimeError), ("finmbs.executors.ExecutorError", RuntimeError),
-])
+@pytest.mark.parametrize(
+    ("name", "base"),
+    [
+        ("finmbs.config.ConfigError", ValueError),
+        ("finmbs.seeds.SeedsError", ValueError),
+        ("finmbs.ingest.parse.ParseError", ValueError),
+        ("finmbs.export.exporter.EmptyExport", ValueError),
+        ("finmbs.llm.types.GatewayError", RuntimeError),
+        ("finmbs.llm.types.BudgetExceeded", RuntimeError),
+        ("finmbs.runs.RunFolderBusy", RuntimeError),
+        ("finmbs.executors.ExecutorError", RuntimeError),
+    ],
+)
 def test_the_root_keeps_each_class_s_other_base(name, base):
     module, _, cls = name.rpartition(".")
     assert issubclass(getattr(importlib.import_module(module), cls), base)
@@ -52,14 +62,22 @@ def scratch(tmp_path, monkeypatch):
     return tmp_path
 
 
-@pytest.mark.parametrize(("command", "code", "line"), [
-    (["config", "show", "--config", "bad.yaml"], 2, "error: Field required (+1 more) (file bad.yaml, key roles)"),
-    (["config", "show", "--config", "missing.yaml"], 2, "error: config file not found (file missing.yaml)"),
-    (["grow", "--seeds", "missing.jsonl"], 2, "error: seeds file not found: missing.jsonl"),
-    (["report", "missing-run"], 2, "error: run folder not found: missing-run"),
-    (["export", "emptyrun"], 1, "error: nothing to export: no qualified problems in emptyrun/qualified.jsonl; nothing "
-                                "was written (--allow-empty writes empty files)"),
-], ids=lambda v: " ".join(v) if isinstance(v, list) else None)
+@pytest.mark.parametrize(
+    ("command", "code", "line"),
+    [
+        (["config", "show", "--config", "bad.yaml"], 2, "error: Field required (+1 more) (file bad.yaml, key roles)"),
+        (["config", "show", "--config", "missing.yaml"], 2, "error: config file not found (file missing.yaml)"),
+        (["grow", "--seeds", "missing.jsonl"], 2, "error: seeds file not found: missing.jsonl"),
+        (["report", "missing-run"], 2, "error: run folder not found: missing-run"),
+        (
+            ["export", "emptyrun"],
+            1,
+            "error: nothing to export: no qualified problems in emptyrun/qualified.jsonl; nothing "
+            "was written (--allow-empty writes empty files)",
+        ),
+    ],
+    ids=lambda v: " ".join(v) if isinstance(v, list) else None,
+)
 def test_an_expected_failure_is_one_line_and_its_exit_code(scratch, command, code, line):
     result = CliRunner().invoke(app, command, env={"COLUMNS": "300", "NO_COLOR": "1"})
     assert result.exception is None or isinstance(result.exception, SystemExit), result.exception

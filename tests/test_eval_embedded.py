@@ -23,10 +23,28 @@ def test_embedded_target_oracle_financebench(shared_data, tmp_path):
     data.write_text("".join(line for line in source.read_text().splitlines(True) if any(i in line for i in IDS)))
     out = tmp_path / "target.json"
     args = [
-        "eval", "financebench", "--model", "target", "--mode", "oracle", "--data", str(data),
-        "-n", "2", "--k", "1,2", "--max-tokens", "24", "--out", str(out),
-        "--set", f"cache_path={tmp_path / 'cache.sqlite'}", "--set", "roles.judge.max_tokens=32",
-        "--set", "roles.judge.model=embedded/qwen2.5-coder-0.5b-instruct",
+        "eval",
+        "financebench",
+        "--model",
+        "target",
+        "--mode",
+        "oracle",
+        "--data",
+        str(data),
+        "-n",
+        "2",
+        "--k",
+        "1,2",
+        "--max-tokens",
+        "24",
+        "--out",
+        str(out),
+        "--set",
+        f"cache_path={tmp_path / 'cache.sqlite'}",
+        "--set",
+        "roles.judge.max_tokens=32",
+        "--set",
+        "roles.judge.model=embedded/qwen2.5-coder-0.5b-instruct",
     ]
     start = time.monotonic()
     result = CliRunner().invoke(app, args)
@@ -42,10 +60,12 @@ def test_embedded_target_oracle_financebench(shared_data, tmp_path):
     assert all(0 < s["completion_tokens"] <= 24 for s in samples if s["excerpt"])
     usage = data_out["usage"]["policy"]
     assert usage["calls"] == 3 and usage["samples"] == 6  # one request per question: its 2 samples drawn together
-    print(f"\nembedded 0.5B oracle FinanceBench: {elapsed:.1f}s, pass@1={overall['pass_at']['pass@1']['value']:.3f}, "
-          f"pass@2={overall['pass_at']['pass@2']['value']:.3f}, refusals={overall['refusals']}, "
-          f"no_answer={overall['no_answer']}, judged={overall['judged']}, truncated={overall['truncated']}, "
-          f"usage={ {r: (u['calls'], u['completion_tokens']) for r, u in data_out['usage'].items()} }")
+    print(
+        f"\nembedded 0.5B oracle FinanceBench: {elapsed:.1f}s, pass@1={overall['pass_at']['pass@1']['value']:.3f}, "
+        f"pass@2={overall['pass_at']['pass@2']['value']:.3f}, refusals={overall['refusals']}, "
+        f"no_answer={overall['no_answer']}, judged={overall['judged']}, truncated={overall['truncated']}, "
+        f"usage={ {r: (u['calls'], u['completion_tokens']) for r, u in data_out['usage'].items()} }"
+    )
     print(result.stdout)
 
     again = CliRunner().invoke(app, [*args, "--overwrite"])  # the rerun is answered from the gateway cache

@@ -27,11 +27,13 @@ AIME = {
 }
 # FinanceBench, first three questions.
 FINANCE = {
-    "net PPNE for 3M": ["Final answer: $8.70"] * 5 + ["Final answer: $9.99"] * 2
+    "net PPNE for 3M": ["Final answer: $8.70"] * 5
+    + ["Final answer: $9.99"] * 2
     + ["I cannot answer this without the balance sheet."],
     "capital-intensive": ["Final answer: No, capex is about 5% of revenue."] * 2  # comparer undecided: judge
     + ["Final answer: Yes, it is capital intensive."] * 6,  # comparer: different
-    "operating margin change": ["Final answer: it fell by 1.7% because of litigation charges and a lower gross margin."] * 3
+    "operating margin change": ["Final answer: it fell by 1.7% because of litigation charges and a lower gross margin."]
+    * 3
     + ["Final answer: it fell by 1.7% on higher sales volumes."] * 5,  # both undecided: the judge decides
 }
 JUDGE_MARK = "Decide whether the PREDICTED answer means the same"
@@ -70,9 +72,23 @@ def invoke(*args: str):
 
 def eval_args(shared_data, tmp_path, server, bench: str, *extra: str, limit: int = 3) -> list[str]:
     return [
-        "eval", bench, "--model", "openai/policy", "--api-base", server.base_url,
-        "--data", str(shared_data / bench), "-n", "8", "--max-tokens", "64", "--limit", str(limit),
-        "--set", f"cache_path={tmp_path / 'cache.sqlite'}", *extra,
+        "eval",
+        bench,
+        "--model",
+        "openai/policy",
+        "--api-base",
+        server.base_url,
+        "--data",
+        str(shared_data / bench),
+        "-n",
+        "8",
+        "--max-tokens",
+        "64",
+        "--limit",
+        str(limit),
+        "--set",
+        f"cache_path={tmp_path / 'cache.sqlite'}",
+        *extra,
     ]
 
 
@@ -107,8 +123,12 @@ def test_finance_eval_comparer_then_judge_exact_numbers_per_type(openai_server, 
     openai_server.handler = policy_and_judge(FINANCE)
     out = tmp_path / "fb.json"
     judge = [
-        "--set", "roles.judge.model=openai/judge", "--set", f"roles.judge.api_base={openai_server.base_url}",
-        "--set", "roles.judge.chat=true",
+        "--set",
+        "roles.judge.model=openai/judge",
+        "--set",
+        f"roles.judge.api_base={openai_server.base_url}",
+        "--set",
+        "roles.judge.chat=true",
     ]
     # a partial run (killed after two questions), then the full run: finished samples are not asked again
     invoke(*eval_args(shared_data, tmp_path, openai_server, "financebench", *judge, "--out", str(out), limit=2))
@@ -143,8 +163,20 @@ def test_eval_compare_shows_deltas_with_paired_ci(openai_server, shared_data, tm
     invoke(*eval_args(shared_data, tmp_path, openai_server, "aime2024", "--k", "1,5", "--out", str(base)))
     better = {**AIME, "regular octagon": ["\\boxed{371}"] * 4 + ["\\boxed{1}"] * 4}
     openai_server.handler = policy_and_judge(better)
-    invoke(*eval_args(shared_data, tmp_path, openai_server, "aime2024", "--k", "1,5", "--out", str(trained),
-                      "--set", f"cache_path={tmp_path / 'other.sqlite'}"))
+    invoke(
+        *eval_args(
+            shared_data,
+            tmp_path,
+            openai_server,
+            "aime2024",
+            "--k",
+            "1,5",
+            "--out",
+            str(trained),
+            "--set",
+            f"cache_path={tmp_path / 'other.sqlite'}",
+        )
+    )
     table = tmp_path / "compare.md"
     result = invoke("eval", "compare", str(base), str(trained), "--out", str(table))
     # pass@1: (1 + 3/8 + 0)/3 -> (1 + 3/8 + 4/8)/3, delta +16.7 points; pass@5 third question 0 -> 1
@@ -163,16 +195,36 @@ def test_bad_input_is_skipped_and_the_run_continues(openai_server, shared_data, 
     openai_server.handler = answer_870(prompts)
     out = tmp_path / "r.json"
     result = invoke(
-        "eval", "financebench", "--model", "openai/policy", "--api-base", openai_server.base_url,
-        "--data", str(data), "--mode", "oracle", "--pdf-dir", str(shared_data / "financebench" / "pdfs"),
-        "-n", "2", "--k", "1", "--judge", "none", "--set", f"cache_path={tmp_path / 'c.sqlite'}", "--out", str(out),
+        "eval",
+        "financebench",
+        "--model",
+        "openai/policy",
+        "--api-base",
+        openai_server.base_url,
+        "--data",
+        str(data),
+        "--mode",
+        "oracle",
+        "--pdf-dir",
+        str(shared_data / "financebench" / "pdfs"),
+        "-n",
+        "2",
+        "--k",
+        "1",
+        "--judge",
+        "none",
+        "--set",
+        f"cache_path={tmp_path / 'c.sqlite'}",
+        "--out",
+        str(out),
     )
     result_data = json.loads(out.read_text())
     reasons = {s["id"]: s["reason"] for s in result_data["skipped"]}
     assert reasons["fb.jsonl:line 2"].startswith("malformed row: not valid JSON")
     assert reasons["fb.jsonl:line 4"] == "malformed row: duplicate id 'financebench_id_04672'"
     assert reasons["financebench_id_00807"] == "evidence PDF 3M_2023Q2_10Q.pdf not found in " + str(
-        shared_data / "financebench" / "pdfs")
+        shared_data / "financebench" / "pdfs"
+    )
     assert "skipped" in result.output and "3M_2023Q2_10Q.pdf" in result.output
     assert result_data["metrics"]["overall"]["pass_at"]["pass@1"]["value"] == 1.0
     assert len(prompts) == 2 and "Accounts receivable — net of allowances" in prompts[0]  # the real PDF page
@@ -201,8 +253,10 @@ def test_retrieval_mode_reads_the_company_documents_from_a_real_index(openai_ser
     from finmbs.config import IndexSettings
     from finmbs.ingest import ingest_paths
 
-    rows = [json.loads(line) for line in
-            (shared_data / "financebench" / "financebench_open_source.jsonl").read_text().splitlines()]
+    rows = [
+        json.loads(line)
+        for line in (shared_data / "financebench" / "financebench_open_source.jsonl").read_text().splitlines()
+    ]
     docs = tmp_path / "docs"
     docs.mkdir()
     for doc_name in ("3M_2018_10K", "ADOBE_2017_10K"):  # each document: its real evidence pages as text
@@ -214,10 +268,32 @@ def test_retrieval_mode_reads_the_company_documents_from_a_real_index(openai_ser
     openai_server.handler = answer_870(prompts)
     out = tmp_path / "r.json"
     invoke(
-        "eval", "financebench", "--model", "openai/policy", "--api-base", openai_server.base_url,
-        "--data", str(shared_data / "financebench"), "--mode", "retrieval", "--retrieval-k", "2", "--limit", "1",
-        "-n", "1", "--k", "1", "--judge", "none", "--out", str(out),
-        "--set", f"cache_path={tmp_path / 'c.sqlite'}", "--set", f"index.path={index}",
+        "eval",
+        "financebench",
+        "--model",
+        "openai/policy",
+        "--api-base",
+        openai_server.base_url,
+        "--data",
+        str(shared_data / "financebench"),
+        "--mode",
+        "retrieval",
+        "--retrieval-k",
+        "2",
+        "--limit",
+        "1",
+        "-n",
+        "1",
+        "--k",
+        "1",
+        "--judge",
+        "none",
+        "--out",
+        str(out),
+        "--set",
+        f"cache_path={tmp_path / 'c.sqlite'}",
+        "--set",
+        f"index.path={index}",
     )
     [prompt] = prompts
     assert "[3M_2018_10K" in prompt and "Property, plant and equipment" in prompt
@@ -233,11 +309,16 @@ def test_settings_name_the_result_and_each_sample_is_logged_in_full(openai_serve
     one = [a if a != "8" else "1" for a in base]  # -n 1: a result of other settings, beside the first
     invoke(*one)
     names = sorted(p.name for p in out.iterdir())
-    assert names == [f"aime2024-closed-book-openai_policy-n{n}-t1-L64-limit3.{ext}"
-                     for n in (1, 8) for ext in ("json", "md", "samples.jsonl")]
+    assert names == [
+        f"aime2024-closed-book-openai_policy-n{n}-t1-L64-limit3.{ext}"
+        for n in (1, 8)
+        for ext in ("json", "md", "samples.jsonl")
+    ]
 
-    logs = [json.loads(line) for line in (out / "aime2024-closed-book-openai_policy-n8-t1-L64-limit3.samples.jsonl")
-            .read_text().splitlines()]
+    logs = [
+        json.loads(line)
+        for line in (out / "aime2024-closed-book-openai_policy-n8-t1-L64-limit3.samples.jsonl").read_text().splitlines()
+    ]
     assert len(logs) == 24 and [log["sample"] for log in logs[:8]] == list(range(8))
     second = [log for log in logs if log["id"] == "61"]
     assert second[0]["response"] == "\\boxed{113}" and second[0]["extracted"] == "113" and second[0]["correct"]
@@ -258,9 +339,26 @@ def test_seed_limit_fraction_and_system_prompt(openai_server, shared_data, tmp_p
     system = tmp_path / "system.txt"
     system.write_text("You are a careful olympiad solver.\n")
     out = tmp_path / "r"
-    args = ["eval", "aime2024", "--model", "openai/policy", "--api-base", openai_server.base_url,
-            "--data", str(shared_data / "aime2024"), "-n", "2", "--k", "1", "--max-tokens", "64",
-            "--set", f"cache_path={tmp_path / 'c.sqlite'}", "--out", str(out)]
+    args = [
+        "eval",
+        "aime2024",
+        "--model",
+        "openai/policy",
+        "--api-base",
+        openai_server.base_url,
+        "--data",
+        str(shared_data / "aime2024"),
+        "-n",
+        "2",
+        "--k",
+        "1",
+        "--max-tokens",
+        "64",
+        "--set",
+        f"cache_path={tmp_path / 'c.sqlite'}",
+        "--out",
+        str(out),
+    ]
     invoke(*args, "--limit", "0.1", "--seed", "3", "--system-prompt", f"@{system}")
     (result,) = [p for p in out.glob("*.json")]
     data = json.loads(result.read_text())
@@ -268,30 +366,58 @@ def test_seed_limit_fraction_and_system_prompt(openai_server, shared_data, tmp_p
     assert data["settings"]["seed"] == 3 and data["settings"]["limit"] == 0.1
     assert result.name.startswith("aime2024-closed-book-openai_policy-n2-t1-L64-limit0.1-seed3-sys")
     assert sorted({body["seed"] for body in seen}) == [6, 7]  # seed 3 draws sample indices 6 and 7
-    assert all(body["messages"][0] == {"role": "system", "content": "You are a careful olympiad solver."}
-               for body in seen)
+    assert all(
+        body["messages"][0] == {"role": "system", "content": "You are a careful olympiad solver."} for body in seen
+    )
     bad = runner.invoke(app, [*args, "--limit", "1.5"])
     assert bad.exit_code == 2 and "--limit must be a count >= 1 or a fraction within (0, 1]" in bad.output
 
 
 def test_embedded_model_note_only_where_a_teacher_or_judge_is_used(openai_server, shared_data, tmp_path):
     openai_server.handler = policy_and_judge(AIME)
-    result = invoke(*eval_args(shared_data, tmp_path, openai_server, "aime2024", "--k", "1",
-                               "--out", str(tmp_path / "r.json")))
+    result = invoke(
+        *eval_args(shared_data, tmp_path, openai_server, "aime2024", "--k", "1", "--out", str(tmp_path / "r.json"))
+    )
     assert "embedded Gemma 3 270M" not in result.output  # a math benchmark asks neither a teacher nor a judge
 
 
 def test_eval_and_calibrate_name_a_missing_key_before_any_call(openai_server, shared_data, tmp_path, monkeypatch):
     monkeypatch.delenv("FINMBS_NO_POLICY_KEY", raising=False)
     openai_server.handler = policy_and_judge(AIME)
-    hosted = ["--set", "roles.target.model=openai/policy", "--set", f"roles.target.api_base={openai_server.base_url}",
-              "--set", "roles.target.api_key_env=FINMBS_NO_POLICY_KEY", "--set", "roles.judge.model=openai/judge",
-              "--set", f"roles.judge.api_base={openai_server.base_url}", "--set", f"cache_path={tmp_path / 'c.sqlite'}"]
+    hosted = [
+        "--set",
+        "roles.target.model=openai/policy",
+        "--set",
+        f"roles.target.api_base={openai_server.base_url}",
+        "--set",
+        "roles.target.api_key_env=FINMBS_NO_POLICY_KEY",
+        "--set",
+        "roles.judge.model=openai/judge",
+        "--set",
+        f"roles.judge.api_base={openai_server.base_url}",
+        "--set",
+        f"cache_path={tmp_path / 'c.sqlite'}",
+    ]
     problems = tmp_path / "problems.jsonl"
     problems.write_text(json.dumps({"id": "p", "question": "Compute 2 + 2.", "answer": "4"}) + "\n")
     commands = {
-        "eval": ["eval", "aime2024", "--model", "target", "--data", str(shared_data / "aime2024"), "-n", "2",
-                 "--max-tokens", "64", "--limit", "3", "--out", str(tmp_path / "r.json"), *hosted],
+        "eval": [
+            "eval",
+            "aime2024",
+            "--model",
+            "target",
+            "--data",
+            str(shared_data / "aime2024"),
+            "-n",
+            "2",
+            "--max-tokens",
+            "64",
+            "--limit",
+            "3",
+            "--out",
+            str(tmp_path / "r.json"),
+            *hosted,
+        ],
         "calibrate": ["calibrate", str(problems), "--out", str(tmp_path / "a.jsonl"), "-n", "2", *hosted],
     }
     for name, args in commands.items():

@@ -24,15 +24,17 @@ from finmbs.executors import ExecutorError, make_executor
 from finmbs.executors.local import LocalExecutor
 from finmbs.executors.ray import RayExecutor, budget_share, endpoint_share
 from finmbs.llm import BudgetExceeded, Gateway
-from finmbs.runs.grow import run_grow
 from finmbs.records import Problem
 from finmbs.runs import UsageLedger, read_jsonl
+from finmbs.runs.grow import run_grow
 from finmbs.testing.server import Request, ScriptedOpenAIServer
 from finmbs.testing.world import Agent, World, world_config
 
 AGENTS = {
-    "weak-teacher": Agent(capacity=2), "strong-teacher": Agent(),
-    "s1": Agent(capacity=2, partial=0.5), "s2": Agent(capacity=1, boost=2, partial=0.875),
+    "weak-teacher": Agent(capacity=2),
+    "strong-teacher": Agent(),
+    "s1": Agent(capacity=2, partial=0.5),
+    "s2": Agent(capacity=1, boost=2, partial=0.875),
     "target": Agent(capacity=6, partial=0.5),
 }
 QUESTIONS = ["(2 + 3) * (4 + 1)", "(1 + 6) * (2 + 2)", "(3 + 3) * (5 + 1)"]  # no shared subproblems
@@ -59,8 +61,17 @@ def world():
 
 
 def config(server, cache: Path, **fields) -> RunConfig:
-    cfg = world_config(server.base_url, ["weak-teacher", "strong-teacher"], ["s1", "s2"], "target", str(cache),
-                       Nt=2, N=8, N_leaf=2, L=100)
+    cfg = world_config(
+        server.base_url,
+        ["weak-teacher", "strong-teacher"],
+        ["s1", "s2"],
+        "target",
+        str(cache),
+        Nt=2,
+        N=8,
+        N_leaf=2,
+        L=100,
+    )
     return cfg.model_copy(update=fields)
 
 
@@ -74,19 +85,29 @@ def outputs(out: Path) -> dict:
         stage.pop("model_seconds")
     for usage in metrics["usage"].values():
         usage.pop("retries"), usage.pop("errors")
-    rows = {name: sorted(json.dumps(r, sort_keys=True) for r in read_jsonl(out / name))
-            for name in ("qualified.jsonl", "rejected.jsonl")}
+    rows = {
+        name: sorted(json.dumps(r, sort_keys=True) for r in read_jsonl(out / name))
+        for name in ("qualified.jsonl", "rejected.jsonl")
+    }
     counts = {name: len(r) for name, r in rows.items()}
     trees = {p.name: json.loads(p.read_text()) for p in sorted((out / "trees").iterdir())}
-    return {"metrics": metrics, **rows, "counts": counts, "trees": trees,
-            "done": sorted(p.name for p in (out / "done").iterdir())}
+    return {
+        "metrics": metrics,
+        **rows,
+        "counts": counts,
+        "trees": trees,
+        "done": sorted(p.name for p in (out / "done").iterdir()),
+    }
 
 
 def differences(got: object, want: object, path: str = "") -> list[str]:
     """Where two JSON-like values differ (a failure names the field, not only "dicts differ")."""
     if isinstance(got, dict) and isinstance(want, dict):
-        return [d for key in sorted(set(got) | set(want), key=str)
-                for d in differences(got.get(key), want.get(key), f"{path}.{key}")]
+        return [
+            d
+            for key in sorted(set(got) | set(want), key=str)
+            for d in differences(got.get(key), want.get(key), f"{path}.{key}")
+        ]
     return [] if got == want else [f"{path or '.'}: {str(got)[:200]} != {str(want)[:200]}"]
 
 
@@ -115,8 +136,19 @@ def test_ray_grow_gives_the_local_outputs(ray_cluster, world, reference, tmp_pat
     seeds.write_text("".join(s.model_dump_json() + "\n" for s in SEEDS))
     cfg = write_config(config(world, tmp_path / "cache.sqlite"), tmp_path / "run.yaml")
     before = world.request_count
-    args = ["grow", "--seeds", str(seeds), "--out", str(tmp_path / "run"), "--config", str(cfg),
-            "--executor", "ray", "--ray-workers", "2"]
+    args = [
+        "grow",
+        "--seeds",
+        str(seeds),
+        "--out",
+        str(tmp_path / "run"),
+        "--config",
+        str(cfg),
+        "--executor",
+        "ray",
+        "--ray-workers",
+        "2",
+    ]
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     assert world.request_count - before == requests  # the same LLM calls, from other processes
@@ -165,7 +197,9 @@ async def test_a_killed_worker_is_retried_without_duplicates(ray_cluster, world,
         assert got[key] == expected[key]
     metrics, want = got["metrics"], expected["metrics"]
     accounting = ("usage", "cache_hits")  # the retried seed's calls were answered from the cache
-    assert {k: v for k, v in metrics.items() if k not in accounting} == {k: v for k, v in want.items() if k not in accounting}
+    assert {k: v for k, v in metrics.items() if k not in accounting} == {
+        k: v for k, v in want.items() if k not in accounting
+    }
     assert metrics["cache_hits"] > 0
 
 
@@ -175,9 +209,24 @@ def test_ray_calibrate_and_eval_match_local(ray_cluster, world, reference, tmp_p
     cfg = write_config(config(world, tmp_path / "cache.sqlite"), tmp_path / "run.yaml")
     for executor in ("local", "ray"):
         out = tmp_path / f"{executor}.jsonl"
-        result = runner.invoke(app, ["calibrate", str(problems), "--out", str(out), "-n", "8", "--max-tokens", "100",
-                                     "--config", str(cfg), "--set", f"cache_path={tmp_path / executor}.sqlite",
-                                     *executor_args(executor)])
+        result = runner.invoke(
+            app,
+            [
+                "calibrate",
+                str(problems),
+                "--out",
+                str(out),
+                "-n",
+                "8",
+                "--max-tokens",
+                "100",
+                "--config",
+                str(cfg),
+                "--set",
+                f"cache_path={tmp_path / executor}.sqlite",
+                *executor_args(executor),
+            ],
+        )
         assert result.exit_code == 0, result.output
     local, ray = (tmp_path / "local.jsonl").read_text(), (tmp_path / "ray.jsonl").read_text()
     assert local == ray and len(local.splitlines()) == 4  # same rows, same order
@@ -193,10 +242,32 @@ def test_ray_calibrate_and_eval_match_local(ray_cluster, world, reference, tmp_p
         results = {}
         for executor in ("local", "ray"):
             out = tmp_path / f"eval-{executor}.json"
-            result = runner.invoke(app, [
-                "eval", "aime2024", "--model", "openai/policy", "--api-base", world.base_url, "--data",
-                str(shared_data / "aime2024"), "-n", "4", "--max-tokens", "64", "--limit", "3", "--k", "1,2",
-                "--out", str(out), "--set", f"cache_path={tmp_path / executor}-eval.sqlite", *executor_args(executor)])
+            result = runner.invoke(
+                app,
+                [
+                    "eval",
+                    "aime2024",
+                    "--model",
+                    "openai/policy",
+                    "--api-base",
+                    world.base_url,
+                    "--data",
+                    str(shared_data / "aime2024"),
+                    "-n",
+                    "4",
+                    "--max-tokens",
+                    "64",
+                    "--limit",
+                    "3",
+                    "--k",
+                    "1,2",
+                    "--out",
+                    str(out),
+                    "--set",
+                    f"cache_path={tmp_path / executor}-eval.sqlite",
+                    *executor_args(executor),
+                ],
+            )
             assert result.exit_code == 0, result.output
             data = json.loads(out.read_text())
             results[executor] = {k: v for k, v in data.items() if k not in ("created", "wall_time_s")}
@@ -220,16 +291,18 @@ def ledger_samples(path: Path) -> int:
     return sum(u.get("target", {}).get("samples", 0) for u in last.values())
 
 
-async def test_ray_workers_report_every_paid_call_while_items_are_in_flight(ray_cluster, openai_server, make_endpoint,
-                                                                             tmp_path):
+async def test_ray_workers_report_every_paid_call_while_items_are_in_flight(
+    ray_cluster, openai_server, make_endpoint, tmp_path
+):
     cfg = world_config(openai_server.base_url, ["t"], ["s"], "p", str(tmp_path / "cache.sqlite"))
     ledger, release = UsageLedger(tmp_path / "usage.jsonl"), tmp_path / "release"
     work = partial(call_then_wait, endpoint=make_endpoint("policy"), release=str(release))
     results: list[int] = []
     with RayExecutor(cfg, workers=2) as executor:
         executor.on_usage = lambda: ledger.write(executor.usage)  # as a run wires its usage.jsonl
-        task = asyncio.create_task(executor.map(work, [1, 2, 3], concurrency=2,
-                                                on_result=lambda item, result: results.append(result)))
+        task = asyncio.create_task(
+            executor.map(work, [1, 2, 3], concurrency=2, on_result=lambda item, result: results.append(result))
+        )
         for _ in range(1200):  # the three paid calls reach the ledger while no item has returned
             if ledger_samples(tmp_path / "usage.jsonl") == 3 or task.done():
                 break

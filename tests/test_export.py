@@ -8,9 +8,9 @@ from pathlib import Path
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
+from export_fixtures import finance_run, math_run
 from typer.testing import CliRunner
 
-from export_fixtures import finance_run, math_run
 from finmbs.cli import app
 from finmbs.export import RunReadError, export_run
 from finmbs.export.splits import assign_splits, parse_splits
@@ -65,8 +65,10 @@ def test_reward_scores_one_row_of_each_domain(tmp_path):
 
     export_run(math_run(tmp_path / "math"), "verl", split="train", decontaminate=False)
     export_run(finance_run(tmp_path / "fin"), "verl", decontaminate=False)
-    for run, right, wrong in [("math", "so the total is \\boxed{687}", "\\boxed{686}"),
-                              ("fin", "The margin is 2.60%. Final answer: 260 bps", "Final answer: 250 bps")]:
+    for run, right, wrong in [
+        ("math", "so the total is \\boxed{687}", "\\boxed{686}"),
+        ("fin", "The margin is 2.60%. Final answer: 260 bps", "Final answer: 250 bps"),
+    ]:
         row = pd.read_parquet(tmp_path / run / "export" / "verl" / "train.parquet").iloc[0]
         truth, extra = row["reward_model"]["ground_truth"], dict(row["extra_info"])
         assert reward.compute_score(row["data_source"], right, truth, extra)["score"] == 1.0
@@ -93,8 +95,11 @@ def test_hf_dataset_and_jsonl_hold_the_same_rows(tmp_path):
 
 
 def test_splits_keep_each_seed_in_one_split_deterministically():
-    problems = [Problem(id=f"s{s}/{i}", question="q", answer="1", provenance=Provenance(seed_id=f"s{s}"))
-                for s in range(40) for i in range(s % 4 + 1)]
+    problems = [
+        Problem(id=f"s{s}/{i}", question="q", answer="1", provenance=Provenance(seed_id=f"s{s}"))
+        for s in range(40)
+        for i in range(s % 4 + 1)
+    ]
     fractions = parse_splits("train=0.8,test=0.2")
     splits = assign_splits(problems, fractions)
     assert splits == assign_splits(list(problems), fractions)
@@ -113,7 +118,11 @@ def test_output_folder_is_replaced_whole_and_foreign_folders_are_refused(tmp_pat
     export_run(run, "jsonl", out=out, split="train=0.5,test=0.5", decontaminate=False)
     export_run(run, "jsonl", out=out, split="train", decontaminate=False)
     assert sorted(p.name for p in out.iterdir()) == [
-        "README.md", "contamination.jsonl", "export_report.json", "train.jsonl"]
+        "README.md",
+        "contamination.jsonl",
+        "export_report.json",
+        "train.jsonl",
+    ]
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no staging folders left
     foreign = tmp_path / "mine"
     foreign.mkdir()
@@ -135,8 +144,9 @@ def test_bad_records_are_named_by_file_and_line(tmp_path):
 
 def test_cli_export_prints_and_saves_the_report(tmp_path, shared_data):
     run = math_run(tmp_path / "run")
-    result = CliRunner().invoke(app, ["export", str(run), "--format", "jsonl", "--eval-data", str(shared_data),
-                                      "--split", "train=0.5,test=0.5"])
+    result = CliRunner().invoke(
+        app, ["export", str(run), "--format", "jsonl", "--eval-data", str(shared_data), "--split", "train=0.5,test=0.5"]
+    )
     assert result.exit_code == 0, result.output
     assert "math500 500" in result.output and "split test" in result.output
     saved = json.loads((run / "export" / "jsonl" / "export_report.json").read_text())
@@ -149,18 +159,36 @@ def test_export_and_report_a_run_grown_by_the_engine(tmp_path):
     import asyncio
 
     from finmbs import reward
-    from finmbs.runs.grow import run_grow
     from finmbs.report import render_report
+    from finmbs.runs.grow import run_grow
     from finmbs.testing.server import ScriptedOpenAIServer
     from finmbs.testing.world import Agent, World, question, value, world_config
 
     expr = "(2 + 3) * (4 - 1) + 5 * 6"
     seed = Problem(id="w0", question=question(expr), answer=str(value(expr)))
-    world = World(agents={"teacher": Agent(), "strong": Agent(capacity=3, partial=0.5, boost=3),
-                          "weak": Agent(capacity=1, partial=0.5, boost=3), "target": Agent(capacity=7, partial=0.5)})
+    world = World(
+        agents={
+            "teacher": Agent(),
+            "strong": Agent(capacity=3, partial=0.5, boost=3),
+            "weak": Agent(capacity=1, partial=0.5, boost=3),
+            "target": Agent(capacity=7, partial=0.5),
+        }
+    )
     with ScriptedOpenAIServer(world) as server:
-        config = world_config(server.base_url, ["teacher"], ["strong", "weak"], "target", str(tmp_path / "cache.db"),
-                              N=8, Nt=2, N_leaf=2, R=1, Nc=2, D=2, L=4096)
+        config = world_config(
+            server.base_url,
+            ["teacher"],
+            ["strong", "weak"],
+            "target",
+            str(tmp_path / "cache.db"),
+            N=8,
+            Nt=2,
+            N_leaf=2,
+            R=1,
+            Nc=2,
+            D=2,
+            L=4096,
+        )
         metrics = asyncio.run(run_grow(config, [seed], tmp_path / "run"))
     assert metrics.qualified >= 1
 

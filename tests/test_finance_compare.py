@@ -16,7 +16,9 @@ E, D, U = "equal", "different", "undecided"
 Q_MILLIONS = "What is the FY2018 capital expenditure amount (in USD millions) for 3M?"
 Q_BILLIONS = "What is the year end FY2018 net PPNE for 3M? Answer in USD billions."
 Q_TWO_DP = "What is the FY2022 fixed asset turnover ratio for Adobe? Round your answer to two decimal places."
-Q_PCT_1DP = "What is the FY2021 operating margin? Calculate what was asked using the line items and round to one decimal place."
+Q_PCT_1DP = (
+    "What is the FY2021 operating margin? Calculate what was asked using the line items and round to one decimal place."
+)
 Q_YES_NO = "Does 3M have a reasonably healthy liquidity profile based on its quick ratio for Q2 of FY2023?"
 Q_NAME = "Does CVS have a chief financial officer? If so, what is his name?"
 
@@ -71,17 +73,34 @@ CASES: list[tuple[str, str, str | None, str]] = [
     ("$4.60 per share", "$4.60", None, E),
     ("$400,000,000 increase", "$400,000,000 increase.", None, E),
     ("$400 million", "$400,000,000 increase.", None, E),
-    ("$8,400,000,000", "Total amount Pepsico may borrow under unsecured revolving credit agreements = $8,400,000,000.",
-     "What is the total amount Pepsico may borrow under its unsecured revolving credit agreements?", E),
+    (
+        "$8,400,000,000",
+        "Total amount Pepsico may borrow under unsecured revolving credit agreements = $8,400,000,000.",
+        "What is the total amount Pepsico may borrow under its unsecured revolving credit agreements?",
+        E,
+    ),
     ("$8.4 billion", "$8,400,000,000", None, E),
-    ("$411 million", "Pepsico's restructuring costs in FY2022 amounted to $411 million .",
-     "How much did Pepsico spend on restructuring in FY2022?", E),
+    (
+        "$411 million",
+        "Pepsico's restructuring costs in FY2022 amounted to $411 million .",
+        "How much did Pepsico spend on restructuring in FY2022?",
+        E,
+    ),
     ("$3,725 million", "Corporate & Investment Bank. Its net income was $3725 million.", None, U),
     ("$2,018mn", "AMCOR's Adj. EBITDA was $2,018mn in FY 2023", "What was AMCOR's Adjusted EBITDA in FY 2023?", E),
     ("$2.018 billion", "$2,018mn", None, E),
-    ("$20 billion", "JnJ will make a gain of approximately $20 billion from the separation of its Consumer Health business segment.",
-     "How much gain will JnJ make from the separation of its Consumer Health business segment?", E),
-    ("$20 billion", "JnJ will make a gain of approximately $20 billion from the separation of its Consumer Health business segment.", None, U),
+    (
+        "$20 billion",
+        "JnJ will make a gain of approximately $20 billion from the separation of its Consumer Health business segment.",
+        "How much gain will JnJ make from the separation of its Consumer Health business segment?",
+        E,
+    ),
+    (
+        "$20 billion",
+        "JnJ will make a gain of approximately $20 billion from the separation of its Consumer Health business segment.",
+        None,
+        U,
+    ),
     # --- negatives ----------------------------------------------------------------------------
     ("(1,234)", "-1,234", None, E),
     ("-1,234", "(1,234)", None, E),
@@ -161,7 +180,12 @@ CASES: list[tuple[str, str, str | None, str]] = [
     ("4.5x", "4.50:1.00", None, E),
     ("1.25:1.00", "1.25 to 1.00", None, E),
     ("1.2x", "1.25:1.00", None, U),
-    ("2.7 times", "JnJ sold its inventory 2.7 times in FY2022.", "How many times did JnJ sell its inventory in FY2022?", E),
+    (
+        "2.7 times",
+        "JnJ sold its inventory 2.7 times in FY2022.",
+        "How many times did JnJ sell its inventory in FY2022?",
+        E,
+    ),
     ("2.7", "2.7x", None, E),
     ("0.96", "0.96", None, E),
     ("0.69 times", "0.69", None, E),
@@ -202,8 +226,12 @@ CASES: list[tuple[str, str, str | None, str]] = [
     ("Yes.", "yes", None, E),
     ("No", "Yes", None, D),
     ("No, the covenant is not breached.", "Yes, the covenant is breached.", None, D),
-    ("No", "No. The quick ratio for 3M was 0.96 by Jun'23 close, which needs a bit of an improvement to touch the 1x mark",
-     Q_YES_NO, E),
+    (
+        "No",
+        "No. The quick ratio for 3M was 0.96 by Jun'23 close, which needs a bit of an improvement to touch the 1x mark",
+        Q_YES_NO,
+        E,
+    ),
     ("Yes", "No. The quick ratio for 3M was 0.96 by Jun'23 close", Q_YES_NO, D),
     ("The quick ratio is 0.96", "No. The quick ratio for 3M was 0.96 by Jun'23 close", Q_YES_NO, U),
     ("Yes", "Yes, his name is Richard A. Johnson", Q_NAME, U),
@@ -221,7 +249,12 @@ CASES: list[tuple[str, str, str | None, str]] = [
     ("Revenue rose from $5 billion to $6 billion", "$6 billion", None, U),
     ("$6 billion and $6,000 million", "$6 billion", None, E),
     ("(2,000 - 400) = $1,600 million", "$1.6 billion", None, E),
-    ("Effective tax rate in FY2022 was 0.62%", "Effective tax rate in FY2022 was 0.62%, compared to -14.76% in FY2021.", None, U),
+    (
+        "Effective tax rate in FY2022 was 0.62%",
+        "Effective tax rate in FY2022 was 0.62%, compared to -14.76% in FY2021.",
+        None,
+        U,
+    ),
     ("0.62%", "Effective tax rate in FY2022 was 0.62%, compared to -14.76% in FY2021.", None, U),
     ("3M", "3", None, D),
     ("Section 7.11", "7.11", None, D),

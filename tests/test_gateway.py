@@ -171,8 +171,9 @@ async def test_rate_limit_spaces_requests(tmp_path, openai_server, make_endpoint
     gw.limits(endpoint).requests.level = 0
     loop = asyncio.get_running_loop()
     start = loop.time()
-    await asyncio.gather(*(gw.generate(endpoint, role="s", messages=[{"role": "user", "content": str(i)}])
-                           for i in range(3)))
+    await asyncio.gather(
+        *(gw.generate(endpoint, role="s", messages=[{"role": "user", "content": str(i)}]) for i in range(3))
+    )
     assert loop.time() - start >= 0.25
 
 
@@ -207,8 +208,9 @@ async def test_waiters_see_the_failure(tmp_path, openai_server, make_endpoint):
     openai_server.script(Reply(status=400, delay=0.2))
     gw = gateway(tmp_path)
     endpoint = make_endpoint()
-    outcomes = await asyncio.gather(*(gw.generate(endpoint, role="t", messages=USER) for _ in range(3)),
-                                    return_exceptions=True)
+    outcomes = await asyncio.gather(
+        *(gw.generate(endpoint, role="t", messages=USER) for _ in range(3)), return_exceptions=True
+    )
     assert all(isinstance(o, GatewayError) for o in outcomes)
     assert openai_server.request_count == 1
 
@@ -222,8 +224,9 @@ def test_cache_created_by_many_processes_at_once(tmp_path):
         "import sys; from finmbs.llm.cache import ResponseCache; from finmbs.llm.types import Sample;"
         "c = ResponseCache(sys.argv[1]); c.put(sys.argv[2], {0: Sample(text='x', finish_reason='stop')})"
     )
-    procs = [subprocess.Popen([sys.executable, "-c", code, str(path), f"k{i}"], stderr=subprocess.PIPE)
-             for i in range(8)]
+    procs = [
+        subprocess.Popen([sys.executable, "-c", code, str(path), f"k{i}"], stderr=subprocess.PIPE) for i in range(8)
+    ]
     errors = [p.communicate()[1].decode() for p in procs if p.wait() != 0]
     assert not errors, errors[0]
     from finmbs.llm.cache import ResponseCache

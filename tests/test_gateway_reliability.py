@@ -14,8 +14,16 @@ from finmbs.llm.structured import extract_json
 from finmbs.testing.server import Reply
 
 USER = [{"role": "user", "content": "What is 2+2?"}]
-EMPTY = json.dumps({"id": "x", "object": "chat.completion", "created": 0, "model": "m", "choices": [],
-                    "usage": {"prompt_tokens": 5, "completion_tokens": 0, "total_tokens": 5}})
+EMPTY = json.dumps(
+    {
+        "id": "x",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "m",
+        "choices": [],
+        "usage": {"prompt_tokens": 5, "completion_tokens": 0, "total_tokens": 5},
+    }
+)
 
 
 def gateway(tmp_path, **kwargs) -> Gateway:
@@ -68,10 +76,14 @@ def test_default_time_limits_follow_the_reply_length():
 def test_missing_keys_of_any_role_are_found_up_front(monkeypatch):
     monkeypatch.delenv("FINMBS_NO_TARGET_KEY", raising=False)
     monkeypatch.delenv("FINMBS_NO_HOST", raising=False)
-    config = load_config(overrides=[
-        "roles.target.model=openai/t", "roles.target.api_key_env=FINMBS_NO_TARGET_KEY",
-        "roles.judge.model=openai/j", "roles.judge.api_base=http://${FINMBS_NO_HOST}/v1",
-    ])
+    config = load_config(
+        overrides=[
+            "roles.target.model=openai/t",
+            "roles.target.api_key_env=FINMBS_NO_TARGET_KEY",
+            "roles.judge.model=openai/j",
+            "roles.judge.api_base=http://${FINMBS_NO_HOST}/v1",
+        ]
+    )
     with pytest.raises(ConfigError) as caught:
         config.check_environment()
     assert "FINMBS_NO_TARGET_KEY" in str(caught.value) and "FINMBS_NO_HOST" in str(caught.value)

@@ -16,16 +16,18 @@ import pytest
 import yaml
 
 from finmbs.config import ConfigError, RunConfig
-from finmbs.runs.load import RunReadError, load_run
 from finmbs.llm import BudgetExceeded
-from finmbs.runs.grow import run_grow
 from finmbs.runs import UsageLedger, read_jsonl
+from finmbs.runs.grow import run_grow
+from finmbs.runs.load import RunReadError, load_run
 from finmbs.seeds import load_seeds
 from finmbs.testing.world import Agent, World, world_config
 
 AGENTS = {
-    "weak-teacher": Agent(capacity=2), "strong-teacher": Agent(),
-    "s1": Agent(capacity=2, partial=0.5), "s2": Agent(capacity=1, boost=2, partial=0.875),
+    "weak-teacher": Agent(capacity=2),
+    "strong-teacher": Agent(),
+    "s1": Agent(capacity=2, partial=0.5),
+    "s2": Agent(capacity=1, boost=2, partial=0.875),
     "target": Agent(capacity=6, partial=0.5),
 }
 QUESTIONS = ["(2 + 3) * (4 + 1)", "(1 + 6) * (2 + 2)", "(3 + 3) * (5 + 1)", "(2 + 2) * (3 + 4)"]
@@ -33,14 +35,27 @@ QUESTIONS = ["(2 + 3) * (4 + 1)", "(1 + 6) * (2 + 2)", "(3 + 3) * (5 + 1)", "(2 
 
 def write_seeds(tmp_path):
     path = tmp_path / "seeds.jsonl"
-    path.write_text("".join(json.dumps({"id": f"q{i}", "question": f"Compute {q}.", "answer": str(eval(q))}) + "\n"  # noqa: S307
-                            for i, q in enumerate(QUESTIONS)))
+    path.write_text(
+        "".join(
+            json.dumps({"id": f"q{i}", "question": f"Compute {q}.", "answer": str(eval(q))}) + "\n"  # noqa: S307
+            for i, q in enumerate(QUESTIONS)
+        )
+    )
     return path
 
 
 def config_data(server, tmp_path, **top):
-    cfg = world_config(server.base_url, ["weak-teacher", "strong-teacher"], ["s1", "s2"], "target",
-                       str(tmp_path / "cache.sqlite"), Nt=2, N=8, N_leaf=2, L=100)
+    cfg = world_config(
+        server.base_url,
+        ["weak-teacher", "strong-teacher"],
+        ["s1", "s2"],
+        "target",
+        str(tmp_path / "cache.sqlite"),
+        Nt=2,
+        N=8,
+        N_leaf=2,
+        L=100,
+    )
     return cfg.model_dump(mode="json") | {"seed_concurrency": 1} | top
 
 
@@ -110,8 +125,13 @@ def test_one_writer_per_folder_and_sigterm_saves_every_paid_call(tmp_path, opena
 
     file_out = tmp_path / "a-file"
     file_out.write_text("")
-    bad = subprocess.run(cli("--seeds", str(write_seeds(tmp_path)), "--out", str(file_out), "--config", str(config)),
-                         capture_output=True, text=True, env=env, timeout=60)
+    bad = subprocess.run(
+        cli("--seeds", str(write_seeds(tmp_path)), "--out", str(file_out), "--config", str(config)),
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert bad.returncode == 2 and "is a file, not a folder" in bad.stderr and "Traceback" not in bad.stderr
 
 

@@ -40,15 +40,25 @@ def import_graph(root: Path = ROOT) -> dict[str, set[str]]:
     for module, path in files.items():
         deps = set()
         tree = ast.parse(path.read_text(encoding="utf-8"))
-        typing_only = {id(n) for block in ast.walk(tree)
-                       if isinstance(block, ast.If) and "TYPE_CHECKING" in ast.unparse(block.test)
-                       for stmt in block.body for n in ast.walk(stmt)}
+        typing_only = {
+            id(n)
+            for block in ast.walk(tree)
+            if isinstance(block, ast.If) and "TYPE_CHECKING" in ast.unparse(block.test)
+            for stmt in block.body
+            for n in ast.walk(stmt)
+        }
         for node in ast.walk(tree):
             if id(node) in typing_only:
                 continue
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
-                [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
-                if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 else [])
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else (
+                    [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+                    if isinstance(node, ast.ImportFrom) and node.module and node.level == 0
+                    else []
+                )
+            )
             for name in names:
                 while name and name not in files:
                     name = name.rpartition(".")[0]
@@ -172,7 +182,9 @@ def test_the_checks_see_what_they_look_for():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert upward_arrows({"finmbs.mbs.pipeline": {"finmbs.runs.grow"}}) == [("finmbs.mbs.pipeline", "finmbs.runs.grow")]
     assert package_graph({"finmbs.mbs.a": {"finmbs.runs.b"}, "finmbs.runs.b": {"finmbs.mbs.c"}}) == {
-        "finmbs.mbs": {"finmbs.runs"}, "finmbs.runs": {"finmbs.mbs"}}
+        "finmbs.mbs": {"finmbs.runs"},
+        "finmbs.runs": {"finmbs.mbs"},
+    }
 
 
 if __name__ == "__main__":

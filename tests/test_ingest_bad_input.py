@@ -59,7 +59,9 @@ EXPECTED = {
 
 def test_each_bad_file_skipped_with_reason_rest_ingested(bad_folder):
     settings = IndexSettings(path=str(bad_folder / "index"))
-    report = ingest_paths([bad_folder / "in", bad_folder / "nothing", bad_folder / "absent.pdf"], settings, show_progress=False)
+    report = ingest_paths(
+        [bad_folder / "in", bad_folder / "nothing", bad_folder / "absent.pdf"], settings, show_progress=False
+    )
     reasons = {os.path.basename(s.path): s.reason for s in report.skipped}
     assert set(reasons) == set(EXPECTED)
     for name, reason in EXPECTED.items():
@@ -76,7 +78,9 @@ def test_cli_exit_code_and_json_report(bad_folder):
     assert report["documents"] == 1 and len(report["skipped"]) == 6
     good = runner.invoke(app, ["ingest", str(bad_folder / "in" / "good.md"), "--index-path", index])
     assert good.exit_code == 0 and "unchanged" in good.output
-    hits = json.loads(runner.invoke(app, ["search", "leverage ratio definition", "--index-path", index, "--json"]).stdout)
+    hits = json.loads(
+        runner.invoke(app, ["search", "leverage ratio definition", "--index-path", index, "--json"]).stdout
+    )
     assert hits[0]["kind"] == "definition" and hits[0]["term"] == "Leverage Ratio"
     assert hits[0]["section"] == "ARTICLE I DEFINITIONS > Section 1.01 Defined Terms"
 

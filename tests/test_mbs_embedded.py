@@ -15,10 +15,22 @@ from finmbs.runs import read_jsonl
 pytest.importorskip("llama_cpp")
 
 SMALL = "embedded/qwen2.5-coder-0.5b-instruct"
-TINY = ["stages.N=2", "stages.Nt=2", "stages.Nd=0", "stages.D=1", "stages.N_leaf=1", "stages.R=1", "stages.Nc=1",
-        "stages.L=48", "roles.teachers.0.max_tokens=96", "roles.students.0.max_tokens=48",
-        "roles.students.1.max_tokens=48", "roles.target.max_tokens=48", "roles.judge.max_tokens=32",
-        *(f"roles.{role}.model={SMALL}" for role in ("teachers.0", "students.0", "judge"))]
+TINY = [
+    "stages.N=2",
+    "stages.Nt=2",
+    "stages.Nd=0",
+    "stages.D=1",
+    "stages.N_leaf=1",
+    "stages.R=1",
+    "stages.Nc=1",
+    "stages.L=48",
+    "roles.teachers.0.max_tokens=96",
+    "roles.students.0.max_tokens=48",
+    "roles.students.1.max_tokens=48",
+    "roles.target.max_tokens=48",
+    "roles.judge.max_tokens=32",
+    *(f"roles.{role}.model={SMALL}" for role in ("teachers.0", "students.0", "judge")),
+]
 
 
 @pytest.mark.slow
@@ -40,7 +52,9 @@ def test_grow_with_the_embedded_model(tmp_path):
     assert len(trees) == 2 and all(t["dropped"] or t["decomposition"] for t in trees)
     rejected = list(read_jsonl(out / "rejected.jsonl"))
     assert all(r["stage"] and r["reason"] for r in rejected)
-    print(f"\nembedded grow: {elapsed:.1f}s, seeds with trace {metrics['seeds_with_trace']}, "
-          f"descendants {metrics['descendants']}, qualified {metrics['qualified']}, "
-          f"calls {sum(u['calls'] for u in metrics['usage'].values())}, rejected stages "
-          f"{sorted({r['stage'] for r in rejected})}")
+    print(
+        f"\nembedded grow: {elapsed:.1f}s, seeds with trace {metrics['seeds_with_trace']}, "
+        f"descendants {metrics['descendants']}, qualified {metrics['qualified']}, "
+        f"calls {sum(u['calls'] for u in metrics['usage'].values())}, rejected stages "
+        f"{sorted({r['stage'] for r in rejected})}"
+    )

@@ -14,11 +14,11 @@ from typer.testing import CliRunner
 from finmbs.cli import app
 from finmbs.config import NoveltySettings
 from finmbs.llm import Gateway
+from finmbs.mbs.candidates import ANSWER_CHARS, WorkedProblem, verified_node
 from finmbs.mbs.compose import synthesize, trials
 from finmbs.mbs.context import Context, Ledger
 from finmbs.mbs.decompose import ANSWER_LEAK, decompose
 from finmbs.mbs.leaves import harder_leaves, leaf_prompt
-from finmbs.mbs.candidates import ANSWER_CHARS, WorkedProblem, verified_node
 from finmbs.mbs.novelty import gives_own_answer, restated, reveals, similarity, unworkable
 from finmbs.mbs.traces import teacher_trace
 from finmbs.records import Problem, SeedCounts, Snippet, TreeNode
@@ -35,8 +35,9 @@ def context(server, tmp_path, agents, *, world=None, students=("s",), **stages):
     world = world or World(agents={})
     world.agents = {"teacher": Agent(), "target": Agent(capacity=6, partial=0.5), **agents}
     server.handler = world
-    config = world_config(server.base_url, ["teacher"], list(students), "target", str(tmp_path / "cache.sqlite"),
-                          **stages)
+    config = world_config(
+        server.base_url, ["teacher"], list(students), "target", str(tmp_path / "cache.sqlite"), **stages
+    )
     return Context(config=config, gateway=Gateway(cache_path=str(tmp_path / "cache.sqlite"))), config
 
 
@@ -118,8 +119,10 @@ async def test_a_retry_is_told_what_became_of_each_failed_subproblem(tmp_path, o
     asks = [r.text for r in openai_server.requests if TASK_MARKERS["decompose"] in r.text]
     assert len(asks) == 2 and "outcome:" not in asks[0]
     failed = asks[1].split("<failed>", 1)[1]
-    assert ("- question: Compute 5 * 5.\n  answer: 25\n  outcome: rejected: reveals the parent's answer: "
-            "its answer '25' is the parent's ('25')") in failed
+    assert (
+        "- question: Compute 5 * 5.\n  answer: 25\n  outcome: rejected: reveals the parent's answer: "
+        "its answer '25' is the parent's ('25')"
+    ) in failed
     assert "- question: Compute 2 + 3.\n  answer: 5\n  outcome: verified" in failed
     assert "Why it failed: ineffective: s 0.000 -> 0.000 when conditioned" in failed
 
@@ -134,12 +137,24 @@ async def test_answer_leaks_counted_in_metrics(tmp_path, openai_server):
 
 
 def test_reveals_by_answer_or_by_stating_it():
-    parent = Problem(id="p", domain="finance", answer="0.625%",
-                     question="Which margin applies to term loans when the borrower's ratings fall in Level II?")
-    same = Problem(id="c1", domain="finance", answer="0.625 percent",
-                   question="What is the term loan margin in the pricing grid for the borrower's ratings?")
-    stated = Problem(id="c2", domain="finance", answer="5.625%",
-                     question="With a margin of 0.625% over a 5% base rate, what is the all-in rate?")
+    parent = Problem(
+        id="p",
+        domain="finance",
+        answer="0.625%",
+        question="Which margin applies to term loans when the borrower's ratings fall in Level II?",
+    )
+    same = Problem(
+        id="c1",
+        domain="finance",
+        answer="0.625 percent",
+        question="What is the term loan margin in the pricing grid for the borrower's ratings?",
+    )
+    stated = Problem(
+        id="c2",
+        domain="finance",
+        answer="5.625%",
+        question="With a margin of 0.625% over a 5% base rate, what is the all-in rate?",
+    )
     fine = Problem(id="c3", domain="finance", answer="Level II", question="Which pricing level do the ratings fall in?")
     assert reveals(same, parent) == "reveals the parent's answer: its answer '0.625 percent' is the parent's ('0.625%')"
     assert reveals(stated, parent) == "reveals the parent's answer: its question states '0.625%'"
@@ -147,28 +162,66 @@ def test_reveals_by_answer_or_by_stating_it():
     math_parent = Problem(id="m", question="Compute (2 + 3) * (4 + 1).", answer="25")
     assert reveals(Problem(id="x", question="Compute 25 - 5.", answer="20"), math_parent).endswith("states '25'")
     assert reveals(Problem(id="y", question="Compute 5 * 6.", answer="30"), math_parent) is None
-    assert reveals(Problem(id="z", question="Compute 2 + 3.", answer="5"), Problem(id="q", question="Compute 1 + 4.",
-                                                                                     answer="5")) is not None
+    assert (
+        reveals(
+            Problem(id="z", question="Compute 2 + 3.", answer="5"),
+            Problem(id="q", question="Compute 1 + 4.", answer="5"),
+        )
+        is not None
+    )
     # the parent's answer is also one of its givens: a child that restates the given reveals nothing
-    tank = Problem(id="t", question="A tank holds 25 liters. It loses 5 liters and then gains 5 liters. How many liters "
-                                    "does it hold now?", answer="25")
-    assert reveals(Problem(id="t1", question="A tank holds 25 liters and loses 5 liters. How many are left?",
-                           answer="20"), tank) is None
-    assert reveals(Problem(id="t2", question="A tank holds 20 liters and gains 5. How many liters?", answer="25"),
-                   tank) is not None  # by its answer, still
-    floor = Problem(id="f", domain="finance", answer="5.00%",
-                    question="Term SOFR is 5.00% and the Floor is 3.00%; the rate is the greater of the two. What is it?")
-    assert reveals(Problem(id="f1", domain="finance", answer="2.00%",
-                           question="By how much does a Term SOFR of 5.00% exceed a Floor of 3.00%?"), floor) is None
+    tank = Problem(
+        id="t",
+        question="A tank holds 25 liters. It loses 5 liters and then gains 5 liters. How many liters does it hold now?",
+        answer="25",
+    )
+    assert (
+        reveals(
+            Problem(id="t1", question="A tank holds 25 liters and loses 5 liters. How many are left?", answer="20"),
+            tank,
+        )
+        is None
+    )
+    assert (
+        reveals(Problem(id="t2", question="A tank holds 20 liters and gains 5. How many liters?", answer="25"), tank)
+        is not None
+    )  # by its answer, still
+    floor = Problem(
+        id="f",
+        domain="finance",
+        answer="5.00%",
+        question="Term SOFR is 5.00% and the Floor is 3.00%; the rate is the greater of the two. What is it?",
+    )
+    assert (
+        reveals(
+            Problem(
+                id="f1",
+                domain="finance",
+                answer="2.00%",
+                question="By how much does a Term SOFR of 5.00% exceed a Floor of 3.00%?",
+            ),
+            floor,
+        )
+        is None
+    )
     # measured: a decomposition child positing a 2.5% SOFR and a 1.5% margin was rejected as stating a
     # parent's "2%" (the comparer rounds either to the gold's precision); stating is the same value
-    margin = Problem(id="d", domain="finance", answer="2%",
-                     question="The Default Rate for a SOFR Loan is how many percentage points above Adjusted Term SOFR?")
-    posits = Problem(id="d1", domain="finance", answer="6.0%",
-                     question="What is the Default Rate if Adjusted Term SOFR is 2.5% and the Applicable Margin is 1.5%?")
+    margin = Problem(
+        id="d",
+        domain="finance",
+        answer="2%",
+        question="The Default Rate for a SOFR Loan is how many percentage points above Adjusted Term SOFR?",
+    )
+    posits = Problem(
+        id="d1",
+        domain="finance",
+        answer="6.0%",
+        question="What is the Default Rate if Adjusted Term SOFR is 2.5% and the Applicable Margin is 1.5%?",
+    )
     assert reveals(posits, margin) is None
     assert reveals(posits.model_copy(update={"question": posits.question.replace("1.5%", "2.0%")}), margin) == (
-        "reveals the parent's answer: its question states '2%'")
+        "reveals the parent's answer: its question states '2%'"
+    )
 
 
 # a root nobody fails ----------------------------------------------------------------------------------
@@ -183,19 +236,28 @@ async def test_a_question_giving_its_own_answer_is_rejected_before_any_trace(tmp
     assert gives_own_answer(problem("Of 70 answers, 7 were wrong. How many were right?", "63")) is None
     # the answer as the question's only figure: nothing to work out (short counts aside)
     assert "only figure" in gives_own_answer(problem("If x is 12 more than nothing, what is x?", "12"))
-    assert gives_own_answer(problem("Ben is 5 years older than Cara, and their ages sum to 35. How old is Ben?", "20")) is None
+    assert (
+        gives_own_answer(problem("Ben is 5 years older than Cara, and their ages sum to 35. How old is Ben?", "20"))
+        is None
+    )
     assert gives_own_answer(problem("Ben is 12. Cara is 12 too. Add 12 to Ben's age.", "24")) is None
     assert gives_own_answer(problem("A bag holds 3 pens. How many pens are in the bag?", "3")) is None
 
     def finance(question: str, answer: str) -> Problem:
         return Problem(id="f", question=question, answer=answer, domain="finance")
 
-    restating = finance("If an Event of Default occurs, and the default rate is 2.0% per annum above the rates otherwise "
-                        "payable, what is the total interest rate charged on the Loans?", "2.0%")  # a qualified one, once
+    restating = finance(
+        "If an Event of Default occurs, and the default rate is 2.0% per annum above the rates otherwise "
+        "payable, what is the total interest rate charged on the Loans?",
+        "2.0%",
+    )  # a qualified one, once
     assert "only figure is its own answer ('2.0%')" in gives_own_answer(restating)
     assert gives_own_answer(finance("If the benchmark rate floor is 5%, what is the Floor rate?", "5.00")) is not None
     assert gives_own_answer(finance("Term SOFR is 0.30% and the Floor is 0.50%. What rate applies?", "0.50%")) is None
-    assert gives_own_answer(finance("If the Loans otherwise bear 9.00%, what rate applies during a default?", "11.00%")) is None
+    assert (
+        gives_own_answer(finance("If the Loans otherwise bear 9.00%, what rate applies during a default?", "11.00%"))
+        is None
+    )
     world = World(agents={})
     openai_server.handler = world
     world.agents = {"teacher": Agent(), "target": Agent(), "s": Agent()}
@@ -205,16 +267,31 @@ async def test_a_question_giving_its_own_answer_is_rejected_before_any_trace(tmp
     assert await verified_node(ctx, leaked, ledger, stage="leaf", path="0") is None
     assert ledger.rejected[0].data["check"] == "own_answer" and openai_server.request_count == 0
     # an answer that is a sentence (the 1.5B answered a Post-Default Rate lookup with the clause; it qualified)
-    clause = finance("What would be the Post-Default Rate for Realty Income Corporation's principal of any Class of Loans?",
-                     "The interest rate otherwise applicable to such Class of Loans plus an additional two percent (2.0%) per annum")
-    assert unworkable(clause) == ("answer_form", "the answer is a sentence of 18 words, not one short value a reward can check")
-    assert unworkable(finance("What fee is due each quarter on $500,000,000 at 1.00% a year?", "$1,250,000 per fiscal quarter")) is None
+    clause = finance(
+        "What would be the Post-Default Rate for Realty Income Corporation's principal of any Class of Loans?",
+        "The interest rate otherwise applicable to such Class of Loans plus an additional two percent (2.0%) per annum",
+    )
+    assert unworkable(clause) == (
+        "answer_form",
+        "the answer is a sentence of 18 words, not one short value a reward can check",
+    )
+    assert (
+        unworkable(
+            finance("What fee is due each quarter on $500,000,000 at 1.00% a year?", "$1,250,000 per fiscal quarter")
+        )
+        is None
+    )
     # measured: a variant asked for "the interest rate otherwise applicable ... after the addition of the
     # Default Rate" with no rate given, answered "x + 2.0%", qualified (the 0.5B wrote "2.0%" half the time)
-    symbolic = finance("What is the interest rate otherwise applicable to the principal of the Loans after the addition "
-                       "of the Default Rate?", "x + 2.0%")
-    assert unworkable(symbolic) == ("answer_form", "the answer is a formula over an unknown ('x +'), not one value a reward "
-                                                   "can check")
+    symbolic = finance(
+        "What is the interest rate otherwise applicable to the principal of the Loans after the addition "
+        "of the Default Rate?",
+        "x + 2.0%",
+    )
+    assert unworkable(symbolic) == (
+        "answer_form",
+        "the answer is a formula over an unknown ('x +'), not one value a reward can check",
+    )
     assert unworkable(finance("What rating must the Borrower keep?", "A-1")) is None
     assert unworkable(problem("Simplify (x + 1)^2 - 1.", "x^2 + 2x")) is None  # math answers may be formulas
     assert unworkable(copied)[0] == "own_answer"
@@ -247,8 +324,15 @@ def test_trials_cycle_through_a_small_pool():
 async def test_compose_retries_one_combination_with_the_parents_solution(tmp_path, openai_server):
     # leaf variants of 2 ops are too easy (0.875 > 0.8): each pool holds one variant, one combination;
     # the Nc=3 trials all use it, each a fresh teacher sample (seed 0, 1, 2)
-    ctx, _ = context(openai_server, tmp_path, {"s": Agent(capacity=1, boost=2, partial=0.875)}, N_leaf=2, Nc=3, N=8,
-                     compose_all_trials=True)
+    ctx, _ = context(
+        openai_server,
+        tmp_path,
+        {"s": Agent(capacity=1, boost=2, partial=0.875)},
+        N_leaf=2,
+        Nc=3,
+        N=8,
+        compose_all_trials=True,
+    )
     trace, _ = await teacher_trace(ctx, SEED)
     root, ledger = TreeNode(problem=SEED, trace=trace), Ledger("a")
     assert await decompose(ctx, root, ledger)
@@ -263,16 +347,24 @@ async def test_compose_retries_one_combination_with_the_parents_solution(tmp_pat
 # the novelty guard -----------------------------------------------------------------------------------
 def test_novelty_similarity_and_restatement():
     seed = Problem(id="s", question="How many outfits can be made from 3 shirts, 4 pants and 5 hats?", answer="60")
-    reworded = Problem(id="r", answer="60", question="How many outfits can be made from 3 shirts, 4 pants and 5 hats "
-                                                     "if each type of clothing must be used exactly once?")
-    new = Problem(id="n", answer="60", question="A diner offers 4 starters, 3 mains and 5 desserts. How many "
-                                                 "three-course meals are possible?")
+    reworded = Problem(
+        id="r",
+        answer="60",
+        question="How many outfits can be made from 3 shirts, 4 pants and 5 hats "
+        "if each type of clothing must be used exactly once?",
+    )
+    new = Problem(
+        id="n",
+        answer="60",
+        question="A diner offers 4 starters, 3 mains and 5 desserts. How many three-course meals are possible?",
+    )
     other_answer = reworded.model_copy(update={"answer": "61"})
     settings = NoveltySettings()
     assert similarity(seed.question, reworded.question) == 1.0
     assert similarity("Compute 2 + 3 + 1 + 2.", "Compute 4 + 1 + 1 + 2.") == 7 / 9
     assert restated(reworded, [("seed", seed)], settings) == (
-        "restates its seed s: same answer '60', text similarity 1.00 >= 0.85")
+        "restates its seed s: same answer '60', text similarity 1.00 >= 0.85"
+    )
     assert restated(new, [("seed", seed)], settings) is None  # same answer, new text
     assert restated(other_answer, [("seed", seed)], settings) is None  # same text frame, new answer
     assert restated(reworded, [("seed", seed)], NoveltySettings(enabled=True, max_similarity=1.0)) is not None
@@ -281,27 +373,42 @@ def test_novelty_similarity_and_restatement():
 def test_the_same_question_about_another_document_is_no_restatement():
     # a lookup re-grounded on another agreement whose figure happens to equal its source's is a new
     # problem; on the same document (a sibling re-grounded there too) it restates
-    def floor(id: str, company: str, doc: str, question: str = "Under {}'s credit agreement, what is the Floor?") -> Problem:
-        return Problem(id=id, domain="finance", answer="0.00%", question=question.format(company), entity=f"{company} Inc.",
-                       snippet=Snippet(text="\u201cFloor\u201d means a rate of interest equal to 0.00%.", doc_id=doc))
+    def floor(
+        id: str, company: str, doc: str, question: str = "Under {}'s credit agreement, what is the Floor?"
+    ) -> Problem:
+        return Problem(
+            id=id,
+            domain="finance",
+            answer="0.00%",
+            question=question.format(company),
+            entity=f"{company} Inc.",
+            snippet=Snippet(text="\u201cFloor\u201d means a rate of interest equal to 0.00%.", doc_id=doc),
+        )
+
     source, moved, twin = floor("s", "Acme", "acme"), floor("m", "Apex", "apex"), floor("t", "Apex", "apex")
     settings = NoveltySettings(seed_coverage=1.0)  # the seed's n-gram copy check aside
     assert restated(moved, [("source", source)], settings) is None
     assert restated(twin, [("sibling", moved)], settings) == (
-        "restates its sibling m: same answer '0.00%', text similarity 1.00 >= 0.85")
+        "restates its sibling m: same answer '0.00%', text similarity 1.00 >= 0.85"
+    )
     # measured: the 1.5B "re-grounded" a self-contained question on two other agreements by copying it; a
     # question that names no entity asks the same on every document
     copied = "The default rate is 2.0% above the rate otherwise payable of 0.5%. What is the total rate?"
-    plain = [floor(i, c, d, copied).model_copy(update={"answer": "2.5%"})
-             for i, c, d in (("s", "Acme", "acme"), ("m", "Apex", "apex"))]
+    plain = [
+        floor(i, c, d, copied).model_copy(update={"answer": "2.5%"})
+        for i, c, d in (("s", "Acme", "acme"), ("m", "Apex", "apex"))
+    ]
     assert restated(plain[1], [("source", plain[0])], settings) == (
-        "restates its source s: same answer '2.5%', text similarity 1.00 >= 0.85")
+        "restates its source s: same answer '2.5%', text similarity 1.00 >= 0.85"
+    )
     # measured too: a variant that applies its passage's margin to a rate it gives, naming no entity,
     # re-grounded on an agreement with the same margin: the same words and answer, but each answer takes
     # the margin from its own passage, so it asks about another document
     applied = "If the interest rate otherwise applicable to the principal of the Loans is 5%, what is the Default Rate?"
-    needs = [floor(i, c, d, applied).model_copy(update={"answer": "7.0%"})
-             for i, c, d in (("s", "Acme", "acme"), ("m", "Apex", "apex"))]
+    needs = [
+        floor(i, c, d, applied).model_copy(update={"answer": "7.0%"})
+        for i, c, d in (("s", "Acme", "acme"), ("m", "Apex", "apex"))
+    ]
     assert restated(needs[1], [("source", needs[0])], settings) is None
     assert restated(needs[1].model_copy(update={"id": "t"}), [("sibling", needs[1])], settings) is not None
 
@@ -313,21 +420,34 @@ def test_a_variant_that_copies_its_seeds_wording_is_no_new_problem_and_export_ag
     from finmbs.records import Provenance
 
     def variant(seed: Problem, question: str, answer: str) -> Problem:
-        return Problem(id=f"{seed.id}.h0v0", question=question, answer=answer,
-                       provenance=Provenance(seed_id=seed.id, stage="leaf"))
+        return Problem(
+            id=f"{seed.id}.h0v0", question=question, answer=answer, provenance=Provenance(seed_id=seed.id, stage="leaf")
+        )
 
-    orchard = Problem(id="orchard", answer="60", question="A farmer has 5 rows of apple trees with 8 trees in each "
-                      "row. Each tree gives 30 apples, and he sells the apples in bags of 20. How many bags can he fill?")
-    ages = Problem(id="ages", answer="17", question="Ben is 4 years older than Cara, and the sum of their ages is 30. "
-                                                   "How old is Ben?")
+    orchard = Problem(
+        id="orchard",
+        answer="60",
+        question="A farmer has 5 rows of apple trees with 8 trees in each "
+        "row. Each tree gives 30 apples, and he sells the apples in bags of 20. How many bags can he fill?",
+    )
+    ages = Problem(
+        id="ages",
+        answer="17",
+        question="Ben is 4 years older than Cara, and the sum of their ages is 30. How old is Ben?",
+    )
     copied = variant(orchard, orchard.question.replace("bags of 20", "bags of 30"), "40")
-    reset = variant(orchard, "A farmer plants 7 rows of pear trees with 9 trees in each row, and each tree gives 24 "
-                             "pears. He keeps 100 pears and sells the rest in crates of 40. How many full crates "
-                             "can he sell?", "35")
+    reset = variant(
+        orchard,
+        "A farmer plants 7 rows of pear trees with 9 trees in each row, and each tree gives 24 "
+        "pears. He keeps 100 pears and sells the rest in crates of 40. How many full crates "
+        "can he sell?",
+        "35",
+    )
     short = variant(ages, "Ben is 5 years older than Cara, and the sum of their ages is 35. How old is Ben?", "20")
     settings = NoveltySettings()
     assert restated(copied, [("source", orchard)], settings) == (
-        "copies its seed orchard: reproduces 68% of its 13-word sequences (>= 50%, what export drops as contamination)")
+        "copies its seed orchard: reproduces 68% of its 13-word sequences (>= 50%, what export drops as contamination)"
+    )
     assert restated(reset, [("source", orchard)], settings) is None
     assert restated(short, [("source", ages)], settings) is None  # no 13 words of the seed in a row
     assert restated(copied, [("source", ages)], settings) is None  # only the problem's own seed is compared
@@ -366,16 +486,25 @@ async def test_a_leaf_retry_round_is_a_fresh_sample_or_told_what_was_rejected(tm
             assert asks[1].text == asks[0].text and asks[1].body != asks[0].body  # another sample index
             continue
         told = asks[1].text.split("<rejected_variants>", 1)[1]
-        assert ("- question: Now, Compute (2 + 3) * (4 + 1).\n  answer: 25\n  rejected: restates its source a: "
-                "same answer '25', text similarity 1.00 >= 0.85") in told
-        assert ("- question: Compute (2 + 3) * (4 + 1) + 1 + 2.\n  answer: 28\n  rejected: too easy: weakest student s "
-                "accuracy 1.000 > alpha 0.8") in told
+        assert (
+            "- question: Now, Compute (2 + 3) * (4 + 1).\n  answer: 25\n  rejected: restates its source a: "
+            "same answer '25', text similarity 1.00 >= 0.85"
+        ) in told
+        assert (
+            "- question: Compute (2 + 3) * (4 + 1) + 1 + 2.\n  answer: 28\n  rejected: too easy: weakest student s "
+            "accuracy 1.000 > alpha 0.8"
+        ) in told
 
 
 def test_a_grounded_leaf_is_told_how_a_lookup_becomes_harder(tmp_path, openai_server):
     ctx, _ = context(openai_server, tmp_path, {"s": Agent()})
-    floor = Problem(id="f", question="Under Acme's credit agreement, what is the Floor?", answer="0.50%", domain="finance",
-                    snippet=Snippet(text="\u201cFloor\u201d means a rate of interest equal to 0.50%.", doc_id="acme"))
+    floor = Problem(
+        id="f",
+        question="Under Acme's credit agreement, what is the Floor?",
+        answer="0.50%",
+        domain="finance",
+        snippet=Snippet(text="\u201cFloor\u201d means a rate of interest equal to 0.50%.", doc_id="acme"),
+    )
     grounded, plain = (leaf_prompt(ctx, TreeNode(problem=p, path="0"), Ledger(p.id)) for p in (floor, SEED))
     assert "hypothetical input" in grounded and "means a rate of interest equal to 0.50%" in grounded
     assert "hypothetical input" not in plain and "<document>" not in plain
@@ -399,8 +528,9 @@ async def test_novelty_guard_can_be_turned_off(tmp_path, openai_server):
 
 # the command line -----------------------------------------------------------------------------------
 def test_grow_keep_all_option(tmp_path, openai_server):
-    _, config = context(openai_server, tmp_path, {"s": Agent(capacity=1, boost=2, partial=0.875)},
-                        N_leaf=2, Nc=1, N=8, L=100)
+    _, config = context(
+        openai_server, tmp_path, {"s": Agent(capacity=1, boost=2, partial=0.875)}, N_leaf=2, Nc=1, N=8, L=100
+    )
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(config.model_dump(mode="json")))
     (tmp_path / "seeds.jsonl").write_text(SEED.model_dump_json(include={"id", "question", "answer"}) + "\n")
     args = ["grow", "--seeds", str(tmp_path / "seeds.jsonl"), "--config", str(tmp_path / "config.yaml")]
@@ -411,7 +541,8 @@ def test_grow_keep_all_option(tmp_path, openai_server):
     assert (metrics["keep"], metrics["descendants"], metrics["qualified"]) == ("all", 1, 1)
     assert (metrics["other_descendants"], metrics["other_qualified"]) == (3, 0)
     assert yaml.safe_load((tmp_path / "all" / "config.yaml").read_text())["stages"]["keep"] == "all"
-    result = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "d"), "--method", "mbs",
-                                      "--match-budget", str(tmp_path / "all")])
+    result = CliRunner().invoke(
+        app, [*args, "--out", str(tmp_path / "d"), "--method", "mbs", "--match-budget", str(tmp_path / "all")]
+    )
     assert result.exit_code == 2 and "--match-budget is for --method direct" in result.output
     assert list(read_jsonl(tmp_path / "all" / "qualified.jsonl"))[0]["meta"]["kind"] == "root"

@@ -10,19 +10,21 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from finmbs.mbs.direct import budget_tokens, with_budgets
-from finmbs.runs.budgets import construction_budgets
 from finmbs.cli import app
 from finmbs.config import Budget, QualitySettings
 from finmbs.llm import BudgetExceeded, Gateway
-from finmbs.runs.grow import run_grow
+from finmbs.mbs.direct import budget_tokens, with_budgets
 from finmbs.records import Problem, RunMetrics
 from finmbs.runs import read_jsonl
+from finmbs.runs.budgets import construction_budgets
+from finmbs.runs.grow import run_grow
 from finmbs.testing.world import TASK_MARKERS, Agent, World, world_config
 
 AGENTS = {
-    "weak-teacher": Agent(capacity=2), "strong-teacher": Agent(),
-    "s1": Agent(capacity=2, partial=0.5), "s2": Agent(capacity=1, boost=2, partial=0.875),
+    "weak-teacher": Agent(capacity=2),
+    "strong-teacher": Agent(),
+    "s1": Agent(capacity=2, partial=0.5),
+    "s2": Agent(capacity=1, boost=2, partial=0.875),
     "target": Agent(capacity=6, partial=0.5),
 }
 SEEDS = [
@@ -34,14 +36,37 @@ SEEDS = [
 def config(server, tmp_path, **stages):
     server.handler = World(agents=dict(AGENTS))
     stages = {"Nt": 2, "N": 8, "N_leaf": 2, "L": 100, **stages}
-    return world_config(server.base_url, ["weak-teacher", "strong-teacher"], ["s1", "s2"], "target",
-                        str(tmp_path / "cache.sqlite"), **stages)
+    return world_config(
+        server.base_url,
+        ["weak-teacher", "strong-teacher"],
+        ["s1", "s2"],
+        "target",
+        str(tmp_path / "cache.sqlite"),
+        **stages,
+    )
 
 
-VOLATILE = ("usage", "wall_time_s", "cache_hits", "stages", "construction_tokens", "construction_tokens_per_seed",
-            "construction_tokens_per_qualified")
-ZERO = {"seeds_too_easy": 0, "answer_leaks": 0, "not_well_posed": 0, "reground_unverified": 0, "reground_too_easy": 0,
-        "other_descendants": 0, "other_goldilocks": 0, "other_qualified": 0, "program_rejected": 0, "relabeled": 0}
+VOLATILE = (
+    "usage",
+    "wall_time_s",
+    "cache_hits",
+    "stages",
+    "construction_tokens",
+    "construction_tokens_per_seed",
+    "construction_tokens_per_qualified",
+)
+ZERO = {
+    "seeds_too_easy": 0,
+    "answer_leaks": 0,
+    "not_well_posed": 0,
+    "reground_unverified": 0,
+    "reground_too_easy": 0,
+    "other_descendants": 0,
+    "other_goldilocks": 0,
+    "other_qualified": 0,
+    "program_rejected": 0,
+    "relabeled": 0,
+}
 
 
 def metrics_of(out) -> dict:
@@ -58,22 +83,45 @@ async def test_mbs_run_folder_and_exact_metrics(tmp_path, openai_server):
     # trials stop there (the paper). Only the synthetic root is calibrated: a.s0 (target capacity 6 -> 4/8
     # goldilocks, in budget: qualified); the 3-op leaves are not calibrated.
     assert metrics_of(out) == {
-        "method": "mbs", "keep": "roots", "seeds_in": 2, "seeds_done": 2, "seeds_with_trace": 1,
-        "decompositions_effective": 1, "decompositions_attempted": 1, "descendants": 1, "gated_roots": 0,
-        "root_candidates": 1, "goldilocks": 1, "qualified": 1, "seeds_converted": 1, "novelty_rejected": 0,
-        "goldilocks_rate": 1.0, "qualified_rate": 1.0, "seed_conversion": 0.5, "screen_goldilocks": 0,
-        "screen_goldilocks_out": 0, **ZERO,
+        "method": "mbs",
+        "keep": "roots",
+        "seeds_in": 2,
+        "seeds_done": 2,
+        "seeds_with_trace": 1,
+        "decompositions_effective": 1,
+        "decompositions_attempted": 1,
+        "descendants": 1,
+        "gated_roots": 0,
+        "root_candidates": 1,
+        "goldilocks": 1,
+        "qualified": 1,
+        "seeds_converted": 1,
+        "novelty_rejected": 0,
+        "goldilocks_rate": 1.0,
+        "qualified_rate": 1.0,
+        "seed_conversion": 0.5,
+        "screen_goldilocks": 0,
+        "screen_goldilocks_out": 0,
+        **ZERO,
     }
     assert metrics.usage["target"].calls == 1 and metrics.usage["target"].samples == 8
     # per stage: every stage that called a model, and the target's tokens only in final calibration
     stages = json.loads((out / "metrics.json").read_text())["stages"]
     assert set(stages) == {"traces", "decompose", "leaf", "compose", "quality", "calibrate"}
-    assert stages["calibrate"]["requests"] == 1 and all(s["tokens"] > 0 and s["model_seconds"] > 0 for s in stages.values())
+    assert stages["calibrate"]["requests"] == 1 and all(
+        s["tokens"] > 0 and s["model_seconds"] > 0 for s in stages.values()
+    )
     assert sum(s["tokens"] for name, s in stages.items() if name != "calibrate") == metrics.construction_tokens
     [qualified] = list(read_jsonl(out / "qualified.jsonl"))
     assert qualified["question"] == "Compute (2 + 3 + 1 + 2) * (4 + 1 + 1 + 2)." and qualified["answer"] == "64"
-    assert qualified["provenance"] == {"seed_id": "a", "method": "mbs", "stage": "compose", "tree_path": "0",
-                                       "parent_ids": ["a.d0c0.h0v1", "a.d0c1.h0v1", "a.d0c2.h0v1"], "source": None}
+    assert qualified["provenance"] == {
+        "seed_id": "a",
+        "method": "mbs",
+        "stage": "compose",
+        "tree_path": "0",
+        "parent_ids": ["a.d0c0.h0v1", "a.d0c1.h0v1", "a.d0c2.h0v1"],
+        "source": None,
+    }
     assert qualified["meta"]["difficulty"]["band"] == "goldilocks" and qualified["meta"]["data_source"] == "finmbs/math"
     assert qualified["meta"]["kind"] == "root" and not (out / "qualified_nodes.jsonl").exists()
     rejected = list(read_jsonl(out / "rejected.jsonl"))
@@ -89,11 +137,15 @@ async def test_mbs_run_folder_and_exact_metrics(tmp_path, openai_server):
     assert tree["counts"]["decompositions_attempted"] >= tree["counts"]["decompositions_effective"] == 1
     assert tree["decomposition"]["root"]["student_accuracy"] == {"s2": 0.0, "s1": 0.5}
     assert [t["root"]["problem"]["id"] for t in tree["synthetic"]] == ["a.s0"]
-    assert set(tree["tokens"]) == {"teacher", "student", "judge", "target"} and all(n > 0 for n in tree["tokens"].values())
+    assert set(tree["tokens"]) == {"teacher", "student", "judge", "target"} and all(
+        n > 0 for n in tree["tokens"].values()
+    )
     dropped = json.loads((out / "trees" / "bad.json").read_text())
     assert dropped["decomposition"] is None and dropped["dropped"].startswith("no verified trace after 2x2 tries")
     assert set(dropped["tokens"]) == {"teacher"}
-    construction = tree["tokens"]["teacher"] + tree["tokens"]["student"] + tree["tokens"]["judge"] + dropped["tokens"]["teacher"]
+    construction = (
+        tree["tokens"]["teacher"] + tree["tokens"]["student"] + tree["tokens"]["judge"] + dropped["tokens"]["teacher"]
+    )
     assert metrics.construction_tokens == construction and metrics.construction_tokens_per_seed == construction / 2
     assert yaml.safe_load((out / "config.yaml").read_text())["stages"]["N_leaf"] == 2
     assert sorted(p.name for p in (out / "done").iterdir()) == ["a", "bad"]
@@ -120,7 +172,11 @@ async def test_keep_all_reports_other_nodes_apart(tmp_path, openai_server):
     assert every.keep == "all" and every.novelty_rejected == 0
     assert list(read_jsonl(tmp_path / "all" / "qualified.jsonl")) == []
     nodes = list(read_jsonl(tmp_path / "all" / "qualified_nodes.jsonl"))
-    assert [n["question"] for n in nodes] == ["Compute 2 + 3 + 1 + 2.", "Compute 4 + 1 + 1 + 2.", "Compute 5 * 6 + 1 + 2."]
+    assert [n["question"] for n in nodes] == [
+        "Compute 2 + 3 + 1 + 2.",
+        "Compute 4 + 1 + 1 + 2.",
+        "Compute 5 * 6 + 1 + 2.",
+    ]
     assert {n["meta"]["kind"] for n in nodes} == {"node"}
 
 
@@ -146,7 +202,8 @@ async def test_quality_control_rejects_a_problem_the_judge_finds_ill_posed(tmp_p
     # a kept problem records the verdict on its node
     tree = json.loads((tmp_path / "run" / "trees" / "a.json").read_text())
     assert tree["synthetic"] and all(
-        d["stage"] != "quality" or d["outcome"] == "accepted" for t in tree["synthetic"] for d in t["root"]["decisions"])
+        d["stage"] != "quality" or d["outcome"] == "accepted" for t in tree["synthetic"] for d in t["root"]["decisions"]
+    )
 
 
 async def test_direct_baseline_single_call_per_seed(tmp_path, openai_server):
@@ -155,17 +212,38 @@ async def test_direct_baseline_single_call_per_seed(tmp_path, openai_server):
     # one teacher call (weak-teacher) writes N_direct=4 renumbered copies of the 3-op seed (prompt E asks
     # for several): each verified, stale for the target
     assert metrics_of(out) | {"goldilocks_rate": 0, "qualified_rate": 0} == {
-        "method": "direct", "keep": "roots", "seeds_in": 1, "seeds_done": 1, "seeds_with_trace": 1,
-        "decompositions_effective": 0, "decompositions_attempted": 0, "descendants": 4, "gated_roots": 0,
-        "root_candidates": 4, "goldilocks": 0, "qualified": 0, "seeds_converted": 0, "novelty_rejected": 0,
-        "goldilocks_rate": 0, "qualified_rate": 0, "seed_conversion": 0.0, "screen_goldilocks": 0,
-        "screen_goldilocks_out": 0, **ZERO,
+        "method": "direct",
+        "keep": "roots",
+        "seeds_in": 1,
+        "seeds_done": 1,
+        "seeds_with_trace": 1,
+        "decompositions_effective": 0,
+        "decompositions_attempted": 0,
+        "descendants": 4,
+        "gated_roots": 0,
+        "root_candidates": 4,
+        "goldilocks": 0,
+        "qualified": 0,
+        "seeds_converted": 0,
+        "novelty_rejected": 0,
+        "goldilocks_rate": 0,
+        "qualified_rate": 0,
+        "seed_conversion": 0.0,
+        "screen_goldilocks": 0,
+        "screen_goldilocks_out": 0,
+        **ZERO,
     }
     tree = json.loads((out / "trees" / "a.json").read_text())
     assert tree["decomposition"]["root"]["children"] == []
     assert [t["root"]["problem"]["question"] for t in tree["synthetic"]] == [
-        "Compute (3 + 4) * (5 + 2).", "Compute (4 + 5) * (6 + 3).", "Compute (5 + 6) * (7 + 4).", "Compute (6 + 7) * (8 + 5)."]
-    assert [d["reason"] for d in tree["decomposition"]["root"]["decisions"]][1:] == ["call 0 (weak-teacher): 4 of 4 verified"]
+        "Compute (3 + 4) * (5 + 2).",
+        "Compute (4 + 5) * (6 + 3).",
+        "Compute (5 + 6) * (7 + 4).",
+        "Compute (6 + 7) * (8 + 5).",
+    ]
+    assert [d["reason"] for d in tree["decomposition"]["root"]["decisions"]][1:] == [
+        "call 0 (weak-teacher): 4 of 4 verified"
+    ]
     assert sum(TASK_MARKERS["direct"] in r.text for r in openai_server.requests) == 1
 
 
@@ -173,7 +251,10 @@ async def test_direct_restating_the_seed_is_rejected(tmp_path, openai_server):
     cfg = config(openai_server, tmp_path)
     openai_server.handler.agents["weak-teacher"] = Agent(parrot=True)  # writes "Now, Compute <seed>."
     metrics = await run_grow(cfg, SEEDS[:1], tmp_path / "direct", method="direct")
-    assert (metrics.descendants, metrics.novelty_rejected) == (0, 4) and "target" not in metrics.usage  # never calibrated
+    assert (metrics.descendants, metrics.novelty_rejected) == (
+        0,
+        4,
+    ) and "target" not in metrics.usage  # never calibrated
     assert metrics.root_candidates == metrics.gated_roots == 4  # each copy is a candidate the rates count
     rejection, *_ = [r for r in read_jsonl(tmp_path / "direct" / "rejected.jsonl") if r["stage"] == "novelty"]
     assert rejection["problem"]["question"] == "Now, Compute (2 + 3) * (4 + 1)."
@@ -208,7 +289,8 @@ async def test_budget_stops_cleanly_and_a_larger_budget_continues(tmp_path, open
         await run_grow(cfg, SEEDS, out, gateway=tight)
     first = openai_server.request_count
     saved = RunMetrics.model_validate(
-        {k: v for k, v in json.loads((out / "metrics.json").read_text()).items() if k in RunMetrics.model_fields})
+        {k: v for k, v in json.loads((out / "metrics.json").read_text()).items() if k in RunMetrics.model_fields}
+    )
     assert saved.usage["teacher"].calls > 0
     metrics = await run_grow(cfg, SEEDS, out)
     assert metrics.qualified == 1 and metrics.seeds_with_trace == 1
@@ -227,22 +309,72 @@ def test_calibrate_command(tmp_path, openai_server):
     config_path = tmp_path / "config.yaml"
     config_path.write_text(yaml.safe_dump(cfg.model_dump(mode="json")))
     problems = tmp_path / "problems.jsonl"
-    problems.write_text("".join(json.dumps({"id": str(i), "question": q, "answer": a}) + "\n" for i, (q, a) in enumerate([
-        ("Compute 2 * 3 + 1.", "7"), ("Compute 1 + 2 + 3 + 4 + 5 + 6 + 7 + 8.", "36"),
-        ("Compute 1 + 2 + 3 + 4 + 5 + 6 + 7 + 8 + 9.", "45")])))
+    problems.write_text(
+        "".join(
+            json.dumps({"id": str(i), "question": q, "answer": a}) + "\n"
+            for i, (q, a) in enumerate(
+                [
+                    ("Compute 2 * 3 + 1.", "7"),
+                    ("Compute 1 + 2 + 3 + 4 + 5 + 6 + 7 + 8.", "36"),
+                    ("Compute 1 + 2 + 3 + 4 + 5 + 6 + 7 + 8 + 9.", "45"),
+                ]
+            )
+        )
+    )
     out = tmp_path / "annotated.jsonl"
-    result = CliRunner().invoke(app, ["calibrate", str(problems), "--model", "target", "-n", "8", "--max-tokens", "100",
-                                      "--out", str(out), "--config", str(config_path)])
+    result = CliRunner().invoke(
+        app,
+        [
+            "calibrate",
+            str(problems),
+            "--model",
+            "target",
+            "-n",
+            "8",
+            "--max-tokens",
+            "100",
+            "--out",
+            str(out),
+            "--config",
+            str(config_path),
+        ],
+    )
     assert result.exit_code == 0, result.output
     bands = [row["meta"]["difficulty"]["band"] for row in read_jsonl(out)]
     assert bands == ["stale", "goldilocks", "hard"]
     summary = json.loads(out.with_suffix(".summary.json").read_text())
-    assert summary == {"problems": 3, "hard": 1, "goldilocks": 1, "stale": 1, "in_budget": 2, "qualified": 1,
-                       "verified_hard": 1, "policy": "target", "n": 8, "budget": 100}
+    assert summary == {
+        "problems": 3,
+        "hard": 1,
+        "goldilocks": 1,
+        "stale": 1,
+        "in_budget": 2,
+        "qualified": 1,
+        "verified_hard": 1,
+        "policy": "target",
+        "n": 8,
+        "budget": 100,
+    }
     # a litellm model string with --api-base works too (same server, the world's target agent)
-    result = CliRunner().invoke(app, ["calibrate", str(problems), "--model", "openai/target", "--api-base",
-                                      openai_server.base_url, "-n", "4", "--max-tokens", "30", "--out", str(out),
-                                      "--config", str(config_path)])
+    result = CliRunner().invoke(
+        app,
+        [
+            "calibrate",
+            str(problems),
+            "--model",
+            "openai/target",
+            "--api-base",
+            openai_server.base_url,
+            "-n",
+            "4",
+            "--max-tokens",
+            "30",
+            "--out",
+            str(out),
+            "--config",
+            str(config_path),
+        ],
+    )
     assert result.exit_code == 0, result.output
     summary = json.loads(out.with_suffix(".summary.json").read_text())
     assert (summary["goldilocks"], summary["in_budget"], summary["policy"]) == (1, 1, "openai_target")

@@ -27,8 +27,9 @@ def setup(server, tmp_path, agents, *, teachers=("teacher",), students=("s",), w
     world = world or World(agents={})
     world.agents = {"teacher": Agent(), "target": Agent(), **agents}
     server.handler = world
-    config = world_config(server.base_url, list(teachers), list(students), "target",
-                          str(tmp_path / "cache.sqlite"), **stages)
+    config = world_config(
+        server.base_url, list(teachers), list(students), "target", str(tmp_path / "cache.sqlite"), **stages
+    )
     return Context(config=config, gateway=Gateway(cache_path=str(tmp_path / "cache.sqlite"))), world
 
 
@@ -38,14 +39,24 @@ def node(problem: Problem = SEED) -> TreeNode:
 
 def test_world_markers_are_in_the_prompts():
     for task, marker in TASK_MARKERS.items():
-        name = {"compose": "compose_parent", "leaf": "leaf_harder", "direct": "direct_synthesis",
-                "conditioned": "solve_conditioned", "well_posed": "judge_well_posed"}.get(task, task)
+        name = {
+            "compose": "compose_parent",
+            "leaf": "leaf_harder",
+            "direct": "direct_synthesis",
+            "conditioned": "solve_conditioned",
+            "well_posed": "judge_well_posed",
+        }.get(task, task)
         assert marker in prompt_template(name)
 
 
 async def test_traces_try_teachers_in_order_up_to_nt(tmp_path, openai_server):
-    ctx, _ = setup(openai_server, tmp_path, {"weak": Agent(capacity=2), "strong": Agent(capacity=3)},
-                   teachers=("weak", "strong"), Nt=2)
+    ctx, _ = setup(
+        openai_server,
+        tmp_path,
+        {"weak": Agent(capacity=2), "strong": Agent(capacity=3)},
+        teachers=("weak", "strong"),
+        Nt=2,
+    )
     trace, why = await teacher_trace(ctx, SEED)  # 3 operations: weak fails twice, strong verifies
     assert trace.verified and trace.model == "strong" and trace.answer == "25" and why == ""
     assert [r.model for r in openai_server.requests] == ["weak", "weak", "strong"]
@@ -77,7 +88,8 @@ async def test_effectivity_over_every_evaluated_student(tmp_path, openai_server)
     assert root.conditioned_accuracy == {"s3": 1.0, "s2": 0.0}
     decision = root.decisions[0]
     assert decision.outcome == "accepted" and decision.reason == (
-        "effective: s3 0.000 -> 1.000, s2 0.000 -> 0.000 with 3 children")
+        "effective: s3 0.000 -> 1.000, s2 0.000 -> 0.000 with 3 children"
+    )
     assert decision.data["student"] == "s2" and decision.data["students"] == ["s3", "s2"]
     assert decision.data["conditioned_by_student"] == {"s3": 1.0, "s2": 0.0} and decision.data["skills"] == ["*", "+"]
     assert [c.problem.question for c in root.children] == ["Compute 2 + 3.", "Compute 4 + 1.", "Compute 5 * 6."]
@@ -106,8 +118,14 @@ async def test_retries_carry_failed_attempts_as_negative_context(tmp_path, opena
     assert [a.count("<failed>") for a in asks] == [0, 1, 2]
     assert "Compute 2 - 1." in asks[2] and "ineffective: s 0.000 -> 0.000 when conditioned" in asks[2]
     # with one retry only, the same world drops the node
-    ctx, _ = setup(openai_server, tmp_path / "b", {"s": Agent(capacity=1, boost=2)},
-                   world=World(agents={}, bad_decompositions=2), Nd=1, N=4)
+    ctx, _ = setup(
+        openai_server,
+        tmp_path / "b",
+        {"s": Agent(capacity=1, boost=2)},
+        world=World(agents={}, bad_decompositions=2),
+        Nd=1,
+        N=4,
+    )
     assert await decompose(ctx, node(), Ledger("a")) is False
 
 
@@ -128,11 +146,10 @@ async def test_unverified_children_and_malformed_json(tmp_path, openai_server):
     assert usage.parse_failures == 1 and usage.repairs == 1 and len(root.children) == 3
 
 
-@pytest.mark.parametrize("depth,expected", [
-    (0, []),
-    (1, ["0.0:depth", "0.1:depth"]),
-    (2, ["0.0:effective", "0.0.0:depth", "0.0.1:depth", "0.1:solved"]),
-])
+@pytest.mark.parametrize(
+    "depth,expected",
+    [(0, []), (1, ["0.0:depth", "0.1:depth"]), (2, ["0.0:effective", "0.0.0:depth", "0.0.1:depth", "0.1:solved"])],
+)
 async def test_depth_limit(tmp_path, openai_server, depth, expected):
     seed = Problem(id="d", question="Compute ((1 + 2) * 3 + 4) * 5.", answer="65")
     ctx, _ = setup(openai_server, tmp_path, {"s": Agent(capacity=1, boost=3)}, D=depth, N=4)
@@ -156,7 +173,8 @@ async def test_leaf_alpha_threshold(tmp_path, openai_server):
     assert [k.problem.question for k in kept] == ["Compute 2 + 3 + 1 + 2."]
     assert kept[0].student_accuracy == {"s": 0.0} and kept[0].mirrors == "l"
     assert [(r.problem.id, r.reason) for r in ledger.rejected] == [
-        ("l.h0v0", "too easy: weakest student s accuracy 0.875 > alpha 0.8")]
+        ("l.h0v0", "too easy: weakest student s accuracy 0.875 > alpha 0.8")
+    ]
     ctx, _ = setup(openai_server, tmp_path / "b", {"s": Agent(capacity=1, partial=0.75)}, N_leaf=2, N=8)
     assert len(await harder_leaves(ctx, leaf, Ledger("l"))) == 2  # 0.75 <= 0.8 is kept
 
@@ -167,8 +185,10 @@ async def test_leaf_rounds_move_on_to_the_next_teacher(tmp_path, openai_server):
     ctx, _ = setup(openai_server, tmp_path, agents, teachers=("lazy", "teacher"), N_leaf=2, R=2, N=4)
     kept = await harder_leaves(ctx, leaf, Ledger("l"))
     assert [k.problem.id for k in kept] == ["l.h1v0", "l.h1v1"]
-    assert [d.reason for d in leaf.decisions] == ["round 0 (lazy): kept 0 of 2 variants",
-                                                  "round 1 (teacher): kept 2 of 2 variants"]
+    assert [d.reason for d in leaf.decisions] == [
+        "round 0 (lazy): kept 0 of 2 variants",
+        "round 1 (teacher): kept 2 of 2 variants",
+    ]
     ctx, _ = setup(openai_server, tmp_path / "b", agents, teachers=("lazy", "teacher"), N_leaf=2, R=1, N=4)
     leaf = node(Problem(id="l", question="Compute 2 + 3.", answer="5"))
     assert await harder_leaves(ctx, leaf, Ledger("l")) == [] and len(leaf.decisions) == 1
@@ -176,8 +196,15 @@ async def test_leaf_rounds_move_on_to_the_next_teacher(tmp_path, openai_server):
 
 async def test_with_one_teacher_each_leaf_round_and_decomposition_retry_is_a_fresh_sample(tmp_path, openai_server):
     leaf = node(Problem(id="l", question="Compute 2 + 3.", answer="5"))
-    ctx, _ = setup(openai_server, tmp_path, {"lazy": Agent(lazy=True), "s": Agent(capacity=1)},
-                   teachers=("lazy",), N_leaf=2, R=2, N=4)
+    ctx, _ = setup(
+        openai_server,
+        tmp_path,
+        {"lazy": Agent(lazy=True), "s": Agent(capacity=1)},
+        teachers=("lazy",),
+        N_leaf=2,
+        R=2,
+        N=4,
+    )
     assert await harder_leaves(ctx, leaf, Ledger("l")) == []
     asks = [r for r in openai_server.requests if TASK_MARKERS["leaf"] in r.text]
     assert len(asks) == 2 and [r.body.get("seed") for r in asks] == [0, 1]  # round 1 is not round 0 replayed
@@ -199,14 +226,17 @@ async def test_relabel_needs_relabel_votes_agreeing_traces(tmp_path, openai_serv
     before = openai_server.request_count
     trace, why = await teacher_trace(ctx, stated, relabel=True)  # the third vote disagrees: no label
     assert trace is None and openai_server.request_count - before == 3
-    assert why == ("no verified trace after 1x2 (+1 relabel votes) tries; answers: "
-                   "teacher#0: '26' (stop), teacher#1: '26' (stop), teacher#2: '25' (stop)")
+    assert why == (
+        "no verified trace after 1x2 (+1 relabel votes) tries; answers: "
+        "teacher#0: '26' (stop), teacher#1: '26' (stop), teacher#2: '25' (stop)"
+    )
     # a vote that verifies the stated answer verifies it; without that vote, 26 would have been the label
     trace, why = await teacher_trace(ctx, SEED, relabel=True)
     assert trace.answer == "25" and trace.verified and why == ""
     # three agreeing votes relabel
-    ctx, _ = setup(openai_server, tmp_path / "c", {"teacher": Agent(table={3: 0.0})}, Nt=2, relabel=True,
-                   relabel_votes=3)
+    ctx, _ = setup(
+        openai_server, tmp_path / "c", {"teacher": Agent(table={3: 0.0})}, Nt=2, relabel=True, relabel_votes=3
+    )
     trace, why = await teacher_trace(ctx, stated, relabel=True)
     assert trace.answer == "26" and why == "relabeled: stated answer '27', all 3 traces of teacher answer '26'"
     # without relabel, the votes are never drawn
@@ -219,15 +249,18 @@ async def test_relabel_needs_relabel_votes_agreeing_traces(tmp_path, openai_serv
 async def test_relabel_takes_the_answer_every_trace_agrees_on(tmp_path, openai_server):
     # the teacher states each child's answer one too high; its traces all compute the true value
     world = World(agents={}, wrong_child_answers=True)
-    ctx, _ = setup(openai_server, tmp_path, {"s": Agent(capacity=1, boost=2)}, world=world, Nd=0, N=4, relabel=True,
-                   programs=False)  # relabel by traces alone (with programs: test_programs_engine.py)
+    ctx, _ = setup(
+        openai_server, tmp_path, {"s": Agent(capacity=1, boost=2)}, world=world, Nd=0, N=4, relabel=True, programs=False
+    )  # relabel by traces alone (with programs: test_programs_engine.py)
     root, ledger = node(), Ledger("a")
     assert await decompose(ctx, root, ledger)  # the relabeled children make the decomposition effective
     assert ledger.rejected == [] and len(root.children) == 3
     for child in root.children:
         stated, fixed = child.problem.meta["relabeled_from"], child.problem.answer
         assert int(stated) == int(fixed) + 1 and child.trace.answer == fixed
-        assert child.decisions[0].reason == (f"relabeled: stated answer {stated!r}, all 4 traces of teacher answer {fixed!r}")  # Nt 4, the default
+        assert child.decisions[0].reason == (
+            f"relabeled: stated answer {stated!r}, all 4 traces of teacher answer {fixed!r}"
+        )  # Nt 4, the default
     # traces that disagree, or one cut at the length limit, never relabel
     from finmbs.mbs.traces import consensus
     from finmbs.records import Rollout
@@ -284,7 +317,10 @@ async def test_calibration_bands_and_in_budget(tmp_path, openai_server):
     hard = Problem(id="3", question="Compute 2 * 3 + 1 - 4 + 5 + 6.", answer="14")
     reports = [await calibrate(ctx, p) for p in (stale, gold, hard)]
     assert [(r.band, r.k, r.in_budget, r.qualified) for r in reports] == [
-        ("stale", 8, True, False), ("goldilocks", 4, True, True), ("hard", 0, False, False)]
+        ("stale", 8, True, False),
+        ("goldilocks", 4, True, True),
+        ("hard", 0, False, False),
+    ]
     assert reports[2].verified_hard
     # 3 operations need 22 words: at L=20 every rollout is cut ("length"), correct answers never count in budget
     cut = await calibrate(ctx, gold, budget=20)

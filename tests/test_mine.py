@@ -16,20 +16,23 @@ from finmbs.cli import app
 from finmbs.config import RunConfig, dump_config
 from finmbs.ingest import ingest_paths, open_index
 from finmbs.llm import GatewayError
-from finmbs.runs.grow import run_grow
 from finmbs.mine.company import document_company
 from finmbs.mine.passages import TYPES, plan, strong_figures
 from finmbs.mine.questions import MinedQuestion, Options, locate_evidence, short_name
 from finmbs.mine.run import MineError, run_mine
 from finmbs.records import Document
 from finmbs.runs import read_jsonl
+from finmbs.runs.grow import run_grow
 from finmbs.seeds import load_seeds
 from finmbs.testing.finance_world import FinanceWorld, agreements_index
 from finmbs.testing.server import Reply
 from finmbs.testing.world import Agent, world_config
 
-BF, CMC, HOST = ("brown_forman_2023_credit_agreement", "commercial_metals_2022_sixth_ar_credit_agreement",
-                 "host_hotels_2023_sixth_ar_credit_agreement")
+BF, CMC, HOST = (
+    "brown_forman_2023_credit_agreement",
+    "commercial_metals_2022_sixth_ar_credit_agreement",
+    "host_hotels_2023_sixth_ar_credit_agreement",
+)
 NOTICES = "acme_notices_agreement"
 NO_FIGURES = """CREDIT AGREEMENT
 dated as of the date hereof
@@ -60,22 +63,49 @@ def settings(tmp_path_factory):
     return built
 
 
-def config_for(server, tmp_path: Path, settings, *, target: Agent | None = None, relabel: bool = False,
-               concurrency: int = 4, **knobs) -> RunConfig:
+def config_for(
+    server,
+    tmp_path: Path,
+    settings,
+    *,
+    target: Agent | None = None,
+    relabel: bool = False,
+    concurrency: int = 4,
+    **knobs,
+) -> RunConfig:
     """The world's roles (teacher, student, target; the teacher judges), the test index, N=4."""
-    server.handler = FinanceWorld(agents={"teacher": Agent(), "student": Agent(), "target": target or Agent(capacity=1)},
-                                  **knobs)
-    config = world_config(server.base_url, ["teacher"], ["student"], "target", str(tmp_path / "cache.sqlite"),
-                          N=4, Nt=2, relabel=relabel, Kd=2)
+    server.handler = FinanceWorld(
+        agents={"teacher": Agent(), "student": Agent(), "target": target or Agent(capacity=1)}, **knobs
+    )
+    config = world_config(
+        server.base_url,
+        ["teacher"],
+        ["student"],
+        "target",
+        str(tmp_path / "cache.sqlite"),
+        N=4,
+        Nt=2,
+        relabel=relabel,
+        Kd=2,
+    )
     return config.model_copy(update={"index": settings, "domain": "finance", "seed_concurrency": concurrency})
 
 
-def mine(config: RunConfig, tmp_path: Path, documents: list[str], *, per_document: int = 4, types=TYPES,
-         hard_only: bool = False, eval_data=None, run: str = "run", evidence: str = "quote"):
+def mine(
+    config: RunConfig,
+    tmp_path: Path,
+    documents: list[str],
+    *,
+    per_document: int = 4,
+    types=TYPES,
+    hard_only: bool = False,
+    eval_data=None,
+    run: str = "run",
+    evidence: str = "quote",
+):
     out = tmp_path / f"{run}.jsonl"
     options = Options(per_document=per_document, types=list(types), hard_only=hard_only, evidence=evidence)
-    metrics = asyncio.run(run_mine(config, options,
-                                   out, tmp_path / run, documents=documents, eval_data=eval_data))
+    metrics = asyncio.run(run_mine(config, options, out, tmp_path / run, documents=documents, eval_data=eval_data))
     rejected = list(read_jsonl(tmp_path / run / "rejected.jsonl"))
     return metrics, out, rejected
 
@@ -88,6 +118,7 @@ def checks(rejected: list[dict]) -> list[str]:
 def full_agreement(stem: str):
     """(Document, text, chunks) of a whole shared agreement, parsed and chunked as ingest does (no vectors)."""
     from conftest import SHARED_DATA
+
     from finmbs.config import IndexSettings
     from finmbs.ingest.pipeline import prepare
 
@@ -104,7 +135,7 @@ def test_passages_hold_figures_and_are_verbatim():
     assert len(planned) == 8 and {kind for kind, _ in planned} == set(TYPES)
     for _, passage in planned:
         for part in passage.parts:
-            assert text[part.char_start:part.char_end] == part.text  # verbatim by construction
+            assert text[part.char_start : part.char_end] == part.text  # verbatim by construction
         assert strong_figures(passage.text)  # a percentage, an amount or a ratio to ask about
         assert "By: Name:" not in passage.text and passage.parts[0].char_start < text.find("IN WITNESS WHEREOF")
     # the pricing grid of the Applicable Rate comes whole, its categories with their margins
@@ -120,7 +151,7 @@ def test_cross_passage_pairs_a_definition_with_the_provision_using_it():
     for kind, passage in planned:
         assert kind == "cross_passage" and len(passage.parts) == 2 and passage.term
         definition, provision = passage.parts
-        assert definition.text.lstrip("“\" ").startswith(passage.term) and passage.term in provision.text
+        assert definition.text.lstrip('“" ').startswith(passage.term) and passage.term in provision.text
         assert "has the meaning" not in definition.text and strong_figures(provision.text)
     # asked for cross-passage questions only, a document without a pair gets none (no other type instead)
     blank = Document(doc_id="x", source_path="x", sha256="-")
@@ -139,7 +170,9 @@ def test_evidence_is_located_inside_the_cited_passage():
     assert found[0]["section_path"] == grid.section_path
     assert "not verbatim" in locate_evidence([row.replace("0.625%", "0.650%")], passage, text, chunks)[1]
     # a definition quoted without the spaced curly quotes around its term: every word and figure is the document's
-    found, why = locate_evidence(["Applicable Rate means, for any day, with respect to any Term SOFR Loan"], passage, text, chunks)
+    found, why = locate_evidence(
+        ["Applicable Rate means, for any day, with respect to any Term SOFR Loan"], passage, text, chunks
+    )
     assert why is None and found[0]["text"].startswith("Applicable Rate ” means, for any day")
     assert "not verbatim" in locate_evidence(["Applicable Rate means, for each day"], passage, text, chunks)[1]
     elsewhere = "IN WITNESS WHEREOF"
@@ -148,7 +181,11 @@ def test_evidence_is_located_inside_the_cited_passage():
 
 
 def test_template_quotes_are_no_evidence_and_names_are_short():
-    reply = {"question": "Under Acme's agreement, what is the margin?", "solution": "The grid gives 2.00%.", "answer": "2.00%"}
+    reply = {
+        "question": "Under Acme's agreement, what is the margin?",
+        "solution": "The grid gives 2.00%.",
+        "answer": "2.00%",
+    }
     with pytest.raises(ValueError, match="placeholder"):  # the 1.5B copied the reply template's quote
         MinedQuestion.model_validate({**reply, "evidence": ["<a piece of the passage, copied exactly>"]})
     kept = MinedQuestion.model_validate({**reply, "evidence": ["<a piece of the passage>", "Margin 2.00%"]})
@@ -161,10 +198,17 @@ def test_template_quotes_are_no_evidence_and_names_are_short():
 def test_document_company_from_the_opening(settings):
     blank = Document(doc_id="x", source_path="x", sha256="x")
     assert document_company(blank, NO_FIGURES) == "Acme Widgets, Inc."
-    assert document_company(blank.model_copy(update={"company": "Brown-Forman Corporation"}), "") == "Brown-Forman Corporation"
+    assert (
+        document_company(blank.model_copy(update={"company": "Brown-Forman Corporation"}), "")
+        == "Brown-Forman Corporation"
+    )
     with open_index(settings) as index:
         names = {d: document_company(index.document(d), index.document_text(d)) for d in (BF, CMC, HOST)}
-    assert names == {BF: "Brown-Forman Corporation", CMC: "Commercial Metals Company", HOST: "Host Hotels & Resorts, L.P."}
+    assert names == {
+        BF: "Brown-Forman Corporation",
+        CMC: "Commercial Metals Company",
+        HOST: "Host Hotels & Resorts, L.P.",
+    }
     assert document_company(blank, "Section 1. Notices shall be in writing.") is None
 
 
@@ -183,7 +227,7 @@ def test_kept_seeds_are_verbatim_named_verified_and_measured(tmp_path, openai_se
             assert set(seed) == {"id", "question", "answer", "domain", "entity", "snippet", "meta"}
             assert seed["domain"] == "finance" and seed["entity"].split()[0].lower() in seed["question"].lower()
             for quote in seed["meta"]["evidence"]:
-                assert text[quote["char_start"]:quote["char_end"]] == quote["text"]
+                assert text[quote["char_start"] : quote["char_end"]] == quote["text"]
                 assert quote["text"] in seed["snippet"]["text"] and quote["section_path"] is not None
             measured = seed["meta"]["measured"]
             assert measured["n"] == 4 and measured["policy"] == "target"
@@ -218,14 +262,16 @@ def test_a_wrong_answer_without_programs_is_unverified_by_the_traces(tmp_path, o
     assert not any("program" in r["problem"]["meta"] for r in rejected)
 
 
-
-@pytest.mark.parametrize("knob, check", [
-    ("mine_misquote", "evidence"),  # a quoted figure altered: not verbatim in the document
-    ("mine_anonymous", "entity"),  # "the borrower": not answerable out of context
-    ("mine_wrong", "program"),  # the stated answer is off by one: its program computes another (verify.programs)
-    ("mine_invent", "judge"),  # a figure found nowhere: the judge finds the passage does not answer it
-    ("mine_repeat", "novelty"),  # the same question again: a restatement
-])
+@pytest.mark.parametrize(
+    "knob, check",
+    [
+        ("mine_misquote", "evidence"),  # a quoted figure altered: not verbatim in the document
+        ("mine_anonymous", "entity"),  # "the borrower": not answerable out of context
+        ("mine_wrong", "program"),  # the stated answer is off by one: its program computes another (verify.programs)
+        ("mine_invent", "judge"),  # a figure found nowhere: the judge finds the passage does not answer it
+        ("mine_repeat", "novelty"),  # the same question again: a restatement
+    ],
+)
 def test_each_bad_candidate_is_a_counted_rejection(tmp_path, openai_server, settings, knob, check):
     config = config_for(openai_server, tmp_path, settings, **{knob: {"Host Hotels"}})
     metrics, out, rejected = mine(config, tmp_path, [HOST, BF], per_document=3, types=["multi_step"])
@@ -253,7 +299,10 @@ def test_selected_lines_are_verbatim_evidence(tmp_path, openai_server, settings)
         text = index.document_text(HOST)
         for seed in seeds:
             for quote in seed.meta["evidence"]:
-                assert text[quote["char_start"]:quote["char_end"]] == quote["text"] and quote["text"] in seed.snippet.text
+                assert (
+                    text[quote["char_start"] : quote["char_end"]] == quote["text"]
+                    and quote["text"] in seed.snippet.text
+                )
     assert checks(rejected) == ["evidence", "evidence"] and "names no line of the passage" in rejected[0]["reason"]
 
 
@@ -263,8 +312,9 @@ def test_contaminated_question_rejected(tmp_path, openai_server, settings):
     question = load_seeds(out)[0].question
     eval_file = tmp_path / "evalset.jsonl"
     eval_file.write_text(json.dumps({"id": "e1", "question": question}) + "\n")
-    metrics, out, rejected = mine(config, tmp_path, [BF], per_document=2, types=["multi_step"], eval_data=[eval_file],
-                                  run="second")
+    metrics, out, rejected = mine(
+        config, tmp_path, [BF], per_document=2, types=["multi_step"], eval_data=[eval_file], run="second"
+    )
     hit = next(r for r in rejected if r["problem"]["question"] == question)
     assert hit["data"]["check"] == "contaminated" and "evalset e1" in hit["reason"]
     assert question not in [p.question for p in load_seeds(out)] if metrics.kept else True
@@ -314,8 +364,24 @@ def test_cli_mines_and_reports(tmp_path, openai_server, settings, monkeypatch):
     path.write_text(dump_config(config))
     monkeypatch.chdir(tmp_path)
     runner = CliRunner()
-    args = ["seeds", "mine", "--config", str(path), "--index-path", settings.path, "--out", "mined.jsonl",
-            "--document", HOST, "--per-document", "2", "--types", "lookup,multi_step", "--eval-data", str(path.parent / "none")]
+    args = [
+        "seeds",
+        "mine",
+        "--config",
+        str(path),
+        "--index-path",
+        settings.path,
+        "--out",
+        "mined.jsonl",
+        "--document",
+        HOST,
+        "--per-document",
+        "2",
+        "--types",
+        "lookup,multi_step",
+        "--eval-data",
+        str(path.parent / "none"),
+    ]
     result = runner.invoke(app, args)
     assert result.exit_code == 2 and "evaluation data not found" in result.output  # a bad --eval-data: one line
     result = runner.invoke(app, args[:-2])

@@ -11,8 +11,6 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from finmbs.mbs.direct import BUDGET_STAGES_OUT, budget_tokens
-from finmbs.runs.budgets import construction_budgets
 from finmbs.cli import app
 from finmbs.config import PAPER_VALUES, ConfigError, RunConfig, load_config
 from finmbs.ingest.parse import ParsedDocument, cover_page
@@ -20,14 +18,16 @@ from finmbs.llm import BudgetExceeded, Gateway
 from finmbs.mbs.compose import synthesize
 from finmbs.mbs.context import Context, Ledger
 from finmbs.mbs.decompose import ANSWER_LEAK, decompose
+from finmbs.mbs.direct import BUDGET_STAGES_OUT, budget_tokens
 from finmbs.mbs.novelty import reveals
 from finmbs.mbs.pipeline import grow_seed
-from finmbs.runs.grow import run_grow
 from finmbs.mbs.reground import held_out
 from finmbs.mbs.solve import train_prompt
 from finmbs.mbs.traces import teacher_trace
 from finmbs.records import Document, Problem, RunMetrics, Trace, TreeNode
 from finmbs.resources import resource_dir
+from finmbs.runs.budgets import construction_budgets
+from finmbs.runs.grow import run_grow
 from finmbs.testing.world import TASK_MARKERS, Agent, World, world_config
 
 SEED = Problem(id="a", question="Compute (2 + 3) * (4 + 1).", answer="25")
@@ -37,8 +37,9 @@ def context(server, tmp_path, agents, *, world=None, students=("s",), target="ta
     world = world or World(agents={})
     world.agents = {"teacher": Agent(), "target": Agent(capacity=6, partial=0.5), **agents}
     server.handler = world
-    config = world_config(server.base_url, ["teacher"], list(students), target, str(tmp_path / "cache.sqlite"),
-                          **stages)
+    config = world_config(
+        server.base_url, ["teacher"], list(students), target, str(tmp_path / "cache.sqlite"), **stages
+    )
     return Context(config=config, gateway=Gateway(cache_path=str(tmp_path / "cache.sqlite"))), config
 
 
@@ -97,29 +98,53 @@ def test_a_key_contradicting_the_paper_profile_is_one_error(tmp_path):
 
 def test_cli_profile_option_and_explain(tmp_path):
     config = resource_dir("configs") / "default.yaml"  # extract: retrieve, programs ...: --profile paper overrides them
-    result = CliRunner().invoke(app, ["config", "explain", "--config", str(config), "--profile", "paper"],
-                                env={"COLUMNS": "250"})
+    result = CliRunner().invoke(
+        app, ["config", "explain", "--config", str(config), "--profile", "paper"], env={"COLUMNS": "250"}
+    )
     assert result.exit_code == 0, result.output
     flat = " ".join(result.output.split())
     assert "profile: paper" in flat
-    rows = {line.split("│")[1].strip(): [c.strip() for c in line.split("│")[1:]]
-            for line in result.output.splitlines() if line.count("│") >= 5 and "." in line.split("│")[1]}
+    rows = {
+        line.split("│")[1].strip(): [c.strip() for c in line.split("│")[1:]]
+        for line in result.output.splitlines()
+        if line.count("│") >= 5 and "." in line.split("│")[1]
+    }
     assert rows["novelty.enabled"][1:4] == ["False", "finmbs", "False"]
     assert rows["stages.extract"][1:4] == ["copy", "finmbs", "copy"]
     assert rows["stages.N_direct"][1:4] == ["4", "finmbs", "(unchanged)"]
-    symbols = {line.split("│")[1].strip(): [c.strip() for c in line.split("│")[1:]]
-               for line in result.output.splitlines() if line.count("│") >= 5}
+    symbols = {
+        line.split("│")[1].strip(): [c.strip() for c in line.split("│")[1:]]
+        for line in result.output.splitlines()
+        if line.count("│") >= 5
+    }
     assert symbols["Nc"][1:3] == ["2", "paper"] and symbols["Nt"][2] == "finmbs"
     # the default profile: the same keys, the additions on, still marked finmbs with the paper's value
     result = CliRunner().invoke(app, ["config", "explain"], env={"COLUMNS": "250"})
-    rows = {line.split("│")[1].strip(): [c.strip() for c in line.split("│")[1:]]
-            for line in result.output.splitlines() if line.count("│") >= 5 and "." in line.split("│")[1]}
+    rows = {
+        line.split("│")[1].strip(): [c.strip() for c in line.split("│")[1:]]
+        for line in result.output.splitlines()
+        if line.count("│") >= 5 and "." in line.split("│")[1]
+    }
     assert rows["stages.extract"][1:4] == ["retrieve", "finmbs", "copy"]
     # grow with the profile and a contradicting --set: one error line naming the key and the paper value
     seeds = tmp_path / "seeds.jsonl"
     seeds.write_text(SEED.model_dump_json(include={"id", "question", "answer"}) + "\n")
-    result = CliRunner().invoke(app, ["grow", "--seeds", str(seeds), "--out", str(tmp_path / "run"), "--config",
-                                      str(config), "--profile", "paper", "--set", "quality.enabled=true"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "grow",
+            "--seeds",
+            str(seeds),
+            "--out",
+            str(tmp_path / "run"),
+            "--config",
+            str(config),
+            "--profile",
+            "paper",
+            "--set",
+            "quality.enabled=true",
+        ],
+    )
     assert result.exit_code == 2
     assert "quality.enabled is False" in " ".join(result.output.split()) and not (tmp_path / "run").exists()
 
@@ -158,12 +183,16 @@ def test_math_answers_are_stated_as_any_number():
     assert reveals(child("Simplify 6/8."), parent) is None
     small = Problem(id="p", question="How many rows are left after 2 rows of 10 from 50 trees?", answer="3")
     assert reveals(child("A box has 3 rows. How many?", "3"), small)  # by its answer
-    assert reveals(child("A box has 3 rows of 4. How many?", "12"), small) == \
-        "reveals the parent's answer: its question states '3'"
+    assert (
+        reveals(child("A box has 3 rows of 4. How many?", "12"), small)
+        == "reveals the parent's answer: its question states '3'"
+    )
     big = Problem(id="p", question="How many bags of 25 can 1,470 apples fill?", answer="58")
     assert reveals(child("What is 1,470 / 25?", "58.8"), big) is None
-    assert reveals(child("Compute 14 * 4.", "56"), big, shown="14 * 4 = 56, two short of 58") == \
-        "reveals the parent's answer: its worked solution states '58'"
+    assert (
+        reveals(child("Compute 14 * 4.", "56"), big, shown="14 * 4 = 56, two short of 58")
+        == "reveals the parent's answer: its worked solution states '58'"
+    )
     # a figure the parent's own question gives is a given of the child too
     given = Problem(id="p", question="Add 7 to 7.", answer="14")
     assert reveals(child("What is 7 + 7 + 0?", "14"), given, by_answer=False) is None
@@ -198,8 +227,12 @@ async def test_composition_runs_on_while_trials_fail(tmp_path, openai_server):
 def solved(pid: str, expr: str, path: str, children=()) -> TreeNode:
     answer = str(eval(expr))  # noqa: S307 - the world's own arithmetic
     problem = Problem(id=pid, question=f"Compute {expr}.", answer=answer)
-    return TreeNode(problem=problem, path=path, children=list(children),
-                    trace=Trace(text=f"Evaluate {expr} = {answer}.", answer=answer, model="teacher", verified=True))
+    return TreeNode(
+        problem=problem,
+        path=path,
+        children=list(children),
+        trace=Trace(text=f"Evaluate {expr} = {answer}.", answer=answer, model="teacher", verified=True),
+    )
 
 
 async def test_a_child_without_versions_does_not_stop_its_parent(tmp_path, openai_server):
@@ -246,10 +279,16 @@ async def test_calibration_draws_fresh_samples_with_the_training_prompt(tmp_path
     metrics = await run_grow(config, [SEED], tmp_path / "run")
     target = metrics.usage["target"]
     assert target.calls == 1 and target.samples == 8 and target.cache_hits == 0
-    calibrations = [r for r in openai_server.requests if r.text.startswith("Solve the following problem")
-                    and "<example>" not in r.text and r.body.get("max_tokens") == 4096 and r.n == 8
-                    and r.text == train_prompt(Problem(id="x", question=r.text.split("<problem>\n")[1].split("\n</problem>")[0],
-                                                       answer="0"))]
+    calibrations = [
+        r
+        for r in openai_server.requests
+        if r.text.startswith("Solve the following problem")
+        and "<example>" not in r.text
+        and r.body.get("max_tokens") == 4096
+        and r.n == 8
+        and r.text
+        == train_prompt(Problem(id="x", question=r.text.split("<problem>\n")[1].split("\n</problem>")[0], answer="0"))
+    ]
     assert len(calibrations) >= 1
     # the screen's samples and calibration's are apart in the cache: the same request for another purpose
     gateway = Gateway(cache_path=str(tmp_path / "cache.sqlite"))
@@ -291,8 +330,12 @@ async def test_a_dollar_budget_with_an_unpriced_model_stops_before_calling_it(tm
     config.budget.max_cost_usd = 5.0
     from finmbs.llm.gateway import unpriced
 
-    assert unpriced(config) == ["teacher teacher (openai/teacher)", "student s (openai/s)", "target target (openai/target)",
-                                "judge teacher (openai/teacher)"]
+    assert unpriced(config) == [
+        "teacher teacher (openai/teacher)",
+        "student s (openai/s)",
+        "target target (openai/target)",
+        "judge teacher (openai/teacher)",
+    ]
     with pytest.raises(BudgetExceeded, match="no price is known for teacher"):
         await run_grow(config, [SEED], tmp_path / "run")
     assert openai_server.requests == []
@@ -310,8 +353,20 @@ def test_grow_warns_at_start_about_unpriced_models(tmp_path, openai_server):
     path.write_text(yaml.safe_dump(config.model_dump(mode="json")))
     seeds = tmp_path / "seeds.jsonl"
     seeds.write_text(SEED.model_dump_json(include={"id", "question", "answer"}) + "\n")
-    result = CliRunner().invoke(app, ["grow", "--seeds", str(seeds), "--out", str(tmp_path / "run"), "--config",
-                                      str(path), "--set", "budget.max_cost_usd=5"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "grow",
+            "--seeds",
+            str(seeds),
+            "--out",
+            str(tmp_path / "run"),
+            "--config",
+            str(path),
+            "--set",
+            "budget.max_cost_usd=5",
+        ],
+    )
     flat = " ".join(result.output.split())
     assert "warning: budget.max_cost_usd is set but no price is known for teacher teacher (openai/teacher)" in flat
     assert result.exit_code == 3 and "no price is known for teacher" in flat.split("warning:")[1].split("error:")[-1]
@@ -327,7 +382,10 @@ async def test_direct_asks_for_several_problems_in_one_call(tmp_path, openai_ser
     assert (schema["minItems"], schema["maxItems"]) == (3, 3)
     tree = json.loads((tmp_path / "direct" / "trees" / "a.json").read_text())
     assert [t["root"]["problem"]["question"] for t in tree["synthetic"]] == [
-        "Compute (3 + 4) * (5 + 2).", "Compute (4 + 5) * (6 + 3).", "Compute (5 + 6) * (7 + 4)."]
+        "Compute (3 + 4) * (5 + 2).",
+        "Compute (4 + 5) * (6 + 3).",
+        "Compute (5 + 6) * (7 + 4).",
+    ]
     assert metrics.descendants == 3
 
 
@@ -352,25 +410,46 @@ async def test_matched_budget_counts_like_with_like_and_needs_a_finished_run(tmp
     seeds.write_text(SEED.model_dump_json(include={"id", "question", "answer"}) + "\n")
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config.model_dump(mode="json")))
-    result = CliRunner().invoke(app, ["grow", "--seeds", str(seeds), "--method", "direct", "--config", str(path),
-                                      "--out", str(tmp_path / "d2"), "--match-budget", str(tmp_path / "mbs")])
+    result = CliRunner().invoke(
+        app,
+        [
+            "grow",
+            "--seeds",
+            str(seeds),
+            "--method",
+            "direct",
+            "--config",
+            str(path),
+            "--out",
+            str(tmp_path / "d2"),
+            "--match-budget",
+            str(tmp_path / "mbs"),
+        ],
+    )
     assert result.exit_code == 2 and "is not finished" in " ".join(result.output.split())
 
 
 # unseen means unseen ----------------------------------------------------------------------------------
 def test_a_holdout_entry_names_documents_by_id_file_company_or_cik():
-    doc = Document(doc_id="apple_2023_10k", source_path="/data/filings/APPLE_2023_10K.pdf", sha256="x",
-                   company="Apple Inc.", cik="320193")
+    doc = Document(
+        doc_id="apple_2023_10k",
+        source_path="/data/filings/APPLE_2023_10K.pdf",
+        sha256="x",
+        company="Apple Inc.",
+        cik="320193",
+    )
     assert held_out(doc, "apple_2023_10k") and held_out(doc, "APPLE_2023_10K.pdf") and held_out(doc, "APPLE_2023_10K")
     assert held_out(doc, "Apple Inc") and held_out(doc, "apple") and held_out(doc, "0000320193")
     assert not held_out(doc, "Apple Hospitality REIT") and not held_out(doc, "320194") and not held_out(doc, "")
 
 
 def test_ingest_reads_cik_company_and_period_off_a_cover_page():
-    text = ("UNITED STATES SECURITIES AND EXCHANGE COMMISSION\nFORM 10-K\n"
-            "For the fiscal year ended September 30, 2023\nCommission File Number: 001-36743\n"
-            "Apple Inc.\n(Exact name of Registrant as specified in its charter)\n"
-            "Central Index Key: 0000320193\n")
+    text = (
+        "UNITED STATES SECURITIES AND EXCHANGE COMMISSION\nFORM 10-K\n"
+        "For the fiscal year ended September 30, 2023\nCommission File Number: 001-36743\n"
+        "Apple Inc.\n(Exact name of Registrant as specified in its charter)\n"
+        "Central Index Key: 0000320193\n"
+    )
     doc = ParsedDocument(text=text)
     cover_page(doc, text)
     assert (doc.company, doc.period, doc.cik) == ("Apple Inc.", "September 30, 2023", "320193")

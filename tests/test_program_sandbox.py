@@ -22,15 +22,19 @@ BAD = {
     "allocate 10 GB as text": ("x = 'a' * (10 * 1024**3)\nanswer = len(x)", "memory limit exceeded"),
     "fork": ("import os\nos.fork()\nanswer = 1", "import of 'os' is not allowed"),
     "open a file": ("f = open('/etc/passwd')\nanswer = 1", "name 'open' is not defined"),
-    "write a file": ("import pathlib\npathlib.Path('/tmp/pwned').write_text('x')\nanswer = 1",
-                     "import of 'pathlib' is not allowed"),
+    "write a file": (
+        "import pathlib\npathlib.Path('/tmp/pwned').write_text('x')\nanswer = 1",
+        "import of 'pathlib' is not allowed",
+    ),
     "open a socket": ("import socket\ns = socket.socket()\nanswer = 1", "import of 'socket' is not allowed"),
     "import os": ("import os\nanswer = 1", "import of 'os' is not allowed"),
     "import subprocess": ("import subprocess\nanswer = 1", "import of 'subprocess' is not allowed"),
     "from os import": ("from os import system\nanswer = 1", "import of 'os' is not allowed"),
     "__subclasses__": ("answer = ().__class__.__subclasses__()", "invalid attribute name"),
-    "a module behind a module": ("import fractions\nanswer = fractions.sys.modules['os'].getpid()",
-                                 "attribute 'sys' is a module"),
+    "a module behind a module": (
+        "import fractions\nanswer = fractions.sys.modules['os'].getpid()",
+        "attribute 'sys' is a module",
+    ),
     "dunder through a string": ("answer = '{0.__class__}'.format(1)", "format"),
     "eval": ("answer = eval('1 + 1')", "Eval calls are not allowed"),
     "print 100 MB": ("print('x' * 100_000_000)\nanswer = 1", "printed output over"),
@@ -83,9 +87,13 @@ def test_child_functions_compose() -> None:
     children = {"child_1": "answer = 6 * 7 * 35", "child_2": "answer = 25"}
     result = run_program("answer = child_1() // child_2()", functions=children)
     assert result.ok and result.answer == "58"
-    nested = {"child_1": {"source": "answer = child_1() * child_2()",
-                          "functions": {"child_1": "answer = 6 * 7", "child_2": "answer = 35"}},
-               "child_2": "answer = 25"}
+    nested = {
+        "child_1": {
+            "source": "answer = child_1() * child_2()",
+            "functions": {"child_1": "answer = 6 * 7", "child_2": "answer = 35"},
+        },
+        "child_2": "answer = 25",
+    }
     assert run_program("answer = child_1() // child_2()", functions=nested).answer == "58"
     broken = run_program("answer = child_1() + 1", functions={"child_1": "import os\nanswer = 1"})
     assert not broken.ok and "import of 'os'" in broken.error
@@ -119,7 +127,8 @@ def test_quote_rejects_what_the_passage_does_not_state(passage: str) -> None:
     wrong = run_program("m = quote('two percent (2.0%)', 0.2)\nanswer = 100000 * (0.10 + m)", passage=passage)
     assert not wrong.ok and "does not state 0.2" in wrong.error
     caught = run_program(  # a failed quote the program catches still fails the program
-        "try:\n    m = quote('ten percent', 0.1)\nexcept Exception:\n    m = 0.1\nanswer = m", passage=passage)
+        "try:\n    m = quote('ten percent', 0.1)\nexcept Exception:\n    m = 0.1\nanswer = m", passage=passage
+    )
     assert not caught.ok and "not in the passage" in caught.error
 
 
@@ -175,7 +184,9 @@ def test_quote_reads_word_numbers_before_a_unit(text: str, value: float, fails: 
 
 
 def test_quote_of_basis_points_in_words_computes() -> None:
-    passage = "the Applicable Rate shall be increased by fifty basis points for so long as the Event of Default continues"
+    passage = (
+        "the Applicable Rate shall be increased by fifty basis points for so long as the Event of Default continues"
+    )
     program = "step_up = quote('fifty basis points', 0.005)\nanswer = 2000000 * step_up"
     result = run_program(program, passage=passage)
     assert result.ok and result.answer == "10000", result.error

@@ -36,8 +36,9 @@ SEED = Problem(id="a", question="Compute (2 + 3) * (4 + 1).", answer="25")
 def setup(server, tmp_path, world: World, *, teacher: Agent | None = None, **stages):
     world.agents = {"teacher": teacher or Agent(), "target": Agent(), "s": Agent(capacity=1, boost=2)}
     server.handler = world
-    config = world_config(server.base_url, ["teacher"], ["s"], "target", str(tmp_path / "cache.sqlite"),
-                          **{"Nd": 0, "N": 4, **stages})
+    config = world_config(
+        server.base_url, ["teacher"], ["s"], "target", str(tmp_path / "cache.sqlite"), **{"Nd": 0, "N": 4, **stages}
+    )
     return Context(config=config, gateway=Gateway(cache_path=str(tmp_path / "cache.sqlite")))
 
 
@@ -77,22 +78,28 @@ async def test_wrong_stated_answers_rejected_without_relabel(tmp_path, openai_se
     assert root.children == [] and len(ledger.rejected) == 3
     for r in ledger.rejected:
         assert r.data["check"] == "program"
-        assert r.reason == f"program gives {int(r.problem.answer) - 1}, stated answer {r.problem.answer!r} (relabeling off)"
+        assert (
+            r.reason
+            == f"program gives {int(r.problem.answer) - 1}, stated answer {r.problem.answer!r} (relabeling off)"
+        )
     # rejected before any trace: no solve request for the children
     assert not [q for q in openai_server.requests if "<problem>" in q.text and "d0c" in q.text]
 
 
 async def test_program_disagreeing_with_stated_and_traces_rejected(tmp_path, openai_server):
     for relabel in (False, True):
-        root, ledger = await decomposed(openai_server, tmp_path / str(relabel), World(agents={}, wrong_programs=True),
-                                        relabel=relabel)
+        root, ledger = await decomposed(
+            openai_server, tmp_path / str(relabel), World(agents={}, wrong_programs=True), relabel=relabel
+        )
         assert root.children == [] and len(ledger.rejected) == 3
         for r in ledger.rejected:
             assert r.data["check"] == "program"
             value = int(r.problem.answer)
             if relabel:  # traces verify the stated answer, the program gives another: no relabel
-                assert r.reason == (f"program and traces disagree: program gives {value + 1}, a trace of teacher "
-                                    f"verifies the stated {str(value)!r}")
+                assert r.reason == (
+                    f"program and traces disagree: program gives {value + 1}, a trace of teacher "
+                    f"verifies the stated {str(value)!r}"
+                )
             else:
                 assert r.reason.startswith(f"program gives {value + 1}, stated answer")
 
@@ -105,23 +112,32 @@ async def test_program_agreeing_with_stated_but_not_traces_rejected(tmp_path, op
     assert len(child_rejections) == 3
     for r in child_rejections:
         value = int(r.problem.answer)
-        assert r.reason == (f"program and traces disagree: program gives {value}, traces agree on "
-                            f"{str(value + 1)!r} (stated {str(value)!r})")
+        assert r.reason == (
+            f"program and traces disagree: program gives {value}, traces agree on "
+            f"{str(value + 1)!r} (stated {str(value)!r})"
+        )
 
 
 async def test_failing_programs_are_counted_rejections(tmp_path, openai_server):
-    for bad, why in (("import os\nanswer = os.getpid()", "import of 'os' is not allowed"),
-                     ("while True:\n    pass", "time limit"), ("answer = 'five'", "not a finite number")):
+    for bad, why in (
+        ("import os\nanswer = os.getpid()", "import of 'os' is not allowed"),
+        ("while True:\n    pass", "time limit"),
+        ("answer = 'five'", "not a finite number"),
+    ):
         world = World(agents={}, bad_program=bad)
         root, ledger = await decomposed(openai_server, tmp_path / str(abs(hash(bad))), world)
         assert root.children == [] and len(ledger.rejected) == 3
-        assert all(r.reason.startswith("program failed: ") and why in r.reason and r.data["check"] == "program"
-                   for r in ledger.rejected)
+        assert all(
+            r.reason.startswith("program failed: ") and why in r.reason and r.data["check"] == "program"
+            for r in ledger.rejected
+        )
 
 
 AGENTS = {
-    "weak-teacher": Agent(capacity=2), "strong-teacher": Agent(),
-    "s1": Agent(capacity=2, partial=0.5), "s2": Agent(capacity=1, boost=2, partial=0.875),
+    "weak-teacher": Agent(capacity=2),
+    "strong-teacher": Agent(),
+    "s1": Agent(capacity=2, partial=0.5),
+    "s2": Agent(capacity=1, boost=2, partial=0.875),
     "target": Agent(capacity=6, partial=0.5),
 }
 
@@ -129,8 +145,14 @@ AGENTS = {
 def grow_config(server, tmp_path, world: World, **kw):
     world.agents = dict(AGENTS)
     server.handler = world
-    return world_config(server.base_url, ["weak-teacher", "strong-teacher"], ["s1", "s2"], "target",
-                        str(tmp_path / "cache.sqlite"), **{"Nt": 2, "N": 8, "N_leaf": 2, "L": 100, **kw})
+    return world_config(
+        server.base_url,
+        ["weak-teacher", "strong-teacher"],
+        ["s1", "s2"],
+        "target",
+        str(tmp_path / "cache.sqlite"),
+        **{"Nt": 2, "N": 8, "N_leaf": 2, "L": 100, **kw},
+    )
 
 
 async def test_grow_composes_by_child_functions_and_reexecutes(tmp_path, openai_server):
@@ -138,7 +160,11 @@ async def test_grow_composes_by_child_functions_and_reexecutes(tmp_path, openai_
     metrics = await run_grow(grow_config(openai_server, tmp_path, World(agents={})), [SEED], out)
     assert metrics.qualified == 1 and metrics.program_rejected == 0
     [qualified] = [Problem.model_validate(r) for r in read_jsonl(out / "qualified.jsonl")]
-    assert "child_1()" in qualified.meta["program"] and set(qualified.meta["program_functions"]) == {"child_1", "child_2", "child_3"}
+    assert "child_1()" in qualified.meta["program"] and set(qualified.meta["program_functions"]) == {
+        "child_1",
+        "child_2",
+        "child_3",
+    }
     again = run_program(qualified.meta["program"], functions=qualified.meta["program_functions"])
     assert again.ok and again.answer == qualified.answer == qualified.meta["program_answer"]
     compose_prompt = next(r.text for r in openai_server.requests if "Combine the synthetic children" in r.text)
@@ -162,8 +188,9 @@ async def test_programs_off_asks_exactly_as_before(tmp_path, openai_server):
     out = tmp_path / "run"
     await run_grow(grow_config(openai_server, tmp_path, World(agents={}), programs=False), [SEED], out)
     teacher = [r for r in openai_server.requests if r.body.get("response_format")]
-    assert teacher and not any(PROGRAM_MARKER in r.text or "program" in json.dumps(r.body["response_format"])
-                               for r in teacher)
+    assert teacher and not any(
+        PROGRAM_MARKER in r.text or "program" in json.dumps(r.body["response_format"]) for r in teacher
+    )
     assert not any("program" in r["problem"]["meta"] for r in read_jsonl(out / "rejected.jsonl"))
 
 
@@ -175,14 +202,18 @@ def test_paper_profile_has_programs_off_and_default_on():
 
 
 def test_rule_5_reads_the_program_quotes():
-    passage = ("“Default Rate” means a rate per annum equal to two percent (2.0%) in excess of the rate otherwise "
-               "applicable.")
+    passage = (
+        "“Default Rate” means a rate per annum equal to two percent (2.0%) in excess of the rate otherwise applicable."
+    )
     grounding = Grounding(passage, ["seed passage"], None)
-    question = "How much interest on an overdue principal of $100,000 if the rate otherwise applicable is 10% per annum?"
+    question = (
+        "How much interest on an overdue principal of $100,000 if the rate otherwise applicable is 10% per annum?"
+    )
     guessed = grounding.check(question, "$10,000")
     assert guessed and guessed.startswith("takes nothing")
     assert grounding.check(question, "$10,000", quotes=[]) == (
-        "takes nothing from the passage: its program quotes no figure of it")
+        "takes nothing from the passage: its program quotes no figure of it"
+    )
     assert grounding.check(question, "$12,000", quotes=[{"text": "two percent (2.0%)", "value": "0.02"}]) is None
 
 
@@ -211,7 +242,12 @@ def test_verify_cli_verdicts_and_bad_line(tmp_path, openai_server):
     assert verdicts["carried"]["outcome"] == "rejected" and verdicts["carried"]["check"] == "program"
     assert verdicts["carried"]["program_answer"] == "15" and not verdicts["carried"]["program_written"]
     summary = json.loads(out.with_suffix(".summary.json").read_text())
-    assert (summary["verified"], summary["relabeled"], summary["rejected"], summary["rejected_by_program"]) == (1, 1, 1, 1)
+    assert (summary["verified"], summary["relabeled"], summary["rejected"], summary["rejected_by_program"]) == (
+        1,
+        1,
+        1,
+        1,
+    )
     assert summary["tokens"] > 0
     # --no-relabel: the wrong label is rejected; --no-programs: the paper's trace rule alone
     no_relabel = tmp_path / "strict.jsonl"
@@ -271,7 +307,9 @@ async def test_parent_program_disagreeing_rejects_the_attempt(tmp_path, openai_s
     assert attempt.outcome == "rejected" and attempt.reason == reason and attempt.data["check"] == "program"
     assert attempt.data["parent_program"] == "answer = (child_1()) * (child_2()) + 1" and gave_up.outcome == "rejected"
     # every verified child of the attempt is a counted program rejection; no student was conditioned on them
-    assert len(ledger.rejected) == 3 and all(r.reason == reason and r.data["check"] == "program" for r in ledger.rejected)
+    assert len(ledger.rejected) == 3 and all(
+        r.reason == reason and r.data["check"] == "program" for r in ledger.rejected
+    )
     assert not any(TASK_MARKERS["conditioned"] in r.text for r in openai_server.requests)
 
 
@@ -306,8 +344,14 @@ async def test_parent_program_is_one_decompose_call_and_none_without_programs(tm
 async def test_composed_parent_keeps_a_nodes_own_program_and_quotes_its_passage(tmp_path, openai_server):
     ctx = setup(openai_server, tmp_path, World(agents={}))
     text = "Interest accrues at a rate per annum equal to two percent (2.0%) on the principal."
-    node = Problem(id="f", question="What is a year's interest on a principal of $100,000?", answer="$2,000",
-                   domain="finance", snippet=Snippet(text=text), meta={"program": "answer = 100000 * 0.02"})
+    node = Problem(
+        id="f",
+        question="What is a year's interest on a principal of $100,000?",
+        answer="$2,000",
+        domain="finance",
+        snippet=Snippet(text=text),
+        meta={"program": "answer = 100000 * 0.02"},
+    )
     functions = {"child_1": "answer = 100000"}
     source = 'answer = child_1() * quote("two percent (2.0%)", 0.02)'
     parent, why = await composed_parent(ctx, node, source, functions)
@@ -323,8 +367,9 @@ async def checked(server, tmp_path, teachers: dict[str, Agent], problem: Problem
     server.reset()
     server.handler = World(agents={**teachers, "target": Agent(), "s": Agent()})
     config = world_config(server.base_url, list(teachers), ["s"], "target", str(tmp_path / "cache.sqlite"), N=4)
-    [verdict] = await check_labels(Context(config=config, gateway=Gateway(cache_path=str(tmp_path / "cache.sqlite"))),
-                                   [problem], concurrency=1)
+    [verdict] = await check_labels(
+        Context(config=config, gateway=Gateway(cache_path=str(tmp_path / "cache.sqlite"))), [problem], concurrency=1
+    )
     return verdict, [r.model.split("/")[-1] for r in server.requests if TASK_MARKERS["program_write"] in r.text]
 
 
@@ -335,12 +380,15 @@ async def test_verify_asks_the_next_teacher_when_a_written_program_fails(tmp_pat
     assert asked == ["broken", "teacher"] and verdict.outcome == "verified"
     assert verdict.program_writer == "teacher" and verdict.program == "answer = 1470 - 25 * 58"
     assert verdict.program_attempts == [
-        "broken: program failed: raised ImportError: import of 'os' is not allowed (only math, fractions, decimal, statistics, datetime)"]
+        "broken: program failed: raised ImportError: import of 'os' is not allowed (only math, fractions, decimal, statistics, datetime)"
+    ]
     # every teacher's program fails: the last is kept and rejected, every attempt recorded
     words = {"broken": Agent(program="import os\nanswer = 20"), "words": Agent(program="answer = 'twenty'")}
     verdict, asked = await checked(openai_server, tmp_path / "all", words, problem)
     assert asked == ["broken", "words"] and verdict.outcome == "rejected" and verdict.check == "program"
-    assert verdict.program_writer == "words" and verdict.reason.startswith("program failed: answer is not a finite number")
+    assert verdict.program_writer == "words" and verdict.reason.startswith(
+        "program failed: answer is not a finite number"
+    )
     assert [a.split(":")[0] for a in verdict.program_attempts] == ["broken", "words"]
     # a program that runs but gives another answer is the verdict, never a reason to ask the next teacher
     other = {"first": Agent(program="answer = 21"), "teacher": Agent()}
@@ -361,7 +409,12 @@ async def test_qualified_programs_reexecute_to_their_answers(tmp_path, openai_se
     broken = good.model_copy(update={"id": "broken", "meta": {**good.meta, "program": "answer = child_9()"}})
     bare = Problem(id="bare", question="Compute 1 + 1.", answer="2")
     results = {r.id: r for r in await reexecute_all([good, wrong, broken, bare])}
-    assert [results[i].outcome for i in (good.id, "wrong", "broken", "bare")] == ["agree", "mismatch", "failed", "no_program"]
+    assert [results[i].outcome for i in (good.id, "wrong", "broken", "bare")] == [
+        "agree",
+        "mismatch",
+        "failed",
+        "no_program",
+    ]
     assert results["wrong"].program_answer == good.answer and "child_9" in results["broken"].detail
     mixed = tmp_path / "mixed.jsonl"
     mixed.write_text("".join(p.model_dump_json() + "\n" for p in (good, wrong, broken, bare)))
@@ -385,7 +438,9 @@ def test_a_program_that_binds_a_literal_proves_nothing():
     assert computes_nothing("answer = 0") and computes_nothing("x = 3\nanswer = x") and computes_nothing("answer = -5")
     assert not computes_nothing("answer = 8 - 4 * 2") and not computes_nothing("answer = quote('2.0%', 0.02)")
     assert not computes_nothing("answer = child_1()") and not computes_nothing("answer = (")  # the sandbox's to reject
-    assert not computes_nothing("answer = 'five'") and not computes_nothing("while True:\n    pass")  # the sandbox's too
+    assert not computes_nothing("answer = 'five'") and not computes_nothing(
+        "while True:\n    pass"
+    )  # the sandbox's too
 
 
 async def test_verify_rejects_a_label_whose_program_computes_nothing(tmp_path, openai_server):

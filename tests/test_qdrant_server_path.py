@@ -28,7 +28,9 @@ from finmbs.ingest.store import ClientStore, EdgeStore, open_store
 
 SHARDING = {"shard_number": 3, "replication_factor": 2, "write_consistency_factor": 2}
 QUERY = "conditions precedent to the effectiveness of the commitments"
-CONCEPT_QUERY = "maximum leverage ratio and interest coverage covenants"  # a finance concept: one more prefetch (tables)
+CONCEPT_QUERY = (
+    "maximum leverage ratio and interest coverage covenants"  # a finance concept: one more prefetch (tables)
+)
 runner = CliRunner()
 
 
@@ -77,8 +79,15 @@ def test_url_api_key_and_sharding_reach_the_server(monkeypatch):
         store.ensure("finmbs_chunks", 384, sparse=True)
         store.close()
         create = [(path, key, body) for method, path, key, body in server.requests if method == "PUT"]
-        assert create[0] == ("/collections/finmbs_chunks", "secret-key",
-                             {"vectors": {"size": 384, "distance": "Cosine"}, "sparse_vectors": {"bm25": {"modifier": "idf"}}, **SHARDING})
+        assert create[0] == (
+            "/collections/finmbs_chunks",
+            "secret-key",
+            {
+                "vectors": {"size": 384, "distance": "Cosine"},
+                "sparse_vectors": {"bm25": {"modifier": "idf"}},
+                **SHARDING,
+            },
+        )
         indexed = {body["field_name"] for path, _, body in create[1:] if path == "/collections/finmbs_chunks/index"}
         assert indexed == {"doc_id", "source_path", "company_key", "doc_type_key", "periods", "kind", "term"}
         assert all(key == "secret-key" for _, _, key, _ in server.requests)
@@ -91,7 +100,11 @@ def test_url_api_key_and_sharding_reach_the_server(monkeypatch):
         store.ensure("finmbs_documents", 384)
         store.close()
         _, path, key, body = next(r for r in server.requests if r[0] == "PUT")
-        assert (path, key, body) == ("/collections/finmbs_documents", None, {"vectors": {"size": 384, "distance": "Cosine"}})
+        assert (path, key, body) == (
+            "/collections/finmbs_documents",
+            None,
+            {"vectors": {"size": 384, "distance": "Cosine"}},
+        )
 
 
 @pytest.fixture
@@ -100,7 +113,10 @@ def documents(shared_data, tmp_path):
     docs = tmp_path / "docs"
     docs.mkdir()
     agreements = shared_data / "credit_agreements" / "docs"
-    for name, size in (("brown_forman_2023_credit_agreement.txt", 9000), ("realty_income_2023_term_loan_agreement.txt", 6000)):
+    for name, size in (
+        ("brown_forman_2023_credit_agreement.txt", 9000),
+        ("realty_income_2023_term_loan_agreement.txt", 6000),
+    ):
         if (agreements / name).is_file():
             (docs / name).write_text((agreements / name).read_text(encoding="utf-8")[:size], encoding="utf-8")
     if len(list(docs.iterdir())) < 2:
@@ -142,7 +158,9 @@ def test_ingest_and_search_through_the_server_code_path(documents, tmp_path, mon
 
     served = {}
     for query in (QUERY, CONCEPT_QUERY):
-        result = runner.invoke(app, ["search", query, "-k", "5", "--qdrant-url", url, "--json", "--set", f"index.embed={embed}"])
+        result = runner.invoke(
+            app, ["search", query, "-k", "5", "--qdrant-url", url, "--json", "--set", f"index.embed={embed}"]
+        )
         assert result.exit_code == 0, result.output
         served[query] = json.loads(result.stdout)
 
@@ -160,7 +178,7 @@ def test_ingest_and_search_through_the_server_code_path(documents, tmp_path, mon
     settings = load_config(None, [f"index.url={url}", f"index.embed={embed}"]).index
     with open_index(settings) as index:
         top = index.search(QUERY, 3)[0]
-        assert index.document_text(top.chunk.doc_id)[top.chunk.char_start:top.chunk.char_end] == top.chunk.text
+        assert index.document_text(top.chunk.doc_id)[top.chunk.char_start : top.chunk.char_end] == top.chunk.text
         others = index.search(QUERY, 20, exclude_doc_ids=[top.chunk.doc_id])
         assert others and {h.chunk.doc_id for h in others}.isdisjoint({top.chunk.doc_id})
         similar = index.similar_documents(top.document.summary, 5, exclude_doc_ids=[top.chunk.doc_id])

@@ -14,16 +14,32 @@ from finmbs.llm import Gateway
 from finmbs.mbs.context import Context, Ledger
 from finmbs.mbs.leakage import Grounding, Pool, analogue, defined_terms, entity_renames, rename, term_words
 from finmbs.mbs.reground import (
-    GroundedNode, NewGround, document_chunks, grounded_problem, locate, new_ground, reground, selected, term_chunks,
-    tree_block, tree_renames, unseen_documents, vocabulary,
+    GroundedNode,
+    NewGround,
+    document_chunks,
+    grounded_problem,
+    locate,
+    new_ground,
+    reground,
+    selected,
+    term_chunks,
+    tree_block,
+    tree_renames,
+    unseen_documents,
+    vocabulary,
 )
 from finmbs.records import Document, Problem, Snippet, SyntheticTree, TreeNode
 from finmbs.testing.finance_world import DUPLICATE, INVENTED, FinanceWorld, agreements_index
-from finmbs.testing.world import Agent, world_config, worked
+from finmbs.testing.world import Agent, worked, world_config
 
 ROOT = Path(__file__).resolve().parents[1]
-SEEDS = {p.id: p for p in (Problem.model_validate_json(line) for line in
-                           (ROOT / "corpora" / "finance" / "seeds.jsonl").read_text().splitlines())}
+SEEDS = {
+    p.id: p
+    for p in (
+        Problem.model_validate_json(line)
+        for line in (ROOT / "corpora" / "finance" / "seeds.jsonl").read_text().splitlines()
+    )
+}
 BF, AV = SEEDS["bf-pricing-split-ratings"], SEEDS["av-min-liquidity"]  # BF's agreement is indexed (twice), AV's is not
 
 
@@ -43,22 +59,55 @@ def synthetic_tree(seed: Problem) -> SyntheticTree:
 
     def node(pid: str, expr: str, path: str, children=()) -> TreeNode:
         w = worked(expr)
-        problem = Problem(id=pid, question=w["question"], answer=w["answer"], domain="finance", snippet=seed.snippet,
-                          entity=seed.entity, meta={"teacher_solution": w["solution"]})
+        problem = Problem(
+            id=pid,
+            question=w["question"],
+            answer=w["answer"],
+            domain="finance",
+            snippet=seed.snippet,
+            entity=seed.entity,
+            meta={"teacher_solution": w["solution"]},
+        )
         return TreeNode(problem=problem, path=path, mirrors=f"{seed.id}@{path}", children=list(children))
 
-    root = node(f"{seed.id}.s0", "(20 + 35) * 17", "0", [node(f"{seed.id}.h0", "20 + 35", "0.0"),
-                                                          node(f"{seed.id}.h1", "17 * 3", "0.1")])
+    root = node(
+        f"{seed.id}.s0",
+        "(20 + 35) * 17",
+        "0",
+        [node(f"{seed.id}.h0", "20 + 35", "0.0"), node(f"{seed.id}.h1", "17 * 3", "0.1")],
+    )
     return SyntheticTree(seed_id=seed.id, index=0, root=root)
 
 
-async def run_reground(server, tmp_path, index, seed: Problem, *, agents=None, tree=None, extract="copy", retries=0,
-                       keep="all", trees=None, excluded=frozenset(), **knobs):
+async def run_reground(
+    server,
+    tmp_path,
+    index,
+    seed: Problem,
+    *,
+    agents=None,
+    tree=None,
+    extract="copy",
+    retries=0,
+    keep="all",
+    trees=None,
+    excluded=frozenset(),
+    **knobs,
+):
     # keep: all re-grounds and verifies every node (what most tests here look at); keep: roots the root alone
     agents = {"teacher": Agent(), "student": Agent(), "target": Agent(), **(agents or {})}
     server.handler = FinanceWorld(agents=agents, **knobs)
-    config = world_config(server.base_url, ["teacher"], ["student"], "target", str(tmp_path / "cache.sqlite"), Kd=10,
-                          extract=extract, reground_retries=retries, keep=keep)
+    config = world_config(
+        server.base_url,
+        ["teacher"],
+        ["student"],
+        "target",
+        str(tmp_path / "cache.sqlite"),
+        Kd=10,
+        extract=extract,
+        reground_retries=retries,
+        keep=keep,
+    )
     gateway = Gateway.from_config(config)
     ledger = Ledger(seed.id)
     try:
@@ -73,8 +122,10 @@ def test_seed_document_never_retrieved(index):
     docs, own = unseen_documents(index, BF, k=10)
     # the seed's agreement by doc id, and its byte-identical copy under another name by content hash
     assert sorted(d.doc_id for d in own) == sorted([BF.snippet.doc_id, DUPLICATE[1]])
-    assert {d.doc_id for d in docs} == {"commercial_metals_2022_sixth_ar_credit_agreement",
-                                        "host_hotels_2023_sixth_ar_credit_agreement"}
+    assert {d.doc_id for d in docs} == {
+        "commercial_metals_2022_sixth_ar_credit_agreement",
+        "host_hotels_2023_sixth_ar_credit_agreement",
+    }
     # a seed whose document is not indexed retrieves by its snippet, and every indexed document is unseen
     docs, own = unseen_documents(index, AV, k=10)
     assert own == [] and len(docs) == 4
@@ -113,7 +164,7 @@ async def test_accepted_tree_grounded_on_the_new_passage(tmp_path, openai_server
         doc = tree.grounding.doc_id
         assert doc not in seed_docs and tree.entity == doc  # the world names the document id as e'
         text = index.document_text(doc)
-        assert text[tree.grounding.char_start:tree.grounding.char_end] == tree.grounding.text
+        assert text[tree.grounding.char_start : tree.grounding.char_end] == tree.grounding.text
         assert find_verbatim(tree.grounding.text, text) == (tree.grounding.char_start, tree.grounding.char_end)
         original = {n.path: n for n in synthetic_tree(AV).root.walk()}
         for node in tree.root.walk():
@@ -150,12 +201,13 @@ async def test_non_verbatim_passage_rejected(tmp_path, openai_server, index):
 async def test_a_chosen_excerpt_is_the_documents_own_text(tmp_path, openai_server, index):
     # stages.extract: select: the teacher names excerpts by number; d' is the stored text at the chunk's
     # offsets (no copy to prove), and a number no excerpt has is "no analogous passage", never a guess
-    trees, ledger, usage = await run_reground(openai_server, tmp_path, index, AV, extract="select",
-                                              misquote={"commercial_metals"})
+    trees, ledger, usage = await run_reground(
+        openai_server, tmp_path, index, AV, extract="select", misquote={"commercial_metals"}
+    )
     assert trees and all(t.grounding.doc_id != "commercial_metals_2022_sixth_ar_credit_agreement" for t in trees)
     for tree in trees:
         g = tree.grounding
-        assert index.document_text(g.doc_id)[g.char_start:g.char_end] == g.text
+        assert index.document_text(g.doc_id)[g.char_start : g.char_end] == g.text
         assert any(c.char_start == g.char_start for c in index.chunks(g.doc_id))  # starts where a chunk starts
     [none] = [r for r in ledger.rejected if r.data["check"] == "extract"]
     assert none.reason == "no analogous passage or entity named in commercial_metals_2022_sixth_ar_credit_agreement"
@@ -171,8 +223,8 @@ def test_a_selection_runs_on_over_adjacent_excerpts_only(index):
     text = index.document_text(doc.doc_id)
     both = selected(index, doc, chunks, [2, 1])
     assert both.char_start == chunks[0].char_start and both.char_end == max(chunks[0].char_end, chunks[1].char_end)
-    assert both.text == text[both.char_start:both.char_end]
-    apart = [n for n in range(3, 7) if text[chunks[0].char_end:chunks[n - 1].char_start].strip()][0]
+    assert both.text == text[both.char_start : both.char_end]
+    apart = [n for n in range(3, 7) if text[chunks[0].char_end : chunks[n - 1].char_start].strip()][0]
     assert selected(index, doc, chunks, [1, apart]).char_end == chunks[0].char_end  # not next to it: left out
     assert selected(index, doc, chunks, [0, 99]) is None
 
@@ -183,11 +235,13 @@ def test_a_selection_from_excerpts_in_relevance_order_runs_on_both_ways(index):
     doc = next(d for d in index.documents() if d.doc_id.startswith("brown_forman"))
     text = index.document_text(doc.doc_id)
     chunks = index.chunks(doc.doc_id)
-    i = next(i for i in range(1, len(chunks)) if not text[chunks[i - 1].char_end:chunks[i].char_start].strip())
+    i = next(i for i in range(1, len(chunks)) if not text[chunks[i - 1].char_end : chunks[i].char_start].strip())
     before, anchor = chunks[i - 1], chunks[i]
     shown = [anchor, chunks[-1], before]
     run = selected(index, doc, shown, [3, 1])
-    assert (run.char_start, run.char_end) == (before.char_start, anchor.char_end) and run.text == text[run.char_start:run.char_end]
+    assert (run.char_start, run.char_end) == (before.char_start, anchor.char_end) and run.text == text[
+        run.char_start : run.char_end
+    ]
     assert run.section_path == before.section_path
     assert selected(index, doc, shown, [2]).char_start == chunks[-1].char_start
 
@@ -204,14 +258,21 @@ def _shipped_chunks(stem: str):
 def test_the_new_documents_own_name_for_the_seed_term_comes_first():
     # AvidXchange defines "Default Rate"; Realty Income calls it the "Post-Default Rate", Alphatec heads a
     # section with it, and AvidXchange's text rendering runs several definitions into one line
-    seeds = {p.id: p for p in (Problem.model_validate_json(line) for line in
-                               (ROOT / "corpora" / "finance" / "seeds-quickstart-default-rate.jsonl").read_text().splitlines())}
+    seeds = {
+        p.id: p
+        for p in (
+            Problem.model_validate_json(line)
+            for line in (ROOT / "corpora" / "finance" / "seeds-quickstart-default-rate.jsonl").read_text().splitlines()
+        )
+    }
     default_rate = seeds["qs-av-default-rate"].snippet.text
     post = term_chunks(_shipped_chunks("realty_income_2023_term_loan_agreement"), default_rate, 3)[0]
     assert post.kind == "definition" and post.term == "Post-Default Rate"
     first = term_chunks(_shipped_chunks("alphatec_2023_credit_security_guaranty_agreement"), default_rate, 3)[0]
     assert first.kind == "text" and first.section_path.endswith("Section 10.5 Default Rate of Interest")
-    avid = term_chunks(_shipped_chunks("avidxchange_2022_credit_and_security_agreement"), seeds["qs-ri-default-rate"].snippet.text, 3)
+    avid = term_chunks(
+        _shipped_chunks("avidxchange_2022_credit_and_security_agreement"), seeds["qs-ri-default-rate"].snippet.text, 3
+    )
     assert avid[0].term == "Default Rate" and avid[0].text.startswith("“Default Rate” means (a)")
     assert term_chunks(_shipped_chunks("avidxchange_2022_credit_and_security_agreement"), "no quoted term", 3) == []
 
@@ -233,7 +294,9 @@ async def test_planted_seed_only_number_caught(tmp_path, openai_server, index):
     leaks = [r for r in ledger.rejected if r.data["check"] == "leakage"]
     assert leaks and all(r.data["document"] == "commercial_metals_2022_sixth_ar_credit_agreement" for r in leaks)
     # the world adds the seed passage's $35,000,000 floor to the root question
-    assert {r.reason for r in leaks} == {"seed-only fact: 35000000"} and all(r.problem.meta["regrounded_from"] == f"{AV.id}.s0" for r in leaks)
+    assert {r.reason for r in leaks} == {"seed-only fact: 35000000"} and all(
+        r.problem.meta["regrounded_from"] == f"{AV.id}.s0" for r in leaks
+    )
     # the children stay, cut loose as their own trees on the same passage
     loose = [t for t in trees if t.grounding.doc_id.startswith("commercial_metals")]
     assert sorted(t.root.path for t in loose) == ["0.0", "0.1"]
@@ -241,8 +304,9 @@ async def test_planted_seed_only_number_caught(tmp_path, openai_server, index):
 
 async def test_a_leaking_node_is_asked_for_again_with_the_reason(tmp_path, openai_server, index):
     # stages.reground_retries: the root that carried the seed's $35,000,000 is re-asked, told why, and comes back clean
-    trees, ledger, _ = await run_reground(openai_server, tmp_path, index, AV, plant={"commercial_metals"},
-                                          plant_once=True, retries=1)
+    trees, ledger, _ = await run_reground(
+        openai_server, tmp_path, index, AV, plant={"commercial_metals"}, plant_once=True, retries=1
+    )
     [leak] = [r for r in ledger.rejected if r.data["check"] == "leakage"]
     assert leak.reason == "seed-only fact: 35000000" and leak.problem.meta["regrounded_from"] == f"{AV.id}.s0"
     [retried] = [t for t in trees if t.grounding.doc_id.startswith("commercial_metals")]
@@ -256,16 +320,20 @@ async def test_a_leaking_node_is_asked_for_again_with_the_reason(tmp_path, opena
 async def test_the_seeds_entity_named_for_a_new_document_is_not_its_entity(tmp_path, openai_server, index):
     # the 1.5B chose an excerpt of another agreement and named "Alphatec Holdings, Inc.", the seed's
     # borrower, as its entity: e' is then the document's own company, or without one the choice is rejected
-    trees, ledger, _ = await run_reground(openai_server, tmp_path, index, AV, seed_entity={"commercial_metals"},
-                                          extract="select")
+    trees, ledger, _ = await run_reground(
+        openai_server, tmp_path, index, AV, seed_entity={"commercial_metals"}, extract="select"
+    )
     [named] = [r for r in ledger.rejected if r.data["check"] == "extract"]
-    assert named.reason == (f"the seed's entity {AV.entity!r} named as the entity of "
-                            "commercial_metals_2022_sixth_ar_credit_agreement")
+    assert named.reason == (
+        f"the seed's entity {AV.entity!r} named as the entity of commercial_metals_2022_sixth_ar_credit_agreement"
+    )
     assert trees and not any(t.grounding.doc_id.startswith("commercial_metals") for t in trees)
-    config = world_config(openai_server.base_url, ["teacher"], ["student"], "target", str(tmp_path / "c2.sqlite"),
-                          Kd=10, extract="select")
+    config = world_config(
+        openai_server.base_url, ["teacher"], ["student"], "target", str(tmp_path / "c2.sqlite"), Kd=10, extract="select"
+    )
     doc = index.document("commercial_metals_2022_sixth_ar_credit_agreement").model_copy(
-        update={"company": "Commercial Metals Company"})
+        update={"company": "Commercial Metals Company"}
+    )
     gateway = Gateway.from_config(config)
     try:
         ground = await new_ground(Context(config=config, gateway=gateway), index, AV, "mbs", 0, doc, Ledger(AV.id))
@@ -277,7 +345,9 @@ async def test_the_seeds_entity_named_for_a_new_document_is_not_its_entity(tmp_p
 async def test_judge_rejects_what_the_passage_cannot_answer(tmp_path, openai_server, index):
     trees, ledger, _ = await run_reground(openai_server, tmp_path, index, AV, invent={"commercial_metals"})
     judged = [r for r in ledger.rejected if r.data["check"] == "judge" and "commercial" in r.data["document"]]
-    assert [r.reason for r in judged] == [f"judge: not answerable from the passage alone: {INVENTED} is not in the passage"]
+    assert [r.reason for r in judged] == [
+        f"judge: not answerable from the passage alone: {INVENTED} is not in the passage"
+    ]
 
 
 async def test_regrounded_problems_get_a_verified_trace(tmp_path, openai_server, index):
@@ -288,8 +358,11 @@ async def test_regrounded_problems_get_a_verified_trace(tmp_path, openai_server,
     assert unverified and all(r.problem.meta["regrounded_from"] == f"{AV.id}.s0" for r in unverified)
     assert all(r.reason.startswith("unverified: no verified trace after 1x4 tries") for r in unverified)
     assert trees and sorted({t.root.path for t in trees}) == ["0.0", "0.1"]
-    assert all(n.trace.verified and n.trace.model == "teacher" and n.trace.answer == n.problem.answer
-               for t in trees for n in t.root.walk())
+    assert all(
+        n.trace.verified and n.trace.model == "teacher" and n.trace.answer == n.problem.answer
+        for t in trees
+        for n in t.root.walk()
+    )
 
 
 async def test_regrounded_problems_pass_their_stages_screen(tmp_path, openai_server, index):
@@ -303,10 +376,13 @@ async def test_regrounded_problems_pass_their_stages_screen(tmp_path, openai_ser
     trees, ledger, _ = await run_reground(openai_server, tmp_path, index, AV, tree=staged())  # the student solves all
     screened = [r for r in ledger.rejected if r.data["check"] == "screen"]
     assert trees == [] and screened
-    assert {r.reason for r in screened} == {"too easy: weakest student student accuracy 1.000 > alpha 0.625",
-                                            "too easy: weakest student student accuracy 1.000 > alpha 0.8"}
-    trees, ledger, _ = await run_reground(openai_server, tmp_path / "b", index, AV, tree=staged(),
-                                          agents={"student": Agent(capacity=0)})  # 0/8 on every node: all kept
+    assert {r.reason for r in screened} == {
+        "too easy: weakest student student accuracy 1.000 > alpha 0.625",
+        "too easy: weakest student student accuracy 1.000 > alpha 0.8",
+    }
+    trees, ledger, _ = await run_reground(
+        openai_server, tmp_path / "b", index, AV, tree=staged(), agents={"student": Agent(capacity=0)}
+    )  # 0/8 on every node: all kept
     assert trees and not [r for r in ledger.rejected if r.data["check"] == "screen"]
     assert all(n.student_accuracy == {"student": 0.0} for t in trees for n in t.root.walk() if n.path == "0")
 
@@ -315,12 +391,19 @@ def test_the_teacher_is_told_the_seed_only_facts_and_the_new_terms_before_it_wri
     # the 1.5B re-grounded a tree over Alphatec's Undrawn Fee onto AvidXchange's commitment fee by writing
     # "Undrawn Fee" again; the prompt now names what the tree carries that the new passage lacks, and the
     # new passage's own terms, before the first reply
-    seeds = {p.id: p for p in (Problem.model_validate_json(line) for line in
-                               (ROOT / "corpora" / "finance" / "seeds-quickstart-more.jsonl").read_text().splitlines())}
+    seeds = {
+        p.id: p
+        for p in (
+            Problem.model_validate_json(line)
+            for line in (ROOT / "corpora" / "finance" / "seeds-quickstart-more.jsonl").read_text().splitlines()
+        )
+    }
     seed = seeds["qs-al-undrawn-fee-rate"]
-    passage = ("(a) Commitment Fee. The Borrowers shall pay to the Administrative Agent a commitment fee equal to the "
-               "Applicable Commitment Fee Rate on the average daily unused Revolving Credit Commitment. "
-               "\u201cApplicable Commitment Fee Rate\u201d means thirty (30.0) basis points.")
+    passage = (
+        "(a) Commitment Fee. The Borrowers shall pay to the Administrative Agent a commitment fee equal to the "
+        "Applicable Commitment Fee Rate on the average daily unused Revolving Credit Commitment. "
+        "\u201cApplicable Commitment Fee Rate\u201d means thirty (30.0) basis points."
+    )
     grounding = Grounding(passage, [seed.snippet.text], seed.entity, vocabulary=["AvidXchange, Inc."])
     node = TreeNode(problem=seed, path="0")
     text = vocabulary(SyntheticTree(seed_id=seed.id, index=0, root=node), grounding)
@@ -333,12 +416,19 @@ def test_the_teacher_is_told_the_seed_only_facts_and_the_new_terms_before_it_wri
     assert all(grounding.check(f"What is the {t}?", "0.30%") != f"seed-only fact: {t}" for t in terms)
     # a tree that carries nothing of the seed, over a passage without defined terms, adds nothing to the prompt
     plain = Grounding("The fee is 0.30% per annum.", [seed.snippet.text])
-    clean = TreeNode(problem=seed.model_copy(update={"question": "What is the annual fee rate?", "answer": "0.30%"}), path="0")
+    clean = TreeNode(
+        problem=seed.model_copy(update={"question": "What is the annual fee rate?", "answer": "0.30%"}), path="0"
+    )
     assert vocabulary(SyntheticTree(seed_id=seed.id, index=0, root=clean), plain) == ""
 
 
-QUICKSTART = {p.id: p for p in (Problem.model_validate_json(line) for line in
-                                (ROOT / "corpora" / "finance" / "seeds-quickstart-default-rate.jsonl").read_text().splitlines())}
+QUICKSTART = {
+    p.id: p
+    for p in (
+        Problem.model_validate_json(line)
+        for line in (ROOT / "corpora" / "finance" / "seeds-quickstart-default-rate.jsonl").read_text().splitlines()
+    )
+}
 
 
 def _shipped_text(stem: str) -> str:
@@ -359,18 +449,25 @@ def test_analogous_terms_and_renaming():
     }
     assert {pair: analogue(term_words(pair[0]), term_words(pair[1])) for pair in pairs} == pairs
     renames = {"Post-Default Rate": "Default Rate"}
-    assert rename("the Post-Default Rate, post default rates and the Post-Default Rates", renames) == \
-        "the Default Rate, Default Rates and the Default Rates"
+    assert (
+        rename("the Post-Default Rate, post default rates and the Post-Default Rates", renames)
+        == "the Default Rate, Default Rates and the Default Rates"
+    )
     # the seed entity becomes e' in every form the tree writes it
     entity = entity_renames("Alphatec Holdings, Inc.", "AvidXchange, Inc.")
     assert entity == {"Alphatec Holdings, Inc.": "AvidXchange, Inc.", "Alphatec": "AvidXchange"}
-    assert rename("Alphatec Holdings, Inc. (with Alphatec's Loans)", entity) == "AvidXchange, Inc. (with AvidXchange's Loans)"
+    assert (
+        rename("Alphatec Holdings, Inc. (with Alphatec's Loans)", entity)
+        == "AvidXchange, Inc. (with AvidXchange's Loans)"
+    )
     assert entity_renames("Acme Inc.", "ACME, Inc.") == {} and entity_renames(None, "Apex") == {}
     # an owner in the plural possessive is no defined term (measured: "Alphatec Holdings'" was rejected as one)
     assert defined_terms("Under Alphatec Holdings' term loan agreement, what is the Default Rate?") == {"Default Rate"}
     # a longer term is never half-renamed by a shorter one inside it
-    assert rename("interest at the Post-Default Rate", {"Default Rate": "Default Rate of Interest"}) == \
-        "interest at the Post-Default Rate"
+    assert (
+        rename("interest at the Post-Default Rate", {"Default Rate": "Default Rate of Interest"})
+        == "interest at the Post-Default Rate"
+    )
 
 
 def test_the_new_documents_own_terms_are_not_seed_facts_and_seed_terms_take_its_names():
@@ -380,39 +477,63 @@ def test_the_new_documents_own_terms_are_not_seed_facts_and_seed_terms_take_its_
     avid = QUICKSTART["qs-av-default-rate"].snippet.text
     avid_text = _shipped_text("avidxchange_2022_credit_and_security_agreement")
     alphatec = QUICKSTART["qs-al-default-rate"]
-    q = ("While an Event of Default continues, AvidXchange's SOFR Loans otherwise bear interest at 7.25% per annum. "
-         "What rate applies to them at the Default Rate?")
+    q = (
+        "While an Event of Default continues, AvidXchange's SOFR Loans otherwise bear interest at 7.25% per annum. "
+        "What rate applies to them at the Default Rate?"
+    )
     bare = Grounding(avid, [alphatec.snippet.text], alphatec.entity, vocabulary=["AvidXchange, Inc."])
     assert bare.check(q, "9.25%") == "seed-only fact: Event of Default"
-    whole = Grounding(avid, [alphatec.snippet.text], alphatec.entity, vocabulary=["AvidXchange, Inc."], document=avid_text)
+    whole = Grounding(
+        avid, [alphatec.snippet.text], alphatec.entity, vocabulary=["AvidXchange, Inc."], document=avid_text
+    )
     assert whole.check(q, "9.25%") is None
     assert whole.check(q.replace("SOFR Loans", "Class of Loans"), "9.25%") == "term not in passage: Class of Loans"
     realty = QUICKSTART["qs-ri-default-rate"]
-    grounding = Grounding(avid, [realty.snippet.text], realty.entity, vocabulary=["AvidXchange, Inc."], document=avid_text)
+    grounding = Grounding(
+        avid, [realty.snippet.text], realty.entity, vocabulary=["AvidXchange, Inc."], document=avid_text
+    )
     q = "AvidXchange's SOFR Loans otherwise bear interest at 7.25% per annum. What rate applies at the Post-Default Rate?"
     assert grounding.check(q, "9.25%") == "seed-only fact: Post-Default Rate"
     assert grounding.renames([q]) == {"Post-Default Rate": "Default Rate"}
     assert grounding.check(rename(q, grounding.renames([q])), "9.25%") is None
     # Brown-Forman's Section 2.13(c) neither uses "Post-Default Rate" nor names the rate: nothing to rename to
     bf = QUICKSTART["qs-bf-default-rate"].snippet.text
-    brown = Grounding(bf, [realty.snippet.text], realty.entity, vocabulary=["Brown-Forman Corporation"],
-                      document=_shipped_text("brown_forman_2023_credit_agreement"))
+    brown = Grounding(
+        bf,
+        [realty.snippet.text],
+        realty.entity,
+        vocabulary=["Brown-Forman Corporation"],
+        document=_shipped_text("brown_forman_2023_credit_agreement"),
+    )
     assert brown.renames([q]) == {} and brown.check(q, "9.25%") == "seed-only fact: Post-Default Rate"
 
 
 def test_the_tree_is_shown_and_taken_back_in_the_new_passages_names():
     realty = QUICKSTART["qs-ri-default-rate"]
     avid = QUICKSTART["qs-av-default-rate"]
-    leaf = realty.model_copy(update={
-        "id": "qs-ri-default-rate.h0v1", "answer": "7.00%",
-        "question": "Under Realty Income's term loan agreement, a Loan otherwise bears 5% per annum. What is its "
-                    "interest rate after adding the Post-Default Rate?",
-        "meta": {"teacher_solution": "The Post-Default Rate adds 2.0%: 5% + 2.0% = 7.00%."}})
+    leaf = realty.model_copy(
+        update={
+            "id": "qs-ri-default-rate.h0v1",
+            "answer": "7.00%",
+            "question": "Under Realty Income's term loan agreement, a Loan otherwise bears 5% per annum. What is its "
+            "interest rate after adding the Post-Default Rate?",
+            "meta": {"teacher_solution": "The Post-Default Rate adds 2.0%: 5% + 2.0% = 7.00%."},
+        }
+    )
     tree = SyntheticTree(seed_id=realty.id, index=0, root=TreeNode(problem=leaf, path="0"))
-    document = Document(doc_id="avidxchange_2022_credit_and_security_agreement", source_path="avidxchange.txt",
-                        sha256="0" * 64, company="AvidXchange, Inc.")
-    grounding = Grounding(avid.snippet.text, [realty.snippet.text], realty.entity, vocabulary=["AvidXchange, Inc."],
-                          document=_shipped_text(document.doc_id))
+    document = Document(
+        doc_id="avidxchange_2022_credit_and_security_agreement",
+        source_path="avidxchange.txt",
+        sha256="0" * 64,
+        company="AvidXchange, Inc.",
+    )
+    grounding = Grounding(
+        avid.snippet.text,
+        [realty.snippet.text],
+        realty.entity,
+        vocabulary=["AvidXchange, Inc."],
+        document=_shipped_text(document.doc_id),
+    )
     renames = tree_renames(tree, grounding, realty.entity, "AvidXchange, Inc.")
     assert renames == {"Realty Income": "AvidXchange", "Post-Default Rate": "Default Rate"}
     shown = tree_block(tree, renames)
@@ -423,8 +544,12 @@ def test_the_tree_is_shown_and_taken_back_in_the_new_passages_names():
     assert "Post-Default Rate" not in told.split("<seed_only>")[1].split("</seed_only>")[0]
     # a reply that still writes the seed's term is renamed, and says so
     ground = NewGround(0, document, Snippet(text=avid.snippet.text, doc_id=document.doc_id), "AvidXchange, Inc.")
-    reply = GroundedNode(path="0", question="Realty Income's Loan bears 5% per annum. What rate applies after adding "
-                         "the Post-Default Rate?", solution="5% + 2% = 7%", answer="7%")
+    reply = GroundedNode(
+        path="0",
+        question="Realty Income's Loan bears 5% per annum. What rate applies after adding the Post-Default Rate?",
+        solution="5% + 2% = 7%",
+        answer="7%",
+    )
     problem = grounded_problem(tree.root, reply, ground, tree, renames)
     assert problem.question == "AvidXchange's Loan bears 5% per annum. What rate applies after adding the Default Rate?"
     assert problem.meta["renamed"] == renames
@@ -444,13 +569,16 @@ def test_every_shipped_seed_is_grounded_on_its_own_snippet(seed_id):
     assert check.check(seed.question, seed.answer, NOTES[seed_id]) is None
 
 
-@pytest.mark.parametrize(("seed_id", "passage_of", "reason"), [
-    ("al-min-liquidity", "av-min-liquidity", "seed-only fact: Delayed Draw Term Loans"),
-    ("av-min-liquidity", "al-min-liquidity", "seed-only fact: Total Commitment Amount"),
-    ("bf-pricing-two-ratings", "av-pricing-boundary", "seed-only fact: Index Debt"),
-    ("ri-leverage-cash-adjusted", "av-min-liquidity", "seed-only fact: 24 months"),
-    ("al-exit-fee", "ri-fixed-charge", "seed-only fact: Term Loans"),
-])
+@pytest.mark.parametrize(
+    ("seed_id", "passage_of", "reason"),
+    [
+        ("al-min-liquidity", "av-min-liquidity", "seed-only fact: Delayed Draw Term Loans"),
+        ("av-min-liquidity", "al-min-liquidity", "seed-only fact: Total Commitment Amount"),
+        ("bf-pricing-two-ratings", "av-pricing-boundary", "seed-only fact: Index Debt"),
+        ("ri-leverage-cash-adjusted", "av-min-liquidity", "seed-only fact: 24 months"),
+        ("al-exit-fee", "ri-fixed-charge", "seed-only fact: Term Loans"),
+    ],
+)
 def test_seed_questions_carried_to_another_passage_leak(seed_id, passage_of, reason):
     seed, other = SEEDS[seed_id], SEEDS[passage_of]
     check = Grounding(other.snippet.text, [seed.snippet.text], seed.entity, vocabulary=[other.entity])
@@ -467,21 +595,41 @@ def test_leakage_rules_on_a_real_passage():
     assert check.check("What is Alphatec's minimum Available Liquidity?", "$35,000,000") == "seed-only fact: Alphatec"
     assert check.check(q, "$38,500,001") == "answer figure not derivable from passage and question: $38,500,001"
     # a given that is neither in the passage nor the seed is allowed; the answer may use it
-    assert check.check("If the Total Commitment Amount were $140,000,000, what is the minimum Available Liquidity?",
-                       "$49,000,000") is None
-    assert check.check(q, "$38,500,000 per the Consolidated Fixed Charge Coverage Ratio") == \
-        "term not in passage: Consolidated Fixed Charge Coverage Ratio"
+    assert (
+        check.check(
+            "If the Total Commitment Amount were $140,000,000, what is the minimum Available Liquidity?", "$49,000,000"
+        )
+        is None
+    )
+    assert (
+        check.check(q, "$38,500,000 per the Consolidated Fixed Charge Coverage Ratio")
+        == "term not in passage: Consolidated Fixed Charge Coverage Ratio"
+    )
     # more than two operations need the worked solution's intermediate results
     q3 = "The Total Commitment Amount is $110,000,000 and $2,500,000 of it is cancelled, then $1,000,000 more."
     assert check.check(q3, "$37,275,000").startswith("answer figure not derivable")
-    assert check.check(q3, "$37,275,000", "110,000,000 - 2,500,000 = 107,500,000; 107,500,000 - 1,000,000 = "
-                       "106,500,000; 35% x 106,500,000 = 37,275,000") is None
+    assert (
+        check.check(
+            q3,
+            "$37,275,000",
+            "110,000,000 - 2,500,000 = 107,500,000; 107,500,000 - 1,000,000 = "
+            "106,500,000; 35% x 106,500,000 = 37,275,000",
+        )
+        is None
+    )
     assert check.check(q, "June 30, 2023") == "answer date not in passage: 2023-06-30"
     # rule 5: a problem whose answer follows from its own figures must apply a term of d' to them
-    assert check.check("If Available Liquidity is $30,000,000 and the Total Commitment Amount is $100,000,000, "
-                       "what share of the Total Commitment Amount is Available Liquidity?", "30%") is None
+    assert (
+        check.check(
+            "If Available Liquidity is $30,000,000 and the Total Commitment Amount is $100,000,000, "
+            "what share of the Total Commitment Amount is Available Liquidity?",
+            "30%",
+        )
+        is None
+    )
     assert check.check("A loan of $100,000 bears 10% per annum. How much interest accrues in a year?", "$10,000") == (
-        "takes nothing from the passage: its answer follows from the question's own figures")
+        "takes nothing from the passage: its answer follows from the question's own figures"
+    )
 
 
 def test_a_regrounded_problem_that_takes_nothing_from_its_passage_is_rejected():
@@ -490,14 +638,26 @@ def test_a_regrounded_problem_that_takes_nothing_from_its_passage_is_rejected():
     seed = QUICKSTART["qs-bf-default-rate"]
     realty = _shipped_text("realty_income_2023_term_loan_agreement")
     post_default = QUICKSTART["qs-ri-default-rate"].snippet.text
-    check = Grounding(post_default, [seed.snippet.text], seed.entity, vocabulary=["Realty Income Corporation"],
-                      document=realty)
-    wrong = ("Under Realty Income's term loan agreement, how much interest will be charged on an overdue principal "
-             "of $100,000 if the rate otherwise applicable to this Loan is 10% per annum?")
-    assert check.check(wrong, "$10,000") == "takes nothing from the passage: its answer follows from the question's own figures"
-    assert check.check(wrong.replace("how much interest", "how much interest at the Post-Default Rate"), "$12,000") is None
-    assert check.check("If the interest rate otherwise applicable to principal is 5.0%, what is the Post-Default Rate?",
-                       "7.0%") is None  # the 2.0% comes from the passage
+    check = Grounding(
+        post_default, [seed.snippet.text], seed.entity, vocabulary=["Realty Income Corporation"], document=realty
+    )
+    wrong = (
+        "Under Realty Income's term loan agreement, how much interest will be charged on an overdue principal "
+        "of $100,000 if the rate otherwise applicable to this Loan is 10% per annum?"
+    )
+    assert (
+        check.check(wrong, "$10,000")
+        == "takes nothing from the passage: its answer follows from the question's own figures"
+    )
+    assert (
+        check.check(wrong.replace("how much interest", "how much interest at the Post-Default Rate"), "$12,000") is None
+    )
+    assert (
+        check.check(
+            "If the interest rate otherwise applicable to principal is 5.0%, what is the Post-Default Rate?", "7.0%"
+        )
+        is None
+    )  # the 2.0% comes from the passage
 
 
 def test_defined_terms_and_pool():
@@ -517,7 +677,10 @@ async def test_no_unseen_document_is_recorded(tmp_path, openai_server):
     assert trees == [] and openai_server.request_count == 0
     [rejection] = ledger.rejected
     assert (rejection.stage, rejection.reason, rejection.data) == (
-        "reground", "no unseen document in the index to re-ground on", {"check": "retrieve"})
+        "reground",
+        "no unseen document in the index to re-ground on",
+        {"check": "retrieve"},
+    )
 
 
 # keep: roots pays for nothing that can never be calibrated ------------------------------------------
@@ -525,8 +688,9 @@ async def test_under_keep_roots_only_synthetic_roots_are_regrounded_and_verified
     tree = synthetic_tree(AV)
     orphan = SyntheticTree(seed_id=AV.id, index=1, root=tree.root.children[0].model_copy(deep=True))
     every, _, all_usage = await run_reground(openai_server, tmp_path / "all", index, AV, trees=[tree, orphan])
-    roots, ledger, usage = await run_reground(openai_server, tmp_path / "roots", index, AV, keep="roots",
-                                              trees=[tree, orphan])
+    roots, ledger, usage = await run_reground(
+        openai_server, tmp_path / "roots", index, AV, keep="roots", trees=[tree, orphan]
+    )
     assert roots and all(t.root.path == "0" and t.root.children == [] for t in roots)
     assert all(t.root.problem.meta["regrounded_from"] == tree.root.problem.id for t in roots)
     # the judge saw one question per new document (the root), not the children's nor the orphan's
@@ -540,17 +704,18 @@ def test_other_seeds_and_held_out_documents_are_never_targets(tmp_path, index, m
     from contextlib import contextmanager
 
     import finmbs.mbs.reground as regrounding
-    from finmbs.runs.load import Run
-    from finmbs.runs.grow import record_exclusions
     from finmbs.mbs.reground import excluded_documents
     from finmbs.report.view import contamination
     from finmbs.runs import RunDir
+    from finmbs.runs.grow import record_exclusions
+    from finmbs.runs.load import Run
 
     found = excluded_documents(index, [AV, BF], ["commercial_metals_2022_sixth_ar_credit_agreement.txt", "Nobody Inc"])
-    assert found.excluded == {BF.snippet.doc_id: "document of seed bf-pricing-split-ratings",
-                              DUPLICATE[1]: "document of seed bf-pricing-split-ratings",
-                              "commercial_metals_2022_sixth_ar_credit_agreement":
-                                  "held out (commercial_metals_2022_sixth_ar_credit_agreement.txt)"}
+    assert found.excluded == {
+        BF.snippet.doc_id: "document of seed bf-pricing-split-ratings",
+        DUPLICATE[1]: "document of seed bf-pricing-split-ratings",
+        "commercial_metals_2022_sixth_ar_credit_agreement": "held out (commercial_metals_2022_sixth_ar_credit_agreement.txt)",
+    }
     assert found.unmatched == ["Nobody Inc"]
     docs, _ = unseen_documents(index, AV, k=10, excluded=found.excluded)
     assert [d.doc_id for d in docs] == ["host_hotels_2023_sixth_ar_credit_agreement"]  # was all four

@@ -10,9 +10,9 @@ import struct
 from pathlib import Path
 
 import pytest
+from export_fixtures import finance_run, math_run
 from typer.testing import CliRunner
 
-from export_fixtures import finance_run, math_run
 from finmbs.cli import app
 from finmbs.report import render_report, write_report
 
@@ -28,9 +28,17 @@ def browser(tmp_path_factory):
 
     options = webdriver.ChromeOptions()
     options.binary_location = chromium
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run", "--window-size=1400,1800",
-                 f"--user-data-dir={tmp_path_factory.mktemp('chromium')}"):
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        "--window-size=1400,1800",
+        f"--user-data-dir={tmp_path_factory.mktemp('chromium')}",
+    ):
         options.add_argument(flag)
     driver = webdriver.Chrome(options=options, service=Service(driver_path))
     yield driver
@@ -44,17 +52,29 @@ def test_report_in_a_real_browser(tmp_path, browser):
     browser.get(path.resolve().as_uri())
     assert "finmbs report" in browser.title
 
-    metrics = {row.get_attribute("data-metric"): row.find_element(By.TAG_NAME, "td").text
-               for row in browser.find_elements(By.CSS_SELECTOR, "#metrics tr")}
+    metrics = {
+        row.get_attribute("data-metric"): row.find_element(By.TAG_NAME, "td").text
+        for row in browser.find_elements(By.CSS_SELECTOR, "#metrics tr")
+    }
     assert metrics["qualified"] == "3 (60.0%)" and metrics["decompositions"] == "1 / 2"
     assert metrics["seed_conversion"] == "2 (66.7%)" and metrics["wall_time_s"] == "93.5 s"
 
-    bars = {(b.get_attribute("data-group"), b.get_attribute("data-series")): int(b.get_attribute("data-count"))
-            for b in browser.find_elements(By.CSS_SELECTOR, "#bands figure:first-of-type rect.bar")}
-    assert bars == {("seeds", "hard"): 2, ("seeds", "goldilocks"): 0, ("seeds", "stale"): 0,
-                    ("synthetic", "hard"): 0, ("synthetic", "goldilocks"): 3, ("synthetic", "stale"): 1}
-    heights = {key: float(b.get_attribute("height")) for key, b in zip(bars, browser.find_elements(
-        By.CSS_SELECTOR, "#bands figure:first-of-type rect.bar"))}
+    bars = {
+        (b.get_attribute("data-group"), b.get_attribute("data-series")): int(b.get_attribute("data-count"))
+        for b in browser.find_elements(By.CSS_SELECTOR, "#bands figure:first-of-type rect.bar")
+    }
+    assert bars == {
+        ("seeds", "hard"): 2,
+        ("seeds", "goldilocks"): 0,
+        ("seeds", "stale"): 0,
+        ("synthetic", "hard"): 0,
+        ("synthetic", "goldilocks"): 3,
+        ("synthetic", "stale"): 1,
+    }
+    heights = {
+        key: float(b.get_attribute("height"))
+        for key, b in zip(bars, browser.find_elements(By.CSS_SELECTOR, "#bands figure:first-of-type rect.bar"))
+    }
     assert heights[("synthetic", "goldilocks")] == pytest.approx(3 * heights[("synthetic", "stale")])
     teacher = browser.find_element(By.CSS_SELECTOR, "#usage-table tr[data-role=teacher]").text
     assert "40" in teacher and "61,000" in teacher and "0.4123" in teacher
@@ -94,7 +114,9 @@ def test_finance_node_shows_snippet_and_entity(tmp_path, browser):
     node.find_element(By.CSS_SELECTOR, ".node-head").click()
     body = node.find_element(By.CSS_SELECTOR, ".node-body")
     assert "Globex Inc." in body.find_element(By.CSS_SELECTOR, ".entity").text
-    assert "Total Net Leverage Ratio is greater than 4.00 to 1.00" in body.find_element(By.CSS_SELECTOR, ".snippet").text
+    assert (
+        "Total Net Leverage Ratio is greater than 4.00 to 1.00" in body.find_element(By.CSS_SELECTOR, ".snippet").text
+    )
     assert "4/8 correct (50%), goldilocks, in-budget solvable" in body.text
     browser.find_element(By.ID, "filter").send_keys("no such seed")
     assert not browser.find_element(By.CSS_SELECTOR, '.seed[data-seed="f1"]').is_displayed()
@@ -128,21 +150,38 @@ def rich_math_run(root):
 
     run = math_run(root)
     metrics = json.loads((run / "metrics.json").read_text())
-    metrics.update(seeds_too_easy=1, novelty_rejected=2, regrounded_unverified=0, construction_tokens=123456,
-                   stages={"traces": {"wall_time_s": 12.5, "tokens": 84000},
-                           "calibrate": {"wall_time_s": 40.25, "tokens": 49000}})
+    metrics.update(
+        seeds_too_easy=1,
+        novelty_rejected=2,
+        regrounded_unverified=0,
+        construction_tokens=123456,
+        stages={"traces": {"wall_time_s": 12.5, "tokens": 84000}, "calibrate": {"wall_time_s": 40.25, "tokens": 49000}},
+    )
     (run / "metrics.json").write_text(json.dumps(metrics))
     for name in ("trees/s1.json", "qualified.jsonl"):
         file = run / name
-        file.write_text(file.read_text().replace("A cubic g(x) = x^3 - 9x^2 + 26x - 24", "A cubic $g(x) = x^3 - 9x^2 + 26x - 24$")
-                        .replace("Work it out step by step.", "Work it out step by step: $r_1 r_2 r_3 = 24$."))
+        file.write_text(
+            file.read_text()
+            .replace("A cubic g(x) = x^3 - 9x^2 + 26x - 24", "A cubic $g(x) = x^3 - 9x^2 + 26x - 24$")
+            .replace("Work it out step by step.", "Work it out step by step: $r_1 r_2 r_3 = 24$.")
+        )
     s3 = Problem(id="s3", question="q", answer="11", provenance=Provenance(seed_id="s3"))
     with (run / "rejected.jsonl").open("a") as handle:
-        handle.write(Rejection(problem=s3, stage="traces", reason="no verified trace after 1x2 tries; answers: "
-                               "teacher-a#0: '12' (stop), teacher-a#1: None (length)",
-                               data={"attempts": [{"text": "The triples are few, so \\boxed{12}"},
-                                                  {"text": "Let p = 2 and then ... (cut at the token limit)"}]})
-                     .model_dump_json() + "\n")
+        handle.write(
+            Rejection(
+                problem=s3,
+                stage="traces",
+                reason="no verified trace after 1x2 tries; answers: "
+                "teacher-a#0: '12' (stop), teacher-a#1: None (length)",
+                data={
+                    "attempts": [
+                        {"text": "The triples are few, so \\boxed{12}"},
+                        {"text": "Let p = 2 and then ... (cut at the token limit)"},
+                    ]
+                },
+            ).model_dump_json()
+            + "\n"
+        )
     return run
 
 
@@ -155,23 +194,34 @@ def test_report_reads_well_in_a_real_browser(tmp_path, browser):
     assert browser.save_screenshot(str(shots / "report-top.png"))
 
     # rejections as short codes with counts, the funnel, numbers newer stages add, per-stage time and tokens
-    codes = {(r.get_attribute("data-stage"), r.get_attribute("data-code")): int(r.find_elements(By.TAG_NAME, "td")[-2].text)
-             for r in browser.find_elements(By.CSS_SELECTOR, "#rejections tr[data-code]")}
-    assert codes == {("calibrate", "stale"): 1, ("leaf", "weakest-student-accuracy"): 1,
-                     ("traces", "no-verified-trace"): 1}
-    steps = {r.get_attribute("data-step"): r.find_elements(By.TAG_NAME, "td")[1].text
-             for r in browser.find_elements(By.CSS_SELECTOR, "#funnel tr[data-step]")}
+    codes = {
+        (r.get_attribute("data-stage"), r.get_attribute("data-code")): int(r.find_elements(By.TAG_NAME, "td")[-2].text)
+        for r in browser.find_elements(By.CSS_SELECTOR, "#rejections tr[data-code]")
+    }
+    assert codes == {
+        ("calibrate", "stale"): 1,
+        ("leaf", "weakest-student-accuracy"): 1,
+        ("traces", "no-verified-trace"): 1,
+    }
+    steps = {
+        r.get_attribute("data-step"): r.find_elements(By.TAG_NAME, "td")[1].text
+        for r in browser.find_elements(By.CSS_SELECTOR, "#funnel tr[data-step]")
+    }
     assert steps["seeds_in"] == "3" and steps["qualified"] == "3" and steps["seeds_too_easy"] == "1"
     assert steps["novelty_rejected"] == "2" and "construction_tokens" not in steps  # not a funnel step
-    metrics = {row.get_attribute("data-metric"): row.find_element(By.TAG_NAME, "td").text
-               for row in browser.find_elements(By.CSS_SELECTOR, "#metrics tr")}
+    metrics = {
+        row.get_attribute("data-metric"): row.find_element(By.TAG_NAME, "td").text
+        for row in browser.find_elements(By.CSS_SELECTOR, "#metrics tr")
+    }
     assert metrics["regrounded_unverified"] == "0" and metrics["construction_tokens"] == "123,456"
     stage_table = browser.find_element(By.CSS_SELECTOR, 'table[data-table="stages"]').text
     assert "traces 12.5 84,000" in stage_table and "calibrate 40.25 49,000" in stage_table
 
     # the k histogram spans 0..N (N = 8 from the config) with zero bars drawn as such
-    ks = [(b.get_attribute("data-group"), int(b.get_attribute("data-count")))
-          for b in browser.find_elements(By.CSS_SELECTOR, "#bands figure:nth-of-type(2) rect.bar")]
+    ks = [
+        (b.get_attribute("data-group"), int(b.get_attribute("data-count")))
+        for b in browser.find_elements(By.CSS_SELECTOR, "#bands figure:nth-of-type(2) rect.bar")
+    ]
     assert ks == [("0", 0), ("1", 1), ("2", 0), ("3", 1), ("4", 0), ("5", 1), ("6", 0), ("7", 0), ("8", 1)]
 
     # the dropped seed: why, and its teachers' outputs behind a click; its question's math is typeset
@@ -203,7 +253,8 @@ def test_empty_charts_say_no_data(tmp_path, browser):
     browser.get(write_report(run).resolve().as_uri())
     empty = browser.find_elements(By.CSS_SELECTOR, "#bands figure.nodata")  # the seeds still have their bands
     assert [figure.get_attribute("data-title") for figure in empty] == [
-        "Synthetic candidates by target pass count k of N = 8"]
+        "Synthetic candidates by target pass count k of N = 8"
+    ]
     assert "no data" in empty[0].text and not empty[0].find_elements(By.TAG_NAME, "svg")
     assert "no data" in browser.find_element(By.ID, "funnel").text
     assert "no data" in browser.find_element(By.ID, "stage-time").text
@@ -232,15 +283,27 @@ def test_long_source_paths_wrap(tmp_path, browser):
 def test_report_shows_what_re_grounding_excluded(tmp_path):
     run = finance_run(tmp_path / "run")
     assert 'id="contamination"' not in render_report(run)  # no contamination.json: no section
-    (run / "contamination.json").write_text(json.dumps({
-        "holdout": ["FinanceBench filings", "0000320193"],
-        "excluded": [{"doc_id": "apple_2023_10k", "why": "held out (0000320193)", "title": "", "company": "Apple Inc.",
-                      "cik": "320193"},
-                     {"doc_id": "bf_credit", "why": "document of seed bf-1", "title": "", "company": None, "cik": None}],
-        "holdout_unmatched": ["FinanceBench filings"]}))
+    (run / "contamination.json").write_text(
+        json.dumps(
+            {
+                "holdout": ["FinanceBench filings", "0000320193"],
+                "excluded": [
+                    {
+                        "doc_id": "apple_2023_10k",
+                        "why": "held out (0000320193)",
+                        "title": "",
+                        "company": "Apple Inc.",
+                        "cik": "320193",
+                    },
+                    {"doc_id": "bf_credit", "why": "document of seed bf-1", "title": "", "company": None, "cik": None},
+                ],
+                "holdout_unmatched": ["FinanceBench filings"],
+            }
+        )
+    )
     html = render_report(run)
-    section = html[html.index('id="contamination"'):]
-    section = section[:section.index("</section>")]
+    section = html[html.index('id="contamination"') :]
+    section = section[: section.index("</section>")]
     assert "apple_2023_10k" in section and "Apple Inc." in section and "320193" in section
     assert "held out (0000320193)" in section and "document of seed bf-1" in section
     assert "named no indexed document: FinanceBench filings" in section

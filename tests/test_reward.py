@@ -22,8 +22,14 @@ ROWS = [  # (data_source, solution, ground truth, extra_info, score, decided_by)
     ("math500", "The answer is \\boxed{5}", "6", None, 0.0, "math"),
     ("aime2024", "Final answer: 204", "204", None, 1.0, "math"),
     ("finmbs/finance", "Leverage may not exceed \\boxed{3.5x}", "3.50:1.00", None, 1.0, "comparer"),
-    ("financebench", "Net PPNE was $8,738 million.\nFinal answer: $8.7 billion", "$8.70",
-     {"question": "What is the year end FY2018 net PPNE for 3M? Answer in USD billions."}, 1.0, "comparer"),
+    (
+        "financebench",
+        "Net PPNE was $8,738 million.\nFinal answer: $8.7 billion",
+        "$8.70",
+        {"question": "What is the year end FY2018 net PPNE for 3M? Answer in USD billions."},
+        1.0,
+        "comparer",
+    ),
     ("secque", "Final answer: 0.30%", "25 basis points", {}, 0.0, "comparer"),
     ("finmbs/finance", "Final answer: the Data Center segment", "Data Center", None, 0.0, "undecided"),
     ("finmbs/finance", "I am not sure.", "$75,000,000", None, 0.0, "no_answer"),
@@ -46,8 +52,11 @@ def test_batch_matches_single_and_takes_verl_keywords(monkeypatch):
     monkeypatch.delenv(JUDGE_CONFIG_ENV, raising=False)
     columns = list(zip(*ROWS))
     results = compute_score_batch(
-        data_sources=list(columns[0]), solution_strs=list(columns[1]), ground_truths=list(columns[2]),
-        extra_infos=list(columns[3]), unused_reward_kwarg=1,
+        data_sources=list(columns[0]),
+        solution_strs=list(columns[1]),
+        ground_truths=list(columns[2]),
+        extra_infos=list(columns[3]),
+        unused_reward_kwarg=1,
     )
     assert [{k: r[k] for k in ("score", "decided_by")} for r in results] == [_expected(r) for r in ROWS]
 
@@ -60,8 +69,15 @@ def test_unknown_data_source_is_a_clear_error():
 
 def _judge_config(tmp_path: Path, base_url: str) -> Path:
     data = yaml.safe_load((resource_dir("configs") / "default.yaml").read_text())
-    data["roles"]["judge"] = {"name": "judge", "model": "openai/judge", "api_base": base_url, "temperature": 0.0,
-                              "max_tokens": 64, "timeout_s": 5.0, "max_retries": 0}
+    data["roles"]["judge"] = {
+        "name": "judge",
+        "model": "openai/judge",
+        "api_base": base_url,
+        "temperature": 0.0,
+        "max_tokens": 64,
+        "timeout_s": 5.0,
+        "max_retries": 0,
+    }
     data["cache_path"] = str(tmp_path / "judge-cache.sqlite")
     path = tmp_path / "judge.yaml"
     path.write_text(yaml.safe_dump(data))
@@ -101,7 +117,8 @@ def test_undecided_rows_go_to_the_configured_judge_together(openai_server, tmp_p
     assert [(r["score"], r["decided_by"]) for r in results] == [(1.0, "judge"), (0.0, "judge"), (1.0, "comparer")]
     assert openai_server.request_count == 2
     assert "Which segment grew fastest?" in openai_server.requests[0].text + openai_server.requests[1].text
-    again = compute_score("finmbs/finance", "\\boxed{the Data Center segment}", "Data Center",
-                          {"question": "Which segment grew fastest?"})
+    again = compute_score(
+        "finmbs/finance", "\\boxed{the Data Center segment}", "Data Center", {"question": "Which segment grew fastest?"}
+    )
     assert (again["score"], again["decided_by"]) == (1.0, "judge")
     assert openai_server.request_count == 2  # cached

@@ -14,9 +14,9 @@ import pytest
 import yaml
 
 from finmbs.config import ConfigError, load_config
-from finmbs.runs.grow import record_config
 from finmbs.records import RoleUsage
 from finmbs.runs import CONFIG_CHANGES, RunDir, RunFolderBusy, UsageLedger, atomic_write_text, file_name
+from finmbs.runs.grow import record_config
 from finmbs.seeds import SeedsError, load_seeds
 
 
@@ -44,8 +44,12 @@ HOLD = "import sys, time; from finmbs.runs import RunDir; RunDir(sys.argv[1]).lo
 
 def test_second_writer_fails_at_once_naming_the_holder_and_a_dead_holders_lock_is_taken_over(tmp_path):
     folder = tmp_path / "run"
-    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(folder)], stdout=subprocess.PIPE, text=True,
-                              env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(folder)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
     try:
         assert holder.stdout.readline().strip() == "locked"
         start = time.monotonic()
@@ -88,7 +92,9 @@ def test_a_changed_config_is_refused_unless_allowed_and_the_change_is_recorded(t
     record_config(run, load_config(), allow_change=False)
     record_config(run, load_config(overrides=["budget.max_tokens=10", "seed_concurrency=1"]), allow_change=False)
     changed = load_config(overrides=["stages.N=6", "roles.target.temperature=0.5"])
-    with pytest.raises(ConfigError, match=r"roles.target.temperature: 1.0 -> 0.5; stages.N: 4 -> 6.*--allow-config-change"):
+    with pytest.raises(
+        ConfigError, match=r"roles.target.temperature: 1.0 -> 0.5; stages.N: 4 -> 6.*--allow-config-change"
+    ):
         record_config(run, changed, allow_change=False)
     record_config(run, changed, allow_change=True)
     assert yaml.safe_load((run.root / "config.yaml").read_text())["stages"]["N"] == 6
@@ -109,7 +115,9 @@ def test_seeds_file_bom_non_utf8_and_ids_that_cannot_be_told_apart(tmp_path):
     bom.write_bytes(b"\xef\xbb\xbf" + json.dumps(row).encode() + b"\n")
     assert [s.id for s in load_seeds(bom)] == ["q1"]
     latin = tmp_path / "latin.jsonl"
-    latin.write_bytes(json.dumps(row).encode() + b"\n" + '{"id": "q2", "question": "Caf\xe9", "answer": "1"}\n'.encode("latin-1"))
+    latin.write_bytes(
+        json.dumps(row).encode() + b"\n" + '{"id": "q2", "question": "Caf\xe9", "answer": "1"}\n'.encode("latin-1")
+    )
     with pytest.raises(SeedsError, match=r"latin.jsonl line 2: not UTF-8 \(byte 0xe9\)"):
         load_seeds(latin)
     lookalikes = tmp_path / "ids.jsonl"

@@ -17,12 +17,24 @@ def write(path, lines):
 
 
 def test_loads_seeds_with_snippet_string_and_defaults(tmp_path):
-    path = write(tmp_path / "s.jsonl", [
-        json.dumps({"id": 1, "question": "What is 2+2?", "answer": 4}),
-        "",
-        json.dumps({"id": "f", "question": "Q?", "answer": "$1.2 billion", "domain": "finance",
-                    "snippet": "Revenue was $1.2 billion.", "entity": "Acme", "meta": {"k": 1}}),
-    ])
+    path = write(
+        tmp_path / "s.jsonl",
+        [
+            json.dumps({"id": 1, "question": "What is 2+2?", "answer": 4}),
+            "",
+            json.dumps(
+                {
+                    "id": "f",
+                    "question": "Q?",
+                    "answer": "$1.2 billion",
+                    "domain": "finance",
+                    "snippet": "Revenue was $1.2 billion.",
+                    "entity": "Acme",
+                    "meta": {"k": 1},
+                }
+            ),
+        ],
+    )
     seeds = load_seeds(path)
     assert [s.id for s in seeds] == ["1", "f"]
     assert seeds[0].answer == "4" and seeds[0].domain == "math"
@@ -31,14 +43,17 @@ def test_loads_seeds_with_snippet_string_and_defaults(tmp_path):
 
 
 def test_every_bad_line_is_named(tmp_path):
-    path = write(tmp_path / "bad.jsonl", [
-        json.dumps({"id": "a", "question": "Q1", "answer": "1"}),
-        '{"id": "b", "question": "Q2", "answer": ',
-        json.dumps({"id": "c", "question": "Q3"}),
-        json.dumps({"id": "a", "question": "Q4", "answer": "4"}),
-        json.dumps({"id": "d", "question": "Q5", "answer": "5", "colour": "red"}),
-        json.dumps(["not", "an", "object"]),
-    ])
+    path = write(
+        tmp_path / "bad.jsonl",
+        [
+            json.dumps({"id": "a", "question": "Q1", "answer": "1"}),
+            '{"id": "b", "question": "Q2", "answer": ',
+            json.dumps({"id": "c", "question": "Q3"}),
+            json.dumps({"id": "a", "question": "Q4", "answer": "4"}),
+            json.dumps({"id": "d", "question": "Q5", "answer": "5", "colour": "red"}),
+            json.dumps(["not", "an", "object"]),
+        ],
+    )
     with pytest.raises(SeedsError) as info:
         load_seeds(path)
     message = str(info.value)

@@ -23,8 +23,17 @@ def test_names_on_disk_are_the_plain_strings():
 
 
 def test_progress_bars_per_method():
-    assert progress("mbs", True) == ["seeds", "traces", "students", "decompose", "leaf", "compose", "reground",
-                                     "quality", "calibrate"]
+    assert progress("mbs", True) == [
+        "seeds",
+        "traces",
+        "students",
+        "decompose",
+        "leaf",
+        "compose",
+        "reground",
+        "quality",
+        "calibrate",
+    ]
     assert progress("direct", True) == ["seeds", "traces", "direct", "reground", "quality", "calibrate"]
     assert "reground" not in progress("mbs", False)
 
@@ -46,6 +55,13 @@ def test_the_ledger_counts_as_it_rejects_each_problem_once():
     ledger.reject(problem("g"), Stage.REGROUND, "unverified", check=Check.VERIFY)
     ledger.reject(problem("h"), Stage.REGROUND, "too easy", check=Check.SCREEN)
     counts = ledger.counts.model_dump()
-    assert counts == {**counts, "answer_leaks": 1, "program_rejected": 1, "novelty_rejected": 2, "gated_roots": 1,
-                      "reground_unverified": 1, "reground_too_easy": 1}
-    assert [r.data.get("root") for r in ledger.rejected[since:since + 2]] == [True, False]
+    assert counts == {
+        **counts,
+        "answer_leaks": 1,
+        "program_rejected": 1,
+        "novelty_rejected": 2,
+        "gated_roots": 1,
+        "reground_unverified": 1,
+        "reground_too_easy": 1,
+    }
+    assert [r.data.get("root") for r in ledger.rejected[since : since + 2]] == [True, False]

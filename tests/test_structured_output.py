@@ -46,7 +46,9 @@ async def test_without_constraint_support_parse_and_repair_is_the_fallback(opena
     assert (usage.parse_failures, usage.repairs) == (1, 1)
 
 
-async def test_a_constrained_reply_cut_off_at_max_tokens_is_drawn_again_not_repaired(openai_server, make_endpoint, tmp_path):
+async def test_a_constrained_reply_cut_off_at_max_tokens_is_drawn_again_not_repaired(
+    openai_server, make_endpoint, tmp_path
+):
     """A small model looping inside a JSON string hits max_tokens under the grammar; a repair re-ask
     only copies the loop, so the gateway draws the same request again (another sample index)."""
     looping = '{"answer": 5, "reason": "' + "\\text{ (per cent)} \\right." * 40
@@ -60,7 +62,8 @@ async def test_a_constrained_reply_cut_off_at_max_tokens_is_drawn_again_not_repa
     usage = gateway.usage["judge"]
     assert (usage.parse_failures, usage.repairs) == (1, 1)
     [again] = await Gateway(cache_path=str(tmp_path / "cache.sqlite")).structured(
-        make_endpoint(), Verdict, role="judge", messages=MESSAGES)
+        make_endpoint(), Verdict, role="judge", messages=MESSAGES
+    )
     assert again == verdict and openai_server.request_count == 2  # both draws come from the cache
 
 
@@ -69,8 +72,9 @@ async def test_the_constraint_is_part_of_the_cache_key(openai_server, make_endpo
     gateway = Gateway(cache_path=str(tmp_path / "cache.sqlite"))
     endpoint = make_endpoint()
     plain = await gateway.generate(endpoint, role="judge", messages=MESSAGES)
-    constrained = await gateway.generate(endpoint, role="judge", messages=MESSAGES,
-                                         response_format=schema_format(Verdict))
+    constrained = await gateway.generate(
+        endpoint, role="judge", messages=MESSAGES, response_format=schema_format(Verdict)
+    )
     again = await gateway.generate(endpoint, role="judge", messages=MESSAGES, response_format=schema_format(Verdict))
     assert [plain[0].text, constrained[0].text, again[0].text] == ['{"answer": 1}', '{"answer": 2}', '{"answer": 2}']
     assert openai_server.request_count == 2 and again[0].cached
@@ -86,7 +90,7 @@ async def test_think_blocks_are_stripped_before_parsing(openai_server, make_endp
 def test_strip_think():
     assert strip_think("<think>a\nb</think>\nFinal answer: \\boxed{3}") == "Final answer: \\boxed{3}"
     assert strip_think("reasoning opened by the template</think>{}") == "{}"
-    assert strip_think("<think>never closed {\"answer\": 1}") == ""
+    assert strip_think('<think>never closed {"answer": 1}') == ""
     assert json.loads(strip_think('{"answer": 2}')) == {"answer": 2}
 
 
@@ -113,7 +117,11 @@ def test_constrained_replies_write_reasoning_before_the_answer():
     from finmbs.mbs.reground import Answerability, GroundedTree
     from finmbs.verify.judge import JudgeVerdict
 
-    assert _written_order(embedded.grammar(WorkedProblem.model_json_schema())._grammar, "root") == ["question", "solution", "answer"]
+    assert _written_order(embedded.grammar(WorkedProblem.model_json_schema())._grammar, "root") == [
+        "question",
+        "solution",
+        "answer",
+    ]
     decomposition = embedded.grammar(Decomposition.model_json_schema())._grammar
     assert _written_order(decomposition, "root") == ["skills", "subproblems"]
     assert _written_order(decomposition, "WorkedProblem") == ["question", "solution", "answer"]
@@ -152,16 +160,21 @@ def test_a_reply_that_copies_the_prompt_template_is_not_content():
     parse (and be repaired or dropped), never become a problem whose answer is a placeholder."""
     from pydantic import ValidationError
 
-    from finmbs.mbs.direct import DirectProblems
     from finmbs.mbs.candidates import WorkedProblem
     from finmbs.mbs.compose import ComposedParent
     from finmbs.mbs.decompose import Decomposition
+    from finmbs.mbs.direct import DirectProblems
     from finmbs.mbs.leaves import LeafVariants
     from finmbs.mbs.reground import GroundedTree
     from finmbs.resources import resource_dir
 
-    replies = {"leaf_harder": LeafVariants, "decompose": Decomposition, "compose_parent": ComposedParent,
-               "direct_synthesis": DirectProblems, "reground_tree": GroundedTree}
+    replies = {
+        "leaf_harder": LeafVariants,
+        "decompose": Decomposition,
+        "compose_parent": ComposedParent,
+        "direct_synthesis": DirectProblems,
+        "reground_tree": GroundedTree,
+    }
     for name, model in replies.items():
         template = (resource_dir("prompts") / f"{name}.txt").read_text().strip().splitlines()[-1]
         try:

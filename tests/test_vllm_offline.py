@@ -65,10 +65,16 @@ class FakeLLM:
             for j in range(params.n):
                 answer = value(expr) + (0 if j in correct else 1)
                 text = f"step step Final answer: \\boxed{{{answer}}}"
-                completions.append(types.SimpleNamespace(
-                    text=text, token_ids=list(range(L if j in cut else 5)),
-                    finish_reason="length" if j in cut else "stop"))
-            outputs.append(types.SimpleNamespace(prompt_token_ids=list(range(len(prompt.split()))), outputs=completions))
+                completions.append(
+                    types.SimpleNamespace(
+                        text=text,
+                        token_ids=list(range(L if j in cut else 5)),
+                        finish_reason="length" if j in cut else "stop",
+                    )
+                )
+            outputs.append(
+                types.SimpleNamespace(prompt_token_ids=list(range(len(prompt.split()))), outputs=completions)
+            )
         return outputs
 
 
@@ -82,13 +88,21 @@ def fake_vllm(monkeypatch):
 
 
 def config(tmp_path) -> RunConfig:
-    target = {"name": "policy", "model": "vllm-offline/models/qwen3-4b", "supports_n": True, "max_concurrency": 256,
-              "extra": {"gpu_memory_utilization": 0.5}}
+    target = {
+        "name": "policy",
+        "model": "vllm-offline/models/qwen3-4b",
+        "supports_n": True,
+        "max_concurrency": 256,
+        "extra": {"gpu_memory_utilization": 0.5},
+    }
     other = {"name": "judge", "model": "openai/unused", "api_base": "http://127.0.0.1:9/v1"}
-    return RunConfig.model_validate({
-        "roles": {"teachers": [other], "students": [other | {"name": "student"}], "target": target, "judge": other},
-        "stages": {"N": 8, "L": L}, "cache_path": str(tmp_path / "cache.sqlite"),
-    })
+    return RunConfig.model_validate(
+        {
+            "roles": {"teachers": [other], "students": [other | {"name": "student"}], "target": target, "judge": other},
+            "stages": {"N": 8, "L": L},
+            "cache_path": str(tmp_path / "cache.sqlite"),
+        }
+    )
 
 
 def problems(exprs) -> list[Problem]:
@@ -131,8 +145,13 @@ async def test_requests_arriving_during_a_batch_form_the_next_batch(tmp_path, fa
 
     async def ask(expr: str, delay: float):
         await asyncio.sleep(delay)
-        return await gateway.generate(target, role="target", messages=[{"role": "user", "content": f"<problem>\nCompute {expr}.\n</problem>"}],
-                                      n=2, max_tokens=L)
+        return await gateway.generate(
+            target,
+            role="target",
+            messages=[{"role": "user", "content": f"<problem>\nCompute {expr}.\n</problem>"}],
+            n=2,
+            max_tokens=L,
+        )
 
     first, late, *rest = await asyncio.gather(ask("1 + 1", 0), ask("2 * 3", 0.1), ask("5 - 4", 0.1), ask("9 * 9", 0.15))
     [llm] = FakeLLM.instances
@@ -145,7 +164,9 @@ async def test_requests_arriving_during_a_batch_form_the_next_batch(tmp_path, fa
 async def test_engine_failure_reaches_every_waiting_request_and_missing_vllm_is_named(tmp_path, fake_vllm, monkeypatch):
     cfg = config(tmp_path)
     gateway = Gateway.from_config(cfg)
-    monkeypatch.setattr(FakeLLM, "generate", lambda self, *a, **k: (_ for _ in ()).throw(RuntimeError("CUDA out of memory")))
+    monkeypatch.setattr(
+        FakeLLM, "generate", lambda self, *a, **k: (_ for _ in ()).throw(RuntimeError("CUDA out of memory"))
+    )
     with pytest.raises(GatewayError, match="CUDA out of memory"):
         await calibrate_all(Context(config=cfg, gateway=gateway), problems(["1 + 1", "2 * 3"]))
     gateway.close()

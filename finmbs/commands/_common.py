@@ -34,15 +34,19 @@ SetOption = Annotated[
 ]
 ProfileOption = Annotated[
     Literal["finmbs", "paper"] | None,
-    typer.Option("--profile", help="paper: run the method as published, every addition of finmbs's off or at the "
-                                   "paper's setting (`finmbs config explain` lists them), whatever the config file sets; "
-                                   "a --set that contradicts it is an error."),
+    typer.Option(
+        "--profile",
+        help="paper: run the method as published, every addition of finmbs's off or at the "
+        "paper's setting (`finmbs config explain` lists them), whatever the config file sets; "
+        "a --set that contradicts it is an error.",
+    ),
 ]
 ExecutorOption = Annotated[
     ExecutorName, typer.Option("--executor", help="Where the work runs: local (this process, asyncio) or ray.")
 ]
 RayAddressOption = Annotated[
-    str | None, typer.Option("--ray-address", help="Ray cluster to join, e.g. auto or HEAD_IP:6379 (default: start a local one).")
+    str | None,
+    typer.Option("--ray-address", help="Ray cluster to join, e.g. auto or HEAD_IP:6379 (default: start a local one)."),
 ]
 RayWorkersOption = Annotated[
     int | None, typer.Option("--ray-workers", min=1, help="Ray workers (default: one per CPU of the cluster).")
@@ -79,16 +83,22 @@ class RunOptions:
         """The executor --executor names (ray: joining --ray-address with --ray-workers)."""
         from finmbs.executors import make_executor
 
-        return make_executor(self.executor, config, gateway=gateway, ray_address=self.ray_address,
-                             ray_workers=self.ray_workers)
+        return make_executor(
+            self.executor, config, gateway=gateway, ray_address=self.ray_address, ray_workers=self.ray_workers
+        )
 
 
 # RunOptions field -> (the command's parameter, its typer annotation, its default), in the order help shows them
-_CONFIG_OPTIONS = {"config": ("config", ConfigOption, None), "overrides": ("set_", SetOption, None),
-                   "profile": ("profile", ProfileOption, None)}
-_EXECUTOR_OPTIONS = {"executor": ("executor", ExecutorOption, "local"),
-                     "ray_address": ("ray_address", RayAddressOption, None),
-                     "ray_workers": ("ray_workers", RayWorkersOption, None)}
+_CONFIG_OPTIONS = {
+    "config": ("config", ConfigOption, None),
+    "overrides": ("set_", SetOption, None),
+    "profile": ("profile", ProfileOption, None),
+}
+_EXECUTOR_OPTIONS = {
+    "executor": ("executor", ExecutorOption, "local"),
+    "ray_address": ("ray_address", RayAddressOption, None),
+    "ray_workers": ("ray_workers", RayWorkersOption, None),
+}
 
 
 def with_run_options(func: Callable[..., Any], *, executor: bool = False) -> Callable[..., Any]:
@@ -102,8 +112,10 @@ def with_run_options(func: Callable[..., Any], *, executor: bool = False) -> Cal
         if parameter.name != "options":
             parameters.append(parameter)
             continue
-        parameters += [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation, default=default)
-                       for name, annotation, default in fields.values()]
+        parameters += [
+            inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation, default=default)
+            for name, annotation, default in fields.values()
+        ]
     if len(parameters) == len(signature.parameters):
         raise TypeError(f"{func.__name__} takes no `options: RunOptions` parameter")
     # keyword-only (typer passes keywords): the options keep their place, whatever defaults stand around them
@@ -170,11 +182,18 @@ def warn_unpriced(config: RunConfig) -> None:
         console.print(
             f"[yellow]warning:[/] budget.max_cost_usd is set but no price is known for {', '.join(missing)}: the run "
             "stops at its first call to one of them. Set roles.ROLE.input_cost_per_mtok and output_cost_per_mtok "
-            "(0 for a self-hosted server), or drop max_cost_usd.", highlight=False, soft_wrap=True)
+            "(0 for a self-hosted server), or drop max_cost_usd.",
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
-def resolve_config(config: Path | None, overrides: list[str] | None,
-                   weak_roles: tuple[str, ...] = ("teacher", "judge"), profile: str | None = None) -> RunConfig:
+def resolve_config(
+    config: Path | None,
+    overrides: list[str] | None,
+    weak_roles: tuple[str, ...] = ("teacher", "judge"),
+    profile: str | None = None,
+) -> RunConfig:
     """Load the run config (`profile`: --profile); warn when small embedded models play one of `weak_roles`
     (the roles the command will use: a command that asks no teacher and no judge passes ()), and when a
     dollar budget meets a model with no known price."""

@@ -32,7 +32,9 @@ def calibrate(
     model: Annotated[str, typer.Option(help="Role or endpoint name from the config, or a litellm model.")] = "target",
     api_base: Annotated[str | None, typer.Option("--api-base", help="OpenAI-compatible server URL.")] = None,
     n: Annotated[int, typer.Option("-n", min=1, help="Rollouts per problem.")] = 8,
-    max_tokens: Annotated[int | None, typer.Option("--max-tokens", min=1, help="Rollout budget L (default stages.L).")] = None,
+    max_tokens: Annotated[
+        int | None, typer.Option("--max-tokens", min=1, help="Rollout budget L (default stages.L).")
+    ] = None,
     options: RunOptions = RunOptions(),
 ) -> None:
     """Classify problems into hard / Goldilocks / stale for one policy at budget L (corpus filtering)."""
@@ -48,8 +50,11 @@ def calibrate(
     runner = options.make_executor(resolved, gateway=gateway)
     try:
         with console.status(f"calibrating {len(rows)} problems with {target.name} (n={n}, L={budget})"):
-            annotated = asyncio.run(calibrate_all(ctx, rows, target=target, n=n, budget=budget,
-                                                  concurrency=target.max_concurrency, executor=runner))
+            annotated = asyncio.run(
+                calibrate_all(
+                    ctx, rows, target=target, n=n, budget=budget, concurrency=target.max_concurrency, executor=runner
+                )
+            )
     finally:
         runner.close()
         gateway.close()
@@ -60,7 +65,12 @@ def calibrate(
     table = Table(title=f"bands for {target.name} at L={budget} (n={n})")
     for key in ("problems", "hard", "goldilocks", "stale", "in_budget", "qualified", "verified_hard"):
         table.add_column(key, justify="right")
-    table.add_row(*(str(summary[k]) for k in ("problems", "hard", "goldilocks", "stale", "in_budget", "qualified", "verified_hard")))
+    table.add_row(
+        *(
+            str(summary[k])
+            for k in ("problems", "hard", "goldilocks", "stale", "in_budget", "qualified", "verified_hard")
+        )
+    )
     console.print(table)
 
 

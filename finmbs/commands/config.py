@@ -31,7 +31,7 @@ UNGIVEN = {"Nt", "N_leaf"}
 
 
 def origin(key: str) -> str:
-    """"paper" for a symbol the paper sets; "finmbs" for a symbol whose value the paper does not give and
+    """ "paper" for a symbol the paper sets; "finmbs" for a symbol whose value the paper does not give and
     for every option beyond the symbols (an addition, config.PAPER_VALUES, or a parameter of one)."""
     name = key.split(".")[-1]
     return "paper" if key.startswith("stages.") and name in SYMBOLS and name not in UNGIVEN else "finmbs"
@@ -53,8 +53,13 @@ def options_table(config) -> Table:
     table = Table(title=f"options beyond the paper's symbols (profile: {config.profile}; set with --set KEY=VALUE)")
     for column in ("key", "value", "origin", "paper value", "meaning"):
         table.add_column(column, overflow="fold")
-    sections = {"stages": config.stages, "novelty": config.novelty, "quality": config.quality,
-                "verify": config.verify, "index": config.index}
+    sections = {
+        "stages": config.stages,
+        "novelty": config.novelty,
+        "quality": config.quality,
+        "verify": config.verify,
+        "index": config.index,
+    }
     for section, settings in sections.items():
         for name, field in type(settings).model_fields.items():
             key = f"{section}.{name}"

@@ -18,9 +18,28 @@ from rich.table import Table
 from finmbs.commands._common import cli_errors, fail
 
 KEY_PACKAGES = (
-    "torch", "transformers", "sentence-transformers", "tokenizers", "huggingface-hub", "model2vec", "qdrant-edge-py",
-    "qdrant-client", "llama-cpp-python", "litellm", "llama-index-core", "pymupdf", "unstructured", "math-verify",
-    "pydantic", "typer", "numpy", "pandas", "pyarrow", "ray", "trl", "verl",
+    "torch",
+    "transformers",
+    "sentence-transformers",
+    "tokenizers",
+    "huggingface-hub",
+    "model2vec",
+    "qdrant-edge-py",
+    "qdrant-client",
+    "llama-cpp-python",
+    "litellm",
+    "llama-index-core",
+    "pymupdf",
+    "unstructured",
+    "math-verify",
+    "pydantic",
+    "typer",
+    "numpy",
+    "pandas",
+    "pyarrow",
+    "ray",
+    "trl",
+    "verl",
 )
 
 
@@ -71,7 +90,11 @@ def models_table() -> Table:
             except PackageNotFoundError:
                 pass
         gguf = cache_dir() / f"{model.name}.gguf"
-        state = ("yes, verified" if _verified(model, gguf) else "yes, unverified") if gguf.is_file() else "no (on first use)"
+        state = (
+            ("yes, verified" if _verified(model, gguf) else "yes, unverified")
+            if gguf.is_file()
+            else "no (on first use)"
+        )
         table.add_row(model.name, model.packages, f"{present}/{model.parts}", state)
     return table
 
@@ -97,21 +120,29 @@ def smoke(console: Console) -> None:
             hits = index.search("interest rate margin after an event of default", 3)
         if not hits:
             fail(f"smoke: searching {agreement.name} returned no hits", code=1)
-    console.print(f"ingest {agreement.name}: {report.chunks} chunks; search: {len(hits)} hits, top: "
-                  f"{' '.join(hits[0].chunk.text.split())[:80]!r}", highlight=False)
+    console.print(
+        f"ingest {agreement.name}: {report.chunks} chunks; search: {len(hits)} hits, top: "
+        f"{' '.join(hits[0].chunk.text.split())[:80]!r}",
+        highlight=False,
+    )
 
 
 def doctor(
-    smoke_test: Annotated[bool, typer.Option("--smoke", help="Also import every integration and ingest + search one shipped agreement.")] = False,
+    smoke_test: Annotated[
+        bool, typer.Option("--smoke", help="Also import every integration and ingest + search one shipped agreement.")
+    ] = False,
 ) -> None:
-    """Versions of the key dependencies against the lock, optional extras, embedded models: paste it into a bug report."""
+    """Versions of the key dependencies against the lock, optional extras, embedded models: paste it into a bug
+    report."""
     from finmbs import __version__
     from finmbs.deps import drift, fix, lock_path
 
     out = Console()
     lock = lock_path()
-    out.print(f"finmbs {__version__}, Python {platform.python_version()} ({sys.executable}), {platform.platform()}",
-              highlight=False)
+    out.print(
+        f"finmbs {__version__}, Python {platform.python_version()} ({sys.executable}), {platform.platform()}",
+        highlight=False,
+    )
     out.print(f"lock: {lock or 'none for this Python'}", highlight=False)
     table, problems = versions_table()
     out.print(table)

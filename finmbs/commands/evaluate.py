@@ -31,7 +31,9 @@ from finmbs.runs import atomic_write_json, atomic_write_text
 DEFAULT_OUT = Path("eval/results")
 
 
-def resolve_endpoint(config: RunConfig, name: str, api_base: str | None = None, api_key_env: str | None = None) -> Endpoint:
+def resolve_endpoint(
+    config: RunConfig, name: str, api_base: str | None = None, api_key_env: str | None = None
+) -> Endpoint:
     """A role or endpoint name from the config, else a litellm model string (provider/model or with a server)."""
     roles = ["target", "judge", "teacher", "student", *(e.name for _, e in config.roles.all())]
     if name not in roles and "/" not in name and api_base is None:
@@ -112,28 +114,58 @@ def read_system_prompt(text: str | None) -> str | None:
 
 def eval_run(
     benchmark: Annotated[str, typer.Argument(help="Benchmark name (see `finmbs eval list`) or a YAML file.")],
-    model: Annotated[str, typer.Option("--model", "-m", help="Role/endpoint name from the config, or a litellm model string.")],
-    api_base: Annotated[str | None, typer.Option(help="Server URL for a litellm model string (vLLM, OpenAI-compatible).")] = None,
+    model: Annotated[
+        str, typer.Option("--model", "-m", help="Role/endpoint name from the config, or a litellm model string.")
+    ],
+    api_base: Annotated[
+        str | None, typer.Option(help="Server URL for a litellm model string (vLLM, OpenAI-compatible).")
+    ] = None,
     api_key_env: Annotated[str | None, typer.Option(help="Environment variable holding the model's API key.")] = None,
-    judge: Annotated[str | None, typer.Option(help="Judge for finance answers the comparer cannot decide: a role, a litellm model, or 'none' (default: the config's judge).")] = None,
+    judge: Annotated[
+        str | None,
+        typer.Option(
+            help="Judge for finance answers the comparer cannot decide: a role, a litellm model, or 'none' "
+            "(default: the config's judge)."
+        ),
+    ] = None,
     judge_api_base: Annotated[str | None, typer.Option(help="Server URL for a litellm judge model.")] = None,
-    data: Annotated[Path | None, typer.Option(help="Local benchmark file or folder (default: the Hugging Face hub, when online).")] = None,
-    pdf_dir: Annotated[Path | None, typer.Option(help="Oracle mode: read evidence pages from these PDFs (FinanceBench pdfs/).")] = None,
+    data: Annotated[
+        Path | None, typer.Option(help="Local benchmark file or folder (default: the Hugging Face hub, when online).")
+    ] = None,
+    pdf_dir: Annotated[
+        Path | None, typer.Option(help="Oracle mode: read evidence pages from these PDFs (FinanceBench pdfs/).")
+    ] = None,
     n: Annotated[int | None, typer.Option("-n", help="Samples per question (default: the benchmark's, 8).")] = None,
-    temperature: Annotated[float | None, typer.Option(help="Sampling temperature (default: the benchmark's, 1.0).")] = None,
-    max_tokens: Annotated[int | None, typer.Option(help="Max response tokens (default: the benchmark's, 8192).")] = None,
+    temperature: Annotated[
+        float | None, typer.Option(help="Sampling temperature (default: the benchmark's, 1.0).")
+    ] = None,
+    max_tokens: Annotated[
+        int | None, typer.Option(help="Max response tokens (default: the benchmark's, 8192).")
+    ] = None,
     k: Annotated[str | None, typer.Option("--k", help="pass@k to report, e.g. 1,5 (default: the benchmark's).")] = None,
     mode: Annotated[Mode | None, typer.Option(help="Where the evidence comes from (default: the benchmark's).")] = None,
-    limit: Annotated[str | None, typer.Option(
-        help="Evaluate only the first questions: a count (50) or a fraction of the benchmark (0.1).")] = None,
-    seed: Annotated[int, typer.Option(min=0, help="Sampling seed: each seed draws its own n samples per question "
-                                               "(sample indices seed*n..); the same seed replays from the cache.")] = 0,
-    system_prompt: Annotated[str | None, typer.Option(
-        help="System message before each question; @FILE reads it from a file.")] = None,
+    limit: Annotated[
+        str | None,
+        typer.Option(help="Evaluate only the first questions: a count (50) or a fraction of the benchmark (0.1)."),
+    ] = None,
+    seed: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="Sampling seed: each seed draws its own n samples per question "
+            "(sample indices seed*n..); the same seed replays from the cache.",
+        ),
+    ] = 0,
+    system_prompt: Annotated[
+        str | None, typer.Option(help="System message before each question; @FILE reads it from a file.")
+    ] = None,
     retrieval_k: Annotated[int, typer.Option(help="Retrieval mode: passages per question.")] = 5,
-    out: Annotated[Path, typer.Option("--out", "-o", help="Results folder (files named by their settings), "
-                                      "or a .json file path.")] = DEFAULT_OUT,
-    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing result of the same name.")] = False,
+    out: Annotated[
+        Path, typer.Option("--out", "-o", help="Results folder (files named by their settings), or a .json file path.")
+    ] = DEFAULT_OUT,
+    overwrite: Annotated[
+        bool, typer.Option("--overwrite", help="Replace an existing result of the same name.")
+    ] = False,
     options: RunOptions = RunOptions(),
 ) -> None:
     """Sample a model n times per question, grade, and report pass@k overall and per question type."""
@@ -147,11 +179,17 @@ def eval_run(
             warn_embedded(["judge"])
     scoring = bench.scoring
     settings = EvalSettings(
-        mode=mode or bench.default_mode, n=scoring.n if n is None else n,
+        mode=mode or bench.default_mode,
+        n=scoring.n if n is None else n,
         temperature=scoring.temperature if temperature is None else temperature,
-        max_tokens=scoring.max_tokens if max_tokens is None else max_tokens, k=parse_ks(k) or scoring.k,
-        limit=parse_limit(limit), seed=seed, system_prompt=read_system_prompt(system_prompt),
-        data=str(data) if data else None, pdf_dir=str(pdf_dir) if pdf_dir else None, retrieval_k=retrieval_k,
+        max_tokens=scoring.max_tokens if max_tokens is None else max_tokens,
+        k=parse_ks(k) or scoring.k,
+        limit=parse_limit(limit),
+        seed=seed,
+        system_prompt=read_system_prompt(system_prompt),
+        data=str(data) if data else None,
+        pdf_dir=str(pdf_dir) if pdf_dir else None,
+        retrieval_k=retrieval_k,
     )
     check_settings(bench, settings)  # a usage error opens no cache and starts no worker
     target = result_path(out, bench.name, str(policy.name), settings)
@@ -191,7 +229,11 @@ def eval_list() -> None:
     for name in known_benchmarks():
         bench = load_benchmark(name)
         table.add_row(
-            name, bench.domain, ", ".join(bench.modes), str(bench.scoring.n), ",".join(map(str, bench.scoring.k)),
+            name,
+            bench.domain,
+            ", ".join(bench.modes),
+            str(bench.scoring.n),
+            ",".join(map(str, bench.scoring.k)),
             bench.hub or "--data only",
         )
     console.print(table)
@@ -199,8 +241,13 @@ def eval_list() -> None:
 
 def audit_command(
     run: Annotated[Path, typer.Argument(help="Run folder (runs/NAME) with trees/ and qualified.jsonl.")],
-    against: Annotated[Path | None, typer.Option(help="A second run on the same seeds (e.g. --method direct): same-seed pairs.")] = None,
-    judge: Annotated[list[str] | None, typer.Option("--judge", help="Extra panel judge: a role/endpoint name or litellm model (repeatable).")] = None,
+    against: Annotated[
+        Path | None, typer.Option(help="A second run on the same seeds (e.g. --method direct): same-seed pairs.")
+    ] = None,
+    judge: Annotated[
+        list[str] | None,
+        typer.Option("--judge", help="Extra panel judge: a role/endpoint name or litellm model (repeatable)."),
+    ] = None,
     judge_api_base: Annotated[str | None, typer.Option(help="Server URL for litellm-string judges.")] = None,
     pairs: Annotated[int, typer.Option(min=1, help="Seeds whose candidates get blueprint/novelty scores.")] = 100,
     problems: Annotated[int, typer.Option(min=1, help="Problems per method checked by the correctness panel.")] = 50,
@@ -221,8 +268,9 @@ def audit_command(
     gateway = Gateway.from_config(resolved)
     try:
         with question_progress("audit") as progress:
-            report = asyncio.run(audit(runs, gateway, panel, pairs=pairs, problems=problems, seed=seed,
-                                       progress=progress))
+            report = asyncio.run(
+                audit(runs, gateway, panel, pairs=pairs, problems=problems, seed=seed, progress=progress)
+            )
     finally:
         gateway.close()
     folder = out or run / "audit"
@@ -235,7 +283,8 @@ def audit_command(
 
 def register(app: typer.Typer) -> None:
     eval_app = typer.Typer(
-        cls=EvalGroup, no_args_is_help=True,
+        cls=EvalGroup,
+        no_args_is_help=True,
         help="Evaluate a model on a benchmark (finmbs eval BENCH --model ...), or compare two results.",
     )
     eval_app.command("run")(eval_errors(with_run_options(eval_run, executor=True)))

@@ -31,6 +31,7 @@ class NodesChoice(str, Enum):
     roots = "roots"
     all = "all"
 
+
 if TYPE_CHECKING:
     from finmbs.export import ExportReport
 
@@ -44,12 +45,16 @@ def report_table(report: ExportReport) -> Table:
         table.add_row(f"  {domain}", str(count))
     if report.decontaminated:
         sets = ", ".join(f"{name} {count}" for name, count in report.eval_sets.items()) or "none"
-        table.add_row(f"checked ({report.ngram}-grams, >= {report.min_coverage:.0%}) against",
-                      f"{sets}; seeds {report.seeds_checked}")
+        table.add_row(
+            f"checked ({report.ngram}-grams, >= {report.min_coverage:.0%}) against",
+            f"{sets}; seeds {report.seeds_checked}",
+        )
         for source, count in sorted(report.contamination_by_source.items()):
             table.add_row(f"  overlap with {source}", str(count))
-        table.add_row(f"{'dropped' if report.contamination_policy == 'drop' else 'flagged'} as contaminated",
-                      str(report.dropped or report.flagged))
+        table.add_row(
+            f"{'dropped' if report.contamination_policy == 'drop' else 'flagged'} as contaminated",
+            str(report.dropped or report.flagged),
+        )
     if report.not_roots and report.nodes == "roots":
         table.add_row("left out: qualified nodes below a root (--nodes all)", str(report.not_roots))
     for name, split in report.splits.items():
@@ -58,16 +63,27 @@ def report_table(report: ExportReport) -> Table:
 
 
 FormatOption = Annotated[ExportFormat, typer.Option("--format", "-f", help="Output format.")]
-SplitOption = Annotated[str, typer.Option(
-    help="Split fractions by seed lineage (every descendant of a seed lands in one split); "
-         "the default holds out 5% for validation (veRL's data.val_files).")]
-OutOption = Annotated[Path | None, typer.Option(
-    "--out", "-o", help="Output folder (default RUN/export/FORMAT); replaced whole.")]
-EvalDataOption = Annotated[list[Path] | None, typer.Option(
-    metavar="PATH", help="Eval data folder (benchmarks of eval/*.yaml inside) or JSONL file; repeatable. "
-         "Default: $FINMBS_EVAL_DATA or ../shared/data.")]
-CoverageOption = Annotated[float, typer.Option(
-    help="Share of an eval question's n-grams a problem must reproduce to count as contaminated.")]
+SplitOption = Annotated[
+    str,
+    typer.Option(
+        help="Split fractions by seed lineage (every descendant of a seed lands in one split); "
+        "the default holds out 5% for validation (veRL's data.val_files)."
+    ),
+]
+OutOption = Annotated[
+    Path | None, typer.Option("--out", "-o", help="Output folder (default RUN/export/FORMAT); replaced whole.")
+]
+EvalDataOption = Annotated[
+    list[Path] | None,
+    typer.Option(
+        metavar="PATH",
+        help="Eval data folder (benchmarks of eval/*.yaml inside) or JSONL file; repeatable. "
+        "Default: $FINMBS_EVAL_DATA or ../shared/data.",
+    ),
+]
+CoverageOption = Annotated[
+    float, typer.Option(help="Share of an eval question's n-grams a problem must reproduce to count as contaminated.")
+]
 
 
 def export(
@@ -75,19 +91,30 @@ def export(
     format: FormatOption = ExportFormat.verl,
     split: SplitOption = DEFAULT_SPLIT,
     out: OutOption = None,
-    decontaminate: Annotated[bool, typer.Option(
-        "--decontaminate/--no-decontaminate", help="Check n-gram overlap with eval sets and seeds.")] = True,
+    decontaminate: Annotated[
+        bool, typer.Option("--decontaminate/--no-decontaminate", help="Check n-gram overlap with eval sets and seeds.")
+    ] = True,
     eval_data: EvalDataOption = None,
-    contamination: Annotated[Contamination, typer.Option(help="What to do with contaminated problems.")] = Contamination.drop,
+    contamination: Annotated[
+        Contamination, typer.Option(help="What to do with contaminated problems.")
+    ] = Contamination.drop,
     ngram: Annotated[int, typer.Option(help="Word n-gram size for decontamination.")] = 13,
     min_coverage: CoverageOption = 0.5,
-    nodes: Annotated[NodesChoice, typer.Option(
-        help="Ship tree roots only, or every qualified node (runs grown with --keep all).")] = NodesChoice.roots,
-    allow_empty: Annotated[bool, typer.Option(
-        "--allow-empty", help="Write empty files instead of failing when there is nothing to export.")] = False,
-    push_to_hub: Annotated[str | None, typer.Option(
-        "--push-to-hub", metavar="REPO", help="Also upload the export to this Hugging Face dataset repo "
-        "(needs the network and HF_TOKEN).")] = None,
+    nodes: Annotated[
+        NodesChoice, typer.Option(help="Ship tree roots only, or every qualified node (runs grown with --keep all).")
+    ] = NodesChoice.roots,
+    allow_empty: Annotated[
+        bool,
+        typer.Option("--allow-empty", help="Write empty files instead of failing when there is nothing to export."),
+    ] = False,
+    push_to_hub: Annotated[
+        str | None,
+        typer.Option(
+            "--push-to-hub",
+            metavar="REPO",
+            help="Also upload the export to this Hugging Face dataset repo (needs the network and HF_TOKEN).",
+        ),
+    ] = None,
 ) -> None:
     """Export a run's qualified problems for training (veRL or TRL parquet, Hugging Face dataset, or JSONL),
     split train/test by seed lineage, with a dataset card (README.md)."""
@@ -96,8 +123,16 @@ def export(
 
     try:
         report = export_run(
-            run, format.value, out=out, split=split, decontaminate=decontaminate, eval_data=eval_data,
-            policy=contamination.value, ngram=ngram, min_coverage=min_coverage, allow_empty=allow_empty,
+            run,
+            format.value,
+            out=out,
+            split=split,
+            decontaminate=decontaminate,
+            eval_data=eval_data,
+            policy=contamination.value,
+            ngram=ngram,
+            min_coverage=min_coverage,
+            allow_empty=allow_empty,
             nodes=nodes.value,
             track=lambda items, what: track(items, description=what, console=console, transient=True),
         )

@@ -25,20 +25,41 @@ def summary_table(metrics: RunMetrics, out: Path) -> Table:
     rows = [
         ("seeds in", metrics.seeds_in),
         ("seeds with verified trace", metrics.seeds_with_trace),
-        ("effective / attempted decompositions", f"{metrics.decompositions_effective} / {metrics.decompositions_attempted}"),
+        (
+            "effective / attempted decompositions",
+            f"{metrics.decompositions_effective} / {metrics.decompositions_attempted}",
+        ),
         ("seeds too easy (weakest student solves the root)", metrics.seeds_too_easy),
         ("descendants (calibrated synthetic roots)", metrics.descendants),
         ("roots rejected by novelty / quality before calibration (in the rates)", metrics.gated_roots),
         ("goldilocks", f"{metrics.goldilocks} ({metrics.goldilocks_rate:.1%})"),
         ("qualified", f"{metrics.qualified} ({metrics.qualified_rate:.1%})"),
         ("seed conversion", f"{metrics.seeds_converted} ({metrics.seed_conversion:.1%})"),
-        ("rejected: answer leaks / novelty / not well-posed",
-         f"{metrics.answer_leaks} / {metrics.novelty_rejected} / {metrics.not_well_posed}"),
+        (
+            "rejected: answer leaks / novelty / not well-posed",
+            f"{metrics.answer_leaks} / {metrics.novelty_rejected} / {metrics.not_well_posed}",
+        ),
         ("rejected by program / qualified relabeled", f"{metrics.program_rejected} / {metrics.relabeled}"),
-        *([("other nodes (keep all): calibrated / qualified", f"{metrics.other_descendants} / {metrics.other_qualified}")]
-          if metrics.keep == "all" else []),
-        *([("screen-Goldilocks roots out of the band on fresh draws",
-            f"{metrics.screen_goldilocks_out} of {metrics.screen_goldilocks}")] if metrics.screen_goldilocks else []),
+        *(
+            [
+                (
+                    "other nodes (keep all): calibrated / qualified",
+                    f"{metrics.other_descendants} / {metrics.other_qualified}",
+                )
+            ]
+            if metrics.keep == "all"
+            else []
+        ),
+        *(
+            [
+                (
+                    "screen-Goldilocks roots out of the band on fresh draws",
+                    f"{metrics.screen_goldilocks_out} of {metrics.screen_goldilocks}",
+                )
+            ]
+            if metrics.screen_goldilocks
+            else []
+        ),
         ("construction tokens per finished seed", f"{metrics.construction_tokens_per_seed:.0f}"),
         ("LLM calls / cache hits", f"{sum(u.calls for u in metrics.usage.values())} / {metrics.cache_hits}"),
         ("tokens", sum(u.prompt_tokens + u.completion_tokens for u in metrics.usage.values())),
@@ -51,18 +72,35 @@ def summary_table(metrics: RunMetrics, out: Path) -> Table:
 
 
 def grow(
-    seeds: Annotated[Path, typer.Option("--seeds", help="Seeds JSONL: id, question, answer[, domain, snippet, entity, meta].")],
+    seeds: Annotated[
+        Path, typer.Option("--seeds", help="Seeds JSONL: id, question, answer[, domain, snippet, entity, meta].")
+    ],
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Run folder (default runs/SEEDS-METHOD).")] = None,
-    method: Annotated[Literal["mbs", "direct"], typer.Option(help="mbs, or the direct seed-synthesis baseline.")] = "mbs",
-    keep: Annotated[Literal["roots", "all"] | None, typer.Option(
-        help="roots: keep the synthetic roots (the paper); all: also calibrate every other synthetic node, "
-             "reported apart (qualified_nodes.jsonl). Default: stages.keep of the config.")] = None,
-    match_budget: Annotated[Path | None, typer.Option(
-        help="--method direct: oversample each seed to the construction tokens this MBS run folder spent on it.")] = None,
+    method: Annotated[
+        Literal["mbs", "direct"], typer.Option(help="mbs, or the direct seed-synthesis baseline.")
+    ] = "mbs",
+    keep: Annotated[
+        Literal["roots", "all"] | None,
+        typer.Option(
+            help="roots: keep the synthetic roots (the paper); all: also calibrate every other synthetic node, "
+            "reported apart (qualified_nodes.jsonl). Default: stages.keep of the config."
+        ),
+    ] = None,
+    match_budget: Annotated[
+        Path | None,
+        typer.Option(
+            help="--method direct: oversample each seed to the construction tokens this MBS run folder spent on it."
+        ),
+    ] = None,
     options: RunOptions = RunOptions(),
-    allow_config_change: Annotated[bool, typer.Option(
-        "--allow-config-change", help="Continue an existing run folder under a changed config (the change is "
-        "logged in its config_changes.jsonl).")] = False,
+    allow_config_change: Annotated[
+        bool,
+        typer.Option(
+            "--allow-config-change",
+            help="Continue an existing run folder under a changed config (the change is "
+            "logged in its config_changes.jsonl).",
+        ),
+    ] = False,
 ) -> None:
     """Grow seeds into calibrated synthetic problems; rerun the same command to resume.
 
@@ -86,8 +124,14 @@ def grow(
             fail(str(exc), code=2)
     out = out or Path("runs") / f"{seeds.stem}-{method}"
     runner = options.make_executor(resolved)
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TextColumn("{task.completed}"),
-                  TimeElapsedColumn(), console=console, transient=False) as progress:
+    with Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        TextColumn("{task.completed}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=False,
+    ) as progress:
         reground = regrounds(resolved, problems, method)
         tasks = {stage: progress.add_task(stage, total=None) for stage in stages.progress(method, reground)}
         progress.update(tasks[stages.Progress.SEEDS], description=f"seeds (of {len(problems)})")
@@ -100,12 +144,22 @@ def grow(
             seeds = stages.Progress.SEEDS
             if stage == seeds and not progress.console.is_terminal:  # a log file gets a line per seed
                 done = next(t.completed for t in progress.tasks if t.id == tasks[seeds])
-                progress.console.print(f"seeds finished: {done:.0f} of {len(problems)} "
-                                       f"({time.monotonic() - started:.0f} s)")
+                progress.console.print(
+                    f"seeds finished: {done:.0f} of {len(problems)} ({time.monotonic() - started:.0f} s)"
+                )
 
         try:
-            metrics = asyncio.run(run_grow(resolved, problems, out, method=method, tick=tick, executor=runner,
-                                           allow_config_change=allow_config_change))
+            metrics = asyncio.run(
+                run_grow(
+                    resolved,
+                    problems,
+                    out,
+                    method=method,
+                    tick=tick,
+                    executor=runner,
+                    allow_config_change=allow_config_change,
+                )
+            )
         except BudgetExceeded as exc:
             fail(f"{exc}; finished seeds are saved in {out}: raise budget.max_tokens and rerun to continue", code=3)
         except GatewayError as exc:

@@ -32,8 +32,15 @@ def check_endpoint(endpoint: Endpoint, probe: bool = False, gateway: Gateway | N
         else:
             detail = "hosted; key present" if key else "hosted; no key variable named"
         if probe and gateway is not None:
-            asyncio.run(gateway.generate(endpoint, role="probe", messages=[
-                {"role": "user", "content": "Reply with OK."}], max_tokens=4, temperature=0.0))
+            asyncio.run(
+                gateway.generate(
+                    endpoint,
+                    role="probe",
+                    messages=[{"role": "user", "content": "Reply with OK."}],
+                    max_tokens=4,
+                    temperature=0.0,
+                )
+            )
             detail += "; probe answered"
         return True, detail
     except ConfigError as exc:
@@ -53,8 +60,13 @@ def endpoint_table(config: RunConfig, probe: bool) -> tuple[Table, list[str], bo
         ok, detail = check_endpoint(endpoint, probe, gateway)
         all_ok &= ok
         table.add_row(
-            role, endpoint.name, endpoint.model, endpoint.api_base or "-", endpoint.api_key_env or "-",
-            str(endpoint.max_concurrency), "yes" if endpoint.supports_n else "no",
+            role,
+            endpoint.name,
+            endpoint.model,
+            endpoint.api_base or "-",
+            endpoint.api_key_env or "-",
+            str(endpoint.max_concurrency),
+            "yes" if endpoint.supports_n else "no",
             "[green]ok[/]" if ok else "[red]FAIL[/]",
         )
         details.append(f"{'ok  ' if ok else 'FAIL'} {role} '{endpoint.name}': {detail}")

@@ -12,7 +12,9 @@ from finmbs.commands._common import cli_errors, console
 
 def report(
     run: Annotated[Path, typer.Argument(help="Run folder, e.g. runs/NAME.")],
-    out: Annotated[Path | None, typer.Option("--out", "-o", help="HTML file to write (default RUN/report.html).")] = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", "-o", help="HTML file to write (default RUN/report.html).")
+    ] = None,
 ) -> None:
     """Write a static HTML report (metrics, band plots, yields, usage, tree browser) that opens from disk."""
     from finmbs.report import write_report

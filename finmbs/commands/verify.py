@@ -18,13 +18,29 @@ from finmbs.seeds import load_seeds
 
 
 def verify(
-    problems: Annotated[Path, typer.Argument(help="Problems JSONL (a run's qualified.jsonl, a seeds file, a dataset).")],
-    out: Annotated[Path | None, typer.Option("--out", "-o", help="Per-problem verdicts JSONL (default FILE.verify.jsonl); "
-                                             "a .summary.json beside it.")] = None,
-    relabel: Annotated[bool | None, typer.Option("--relabel/--no-relabel", help="Relabel a problem whose program and "
-                                                 "traces agree on another answer (default: stages.relabel).")] = None,
-    programs: Annotated[bool | None, typer.Option("--programs/--no-programs", help="Check answers with programs too "
-                                                  "(default: verify.programs); --no-programs: teacher traces alone.")] = None,
+    problems: Annotated[
+        Path, typer.Argument(help="Problems JSONL (a run's qualified.jsonl, a seeds file, a dataset).")
+    ],
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out", "-o", help="Per-problem verdicts JSONL (default FILE.verify.jsonl); a .summary.json beside it."
+        ),
+    ] = None,
+    relabel: Annotated[
+        bool | None,
+        typer.Option(
+            "--relabel/--no-relabel",
+            help="Relabel a problem whose program and traces agree on another answer (default: stages.relabel).",
+        ),
+    ] = None,
+    programs: Annotated[
+        bool | None,
+        typer.Option(
+            "--programs/--no-programs",
+            help="Check answers with programs too (default: verify.programs); --no-programs: teacher traces alone.",
+        ),
+    ] = None,
     options: RunOptions = RunOptions(),
 ) -> None:
     """Verify each problem's stated answer: verified, relabeled or rejected, with the reason and what its
@@ -33,24 +49,30 @@ def verify(
     from finmbs.mbs.labels import check_labels
 
     rows = load_seeds(problems)
-    resolved = options.with_overrides(*([f"stages.relabel={str(relabel).lower()}"] if relabel is not None else []),
-                                      *([f"verify.programs={str(programs).lower()}"] if programs is not None else [])).load()
+    resolved = options.with_overrides(
+        *([f"stages.relabel={str(relabel).lower()}"] if relabel is not None else []),
+        *([f"verify.programs={str(programs).lower()}"] if programs is not None else []),
+    ).load()
     out = out or problems.with_name(f"{problems.stem}.verify.jsonl")
     gateway = Gateway.from_config(resolved)
     started = time.monotonic()
     try:
         with console.status(f"verifying {len(rows)} problems"):
-            checks = asyncio.run(check_labels(Context(config=resolved, gateway=gateway), rows,
-                                              concurrency=resolved.seed_concurrency))
+            checks = asyncio.run(
+                check_labels(Context(config=resolved, gateway=gateway), rows, concurrency=resolved.seed_concurrency)
+            )
     finally:
         gateway.close()
     atomic_write_text(out, "".join(c.model_dump_json() + "\n" for c in checks))
     counts = Counter(c.outcome for c in checks)
     summary = {
-        "file": str(problems), "problems": len(checks), **{k: counts[k] for k in ("verified", "relabeled", "rejected")},
+        "file": str(problems),
+        "problems": len(checks),
+        **{k: counts[k] for k in ("verified", "relabeled", "rejected")},
         "rejected_by_program": sum(c.check == "program" for c in checks),
         "programs_written": sum(c.program_written for c in checks),
-        "programs": resolved.verify.programs, "relabel": resolved.stages.relabel,
+        "programs": resolved.verify.programs,
+        "relabel": resolved.stages.relabel,
         "tokens": sum(u.prompt_tokens + u.completion_tokens for u in gateway.usage.values()),
         "usage": {role: u.model_dump() for role, u in gateway.usage.items()},
         "wall_time_s": round(time.monotonic() - started, 1),
@@ -59,8 +81,9 @@ def verify(
     table = Table(title=f"finmbs verify {problems} -> {out}")
     for key in ("problems", "verified", "relabeled", "rejected", "rejected_by_program", "tokens"):
         table.add_column(key, justify="right")
-    table.add_row(*(str(summary[k]) for k in ("problems", "verified", "relabeled", "rejected", "rejected_by_program",
-                                              "tokens")))
+    table.add_row(
+        *(str(summary[k]) for k in ("problems", "verified", "relabeled", "rejected", "rejected_by_program", "tokens"))
+    )
     console.print(table)
 
 

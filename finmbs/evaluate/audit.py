@@ -29,7 +29,8 @@ from finmbs.llm.structured import written_in_order
 from finmbs.records import Problem, Record, RoleUsage, SeedTrees
 from finmbs.resources import render_prompt
 from finmbs.runs.folder import QUALIFIED
-from finmbs.runs.load import RunReadError, load_run as read_run
+from finmbs.runs.load import RunReadError
+from finmbs.runs.load import load_run as read_run
 from finmbs.verify.judge import delimited
 
 ROLE = "judge"
@@ -70,11 +71,17 @@ def load_run(root: Path) -> RunData:
         raise EvalError(str(exc)) from None
     solutions = {
         node.problem.id: node.trace.text
-        for tree in run.trees.values() for synthetic in tree.synthetic for node in synthetic.root.walk() if node.trace
+        for tree in run.trees.values()
+        for synthetic in tree.synthetic
+        for node in synthetic.root.walk()
+        if node.trace
     }
     candidates = [
-        Candidate(problem=problem, label=problem.provenance.method,
-                  solution=str(problem.meta.get("teacher_solution") or solutions.get(problem.id, "")))
+        Candidate(
+            problem=problem,
+            label=problem.provenance.method,
+            solution=str(problem.meta.get("teacher_solution") or solutions.get(problem.id, "")),
+        )
         for problem in run.qualified
     ]
     return RunData(name=root.name, trees=run.trees, candidates=candidates)
@@ -169,7 +176,8 @@ async def extract_blueprint(gateway: Gateway, judge: Endpoint, tree: SeedTrees) 
     the texts are data to the judge, never instructions)."""
     root = tree.decomposition.root if tree.decomposition else None
     fields = delimited(
-        document=document_text(tree.seed), question=tree.seed.question,
+        document=document_text(tree.seed),
+        question=tree.seed.question,
         solution=root.trace.text if root and root.trace else "(no verified solution recorded)",
         answer=tree.seed.answer,
     )
@@ -187,21 +195,32 @@ async def score_candidate(
     problem = candidate.problem
     own_document = problem.snippet != tree.seed.snippet
     fields = delimited(
-        seed_document=document_text(tree.seed), seed_question=tree.seed.question, blueprint=blueprint,
-        candidate_document=document_text(problem) if own_document else "", question=problem.question,
-        solution=candidate.solution or "(none recorded)", answer=problem.answer,
+        seed_document=document_text(tree.seed),
+        seed_question=tree.seed.question,
+        blueprint=blueprint,
+        candidate_document=document_text(problem) if own_document else "",
+        question=problem.question,
+        solution=candidate.solution or "(none recorded)",
+        answer=problem.answer,
     )
     nonce = fields["nonce"]
-    prompt = render_prompt("audit_score", **{
-        **fields, "seed_document": fenced_document("seed_document", tree.seed, nonce),
-        "candidate_document": fenced_document("generated_document", problem, nonce) if own_document else "",
-    })
+    prompt = render_prompt(
+        "audit_score",
+        **{
+            **fields,
+            "seed_document": fenced_document("seed_document", tree.seed, nonce),
+            "candidate_document": fenced_document("generated_document", problem, nonce) if own_document else "",
+        },
+    )
     [scores] = await gateway.structured(
         judge, BlueprintScores, role=ROLE, messages=[{"role": "user", "content": prompt}], temperature=0.0, last=True
     )
     return ScoredPair(
-        seed_id=candidate.seed_id, candidate_id=problem.id, label=candidate.label,
-        preservation=scores and scores.preservation, novelty=scores and scores.novelty,
+        seed_id=candidate.seed_id,
+        candidate_id=problem.id,
+        label=candidate.label,
+        preservation=scores and scores.preservation,
+        novelty=scores and scores.novelty,
         reason=scores.reason if scores else "judge reply unparseable",
     )
 
@@ -213,11 +232,19 @@ async def panel_votes(gateway: Gateway, panel: dict[str, Endpoint], candidate: C
     fields = delimited(document=document_text(problem), question=problem.question, answer=problem.answer)
     document = fenced_document("document", problem, fields["nonce"])
     prompt = render_prompt("audit_correctness", **{**fields, "document": document})
-    replies = await asyncio.gather(*(
-        gateway.structured(judge, PanelVerdict, role=ROLE, messages=[{"role": "user", "content": prompt}],
-                           temperature=0.0, last=True)
-        for judge in panel.values()
-    ))
+    replies = await asyncio.gather(
+        *(
+            gateway.structured(
+                judge,
+                PanelVerdict,
+                role=ROLE,
+                messages=[{"role": "user", "content": prompt}],
+                temperature=0.0,
+                last=True,
+            )
+            for judge in panel.values()
+        )
+    )
     verdicts = {name: reply.verdict if reply else "uncertain" for name, [reply] in zip(panel, replies)}
     return PanelVotes(problem_id=problem.id, label=candidate.label, verdicts=verdicts)
 
@@ -269,11 +296,16 @@ def summarize_pairs(label: str, pairs: list[ScoredPair]) -> BlueprintSummary:
     ok = [p for p in pairs if p.preservation is not None and p.novelty is not None]
     pres, nov = [p.preservation or 0 for p in ok], [p.novelty or 0 for p in ok]
     return BlueprintSummary(
-        label=label, scored=len(ok), unparsed=len(pairs) - len(ok),
-        mean_preservation=sum(pres) / len(ok) if ok else 0.0, mean_novelty=sum(nov) / len(ok) if ok else 0.0,
-        preservation_ge4=_share([p >= 4 for p in pres]), novelty_ge4=_share([n >= 4 for n in nov]),
+        label=label,
+        scored=len(ok),
+        unparsed=len(pairs) - len(ok),
+        mean_preservation=sum(pres) / len(ok) if ok else 0.0,
+        mean_novelty=sum(nov) / len(ok) if ok else 0.0,
+        preservation_ge4=_share([p >= 4 for p in pres]),
+        novelty_ge4=_share([n >= 4 for n in nov]),
         both_ge4=_share([p >= 4 and n >= 4 for p, n in zip(pres, nov)]),
-        preservation_ge3=_share([p >= 3 for p in pres]), novelty_ge3=_share([n >= 3 for n in nov]),
+        preservation_ge3=_share([p >= 3 for p in pres]),
+        novelty_ge3=_share([n >= 3 for n in nov]),
     )
 
 
@@ -281,7 +313,9 @@ def summarize_votes(label: str, votes: list[PanelVotes], judges: list[str]) -> P
     correct = [sum(v == "correct" for v in vote.verdicts.values()) for vote in votes]
     rejected = [all(v == "incorrect" for v in vote.verdicts.values()) for vote in votes]
     return PanelSummary(
-        label=label, problems=len(votes), judges=judges,
+        label=label,
+        problems=len(votes),
+        judges=judges,
         at_least_one_verifies=_share([c >= 1 for c in correct]),
         majority_verifies=_share([c > len(judges) / 2 for c in correct]),
         all_reject=_share(rejected),
@@ -289,8 +323,14 @@ def summarize_votes(label: str, votes: list[PanelVotes], judges: list[str]) -> P
 
 
 async def audit(
-    runs: list[RunData], gateway: Gateway, panel: dict[str, Endpoint], *, pairs: int, problems: int,
-    seed: int = 0, progress: Callable[[int], Tick] | None = None,
+    runs: list[RunData],
+    gateway: Gateway,
+    panel: dict[str, Endpoint],
+    *,
+    pairs: int,
+    problems: int,
+    seed: int = 0,
+    progress: Callable[[int], Tick] | None = None,
 ) -> AuditReport:
     """Blind blueprint/novelty scores on matched candidates, and the correctness panel on a sample."""
     scorer_name, scorer = next(iter(panel.items()))
@@ -323,10 +363,14 @@ async def audit(
     scored_pairs = await asyncio.gather(*(one_pair(c) for c in scored))
     votes = await asyncio.gather(*(one_problem(c) for c in checked))
     return AuditReport(
-        runs=[run.name for run in runs], scorer=scorer_name, panel=list(panel),
+        runs=[run.name for run in runs],
+        scorer=scorer_name,
+        panel=list(panel),
         blueprint=[summarize_pairs(label, [p for p in scored_pairs if p.label == label]) for label in labels],
         correctness=[summarize_votes(label, [v for v in votes if v.label == label], list(panel)) for label in labels],
-        pairs=list(scored_pairs), votes=list(votes), usage=gateway.usage,
+        pairs=list(scored_pairs),
+        votes=list(votes),
+        usage=gateway.usage,
     )
 
 

@@ -43,7 +43,10 @@ def compare_results(a: EvalResult, b: EvalResult) -> list[DeltaRow]:
             va = a.metrics[group].pass_at.get(metric) if group in a.metrics else None
             vb = b.metrics[group].pass_at.get(metric) if group in b.metrics else None
             row = DeltaRow(
-                group=group, metric=metric, a=va and va.value, b=vb and vb.value,
+                group=group,
+                metric=metric,
+                a=va and va.value,
+                b=vb and vb.value,
                 delta=vb.value - va.value if va and vb else None,
             )
             if va and vb and shared:

@@ -87,8 +87,13 @@ def windows(hits) -> list[Chunk]:
     kept: list[Chunk] = []
     for hit in hits:
         span = hit.context or hit.chunk
-        inside = any(w.doc_id == span.doc_id and None not in (w.char_start, span.char_start, w.char_end, span.char_end)
-                     and w.char_start <= span.char_start and span.char_end <= w.char_end for w in kept)
+        inside = any(
+            w.doc_id == span.doc_id
+            and None not in (w.char_start, span.char_start, w.char_end, span.char_end)
+            and w.char_start <= span.char_start
+            and span.char_end <= w.char_end
+            for w in kept
+        )
         if not inside:
             kept.append(span)
     return kept
@@ -96,7 +101,11 @@ def windows(hits) -> list[Chunk]:
 
 def passage(chunk: Chunk) -> str:
     """A retrieved chunk under its source: document, section and page."""
-    where = [chunk.doc_id or "document", chunk.section_path, f"page {chunk.page}" if chunk.page is not None else ""]  # 1-based already
+    where = [
+        chunk.doc_id or "document",
+        chunk.section_path,
+        f"page {chunk.page}" if chunk.page is not None else "",
+    ]  # 1-based already
     return f"[{', '.join(w for w in where if w)}]\n{chunk.text.strip()}"
 
 

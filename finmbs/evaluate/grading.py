@@ -48,17 +48,25 @@ async def grade_samples(
     extracted = [extract_final_answer(s.text) for s in samples]
     refusals = [is_refusal(s.text, answer) for s, answer in zip(samples, extracted)]
     distinct = list(dict.fromkeys(a for a, refused in zip(extracted, refusals) if not refused))
-    verdicts = await asyncio.gather(*(
-        verify_answer(item.domain, answer, item.answer, question=item.question, gateway=gateway, judge=judge)
-        for answer in distinct
-    ))
+    verdicts = await asyncio.gather(
+        *(
+            verify_answer(item.domain, answer, item.answer, question=item.question, gateway=gateway, judge=judge)
+            for answer in distinct
+        )
+    )
     by_answer = dict(zip(distinct, verdicts))
     grades = []
     for sample, answer, refused in zip(samples, extracted, refusals):
         verdict = None if refused else by_answer[answer]
-        grades.append(SampleGrade(
-            correct=bool(verdict and verdict.correct), refusal=refused, extracted=answer,
-            decided_by=verdict.decided_by if verdict else "refusal", finish_reason=sample.finish_reason,
-            completion_tokens=sample.completion_tokens, excerpt=sample.text.strip()[-200:],
-        ))
+        grades.append(
+            SampleGrade(
+                correct=bool(verdict and verdict.correct),
+                refusal=refused,
+                extracted=answer,
+                decided_by=verdict.decided_by if verdict else "refusal",
+                finish_reason=sample.finish_reason,
+                completion_tokens=sample.completion_tokens,
+                excerpt=sample.text.strip()[-200:],
+            )
+        )
     return grades

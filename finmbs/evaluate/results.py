@@ -34,12 +34,22 @@ class SampleLog(Record):
     completion_tokens: int = 0
 
     @classmethod
-    def of(cls, question_id: str, index: int, prompt: list[dict[str, str]], sample: Sample,
-           grade: SampleGrade) -> SampleLog:
-        return cls(id=question_id, sample=index, prompt=prompt, response=sample.text, extracted=grade.extracted,
-                   correct=grade.correct, refusal=grade.refusal, decided_by=grade.decided_by,
-                   finish_reason=sample.finish_reason, prompt_tokens=sample.prompt_tokens,
-                   completion_tokens=sample.completion_tokens)
+    def of(
+        cls, question_id: str, index: int, prompt: list[dict[str, str]], sample: Sample, grade: SampleGrade
+    ) -> SampleLog:
+        return cls(
+            id=question_id,
+            sample=index,
+            prompt=prompt,
+            response=sample.text,
+            extracted=grade.extracted,
+            correct=grade.correct,
+            refusal=grade.refusal,
+            decided_by=grade.decided_by,
+            finish_reason=sample.finish_reason,
+            prompt_tokens=sample.prompt_tokens,
+            completion_tokens=sample.completion_tokens,
+        )
 
 
 class QuestionResult(Record):
@@ -156,10 +166,13 @@ def markdown_table(result: EvalResult) -> str:
         "|" + "---|" * len(head),
     ]
     for group, m in result.metrics.items():
-        cells = [f"{percent(m.pass_at[k].value)} [{percent(m.pass_at[k].ci_low)}, {percent(m.pass_at[k].ci_high)}]"
-                 for k in ks]
+        cells = [
+            f"{percent(m.pass_at[k].value)} [{percent(m.pass_at[k].ci_low)}, {percent(m.pass_at[k].ci_high)}]"
+            for k in ks
+        ]
         lines.append(
-            f"| {group} | {m.questions} | " + " | ".join(cells)
+            f"| {group} | {m.questions} | "
+            + " | ".join(cells)
             + f" | {m.refusals}/{m.samples} | {m.no_answer} | {m.judged} | {m.truncated} |"
         )
     return "\n".join(lines) + "\n"

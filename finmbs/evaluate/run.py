@@ -58,8 +58,13 @@ def check_settings(bench: Benchmark, settings: EvalSettings) -> None:
 
 
 async def evaluate_item(
-    bench: Benchmark, item: EvalItem, settings: EvalSettings, gateway: Gateway, policy: Endpoint,
-    judge: Endpoint | None, retriever: Retriever | None,
+    bench: Benchmark,
+    item: EvalItem,
+    settings: EvalSettings,
+    gateway: Gateway,
+    policy: Endpoint,
+    judge: Endpoint | None,
+    retriever: Retriever | None,
 ) -> QuestionResult:
     """Sample one question n times and grade every sample (raises SkipItem when it cannot be asked)."""
     prompt = build_prompt(
@@ -67,15 +72,28 @@ async def evaluate_item(
     )
     messages = chat_messages(prompt, settings.system_prompt)
     samples = await sample_responses(
-        gateway, policy, messages, n=settings.n, temperature=settings.temperature, max_tokens=settings.max_tokens,
+        gateway,
+        policy,
+        messages,
+        n=settings.n,
+        temperature=settings.temperature,
+        max_tokens=settings.max_tokens,
         first_index=settings.seed * settings.n,
     )
     grades = await grade_samples(item, samples, gateway, judge)
-    logs = [SampleLog.of(item.id, index, messages, sample, grade)
-            for index, (sample, grade) in enumerate(zip(samples, grades))]
+    logs = [
+        SampleLog.of(item.id, index, messages, sample, grade)
+        for index, (sample, grade) in enumerate(zip(samples, grades))
+    ]
     found = retriever.found_evidence(item) if hasattr(retriever, "found_evidence") else None
-    return QuestionResult(id=item.id, question_type=item.question_type, answer=item.answer, samples=grades, logs=logs,
-                          evidence_retrieved=found)
+    return QuestionResult(
+        id=item.id,
+        question_type=item.question_type,
+        answer=item.answer,
+        samples=grades,
+        logs=logs,
+        evidence_retrieved=found,
+    )
 
 
 def chat_messages(prompt: str, system_prompt: str | None) -> list[dict[str, str]]:
@@ -94,8 +112,15 @@ def limit_count(limit: int | float | None, total: int) -> int:
 
 
 async def evaluate_work(
-    item: EvalItem, gateway: Gateway, tick: Tick, *, bench: Benchmark, settings: EvalSettings, policy: Endpoint,
-    judge: Endpoint | None, retriever: Retriever | None,
+    item: EvalItem,
+    gateway: Gateway,
+    tick: Tick,
+    *,
+    bench: Benchmark,
+    settings: EvalSettings,
+    policy: Endpoint,
+    judge: Endpoint | None,
+    retriever: Retriever | None,
 ) -> QuestionResult | Skipped:
     """One question as a unit of executor work; a question that fails is skipped with its reason."""
     try:
@@ -109,8 +134,14 @@ async def evaluate_work(
 
 
 async def evaluate(
-    bench: Benchmark, items: list[EvalItem], settings: EvalSettings, executor: Executor, policy: Endpoint,
-    judge: Endpoint | None, retriever: Retriever | None = None, on_done: Callable[[], None] | None = None,
+    bench: Benchmark,
+    items: list[EvalItem],
+    settings: EvalSettings,
+    executor: Executor,
+    policy: Endpoint,
+    judge: Endpoint | None,
+    retriever: Retriever | None = None,
+    on_done: Callable[[], None] | None = None,
 ) -> tuple[list[QuestionResult], list[Skipped]]:
     """All questions, a bounded number at a time per worker of `executor`, results in question order."""
     outcomes: dict[int, QuestionResult | Skipped] = {}
@@ -131,8 +162,13 @@ def endpoint_summary(endpoint: Endpoint) -> dict[str, object]:
 
 
 def run_eval(
-    bench: Benchmark, settings: EvalSettings, config: RunConfig, policy: Endpoint, judge: Endpoint | None,
-    progress: Callable[[int], Callable[[], None]] | None = None, executor: Executor | None = None,
+    bench: Benchmark,
+    settings: EvalSettings,
+    config: RunConfig,
+    policy: Endpoint,
+    judge: Endpoint | None,
+    progress: Callable[[int], Callable[[], None]] | None = None,
+    executor: Executor | None = None,
 ) -> EvalResult:
     """Load, sample, grade and summarize one benchmark; `progress(total)` returns a per-question tick.
 
@@ -160,19 +196,36 @@ def run_eval(
         reasons = "; ".join(f"{s.id}: {s.reason}" for s in skipped[:3])
         raise EvalError(f"no question of {bench.name} could be evaluated ({len(skipped)} skipped: {reasons})")
     return EvalResult(
-        benchmark=bench.name, domain=bench.domain, mode=settings.mode, model=endpoint_summary(policy),
-        judge=endpoint_summary(judge) if judge else None, n=settings.n, temperature=settings.temperature,
-        max_tokens=settings.max_tokens, k=settings.k, data=settings.data or f"hub:{bench.hub}",
-        created=datetime.now(timezone.utc).isoformat(timespec="seconds"), settings=settings.model_dump(),
-        wall_time_s=round(time.monotonic() - start, 3), usage=executor.usage, skipped=skipped,
-        metrics=metrics_by_type(questions, settings.k), questions=questions,
+        benchmark=bench.name,
+        domain=bench.domain,
+        mode=settings.mode,
+        model=endpoint_summary(policy),
+        judge=endpoint_summary(judge) if judge else None,
+        n=settings.n,
+        temperature=settings.temperature,
+        max_tokens=settings.max_tokens,
+        k=settings.k,
+        data=settings.data or f"hub:{bench.hub}",
+        created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        settings=settings.model_dump(),
+        wall_time_s=round(time.monotonic() - start, 3),
+        usage=executor.usage,
+        skipped=skipped,
+        metrics=metrics_by_type(questions, settings.k),
+        questions=questions,
     )
 
 
 def settings_stem(benchmark: str, model_name: str, settings: EvalSettings) -> str:
     """BENCH-MODE-MODEL-nN-tT-LMAX[-limitX][-seedS][-sysHASH]: results of other settings never share a name."""
-    parts = [benchmark, settings.mode, safe_name(model_name), f"n{settings.n}", f"t{settings.temperature:g}",
-             f"L{settings.max_tokens}"]
+    parts = [
+        benchmark,
+        settings.mode,
+        safe_name(model_name),
+        f"n{settings.n}",
+        f"t{settings.temperature:g}",
+        f"L{settings.max_tokens}",
+    ]
     if settings.limit is not None:
         parts.append(f"limit{settings.limit:g}")
     if settings.seed:
@@ -198,8 +251,10 @@ def refuse_overwrite(json_path: Path, overwrite: bool) -> None:
     """Stop before any model call when a result of these settings exists and --overwrite was not given."""
     existing = [path for path in result_files(json_path) if path.exists()]
     if existing and not overwrite:
-        raise EvalError(f"{existing[0]} exists: results are never replaced silently; pass --overwrite to "
-                        "replace it (finished samples come from the cache), or choose another --out")
+        raise EvalError(
+            f"{existing[0]} exists: results are never replaced silently; pass --overwrite to "
+            "replace it (finished samples come from the cache), or choose another --out"
+        )
 
 
 def write_result(result: EvalResult, json_path: Path) -> tuple[Path, Path, Path]:

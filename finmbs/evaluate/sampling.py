@@ -13,12 +13,23 @@ POLICY_ROLE = "policy"
 
 
 async def sample_responses(
-    gateway: Gateway, endpoint: Endpoint, messages: list[dict[str, str]], *, n: int, temperature: float,
-    max_tokens: int, first_index: int = 0,
+    gateway: Gateway,
+    endpoint: Endpoint,
+    messages: list[dict[str, str]],
+    *,
+    n: int,
+    temperature: float,
+    max_tokens: int,
+    first_index: int = 0,
 ) -> list[Sample]:
     """n responses of the evaluated model to one chat (samples first_index .. first_index+n-1: `--seed S`
     draws indices S*n.., so each seed has its own samples and a rerun of a seed replays from the cache)."""
     return await gateway.generate(
-        endpoint, role=POLICY_ROLE, messages=messages, n=n, first_index=first_index, temperature=temperature,
+        endpoint,
+        role=POLICY_ROLE,
+        messages=messages,
+        n=n,
+        first_index=first_index,
+        temperature=temperature,
         max_tokens=max_tokens,
     )

@@ -41,7 +41,12 @@ class Executor(Protocol):
     in_process: bool  # True when the work runs in this process (it may then hold unpicklable objects)
 
     async def map(
-        self, work: Work, items: Sequence[T], *, concurrency: int, on_result: Callable[[T, Any], None],
+        self,
+        work: Work,
+        items: Sequence[T],
+        *,
+        concurrency: int,
+        on_result: Callable[[T, Any], None],
         tick: Tick = no_tick,
     ) -> None: ...
 
@@ -49,7 +54,11 @@ class Executor(Protocol):
 
 
 def make_executor(
-    name: ExecutorName, config: RunConfig, *, gateway: Gateway | None = None, ray_address: str | None = None,
+    name: ExecutorName,
+    config: RunConfig,
+    *,
+    gateway: Gateway | None = None,
+    ray_address: str | None = None,
     ray_workers: int | None = None,
 ) -> Executor:
     """The executor named on the command line (`--executor local|ray`)."""

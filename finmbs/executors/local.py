@@ -48,7 +48,12 @@ class LocalExecutor:
         self.gateway.on_usage = hook
 
     async def map(
-        self, work: Work, items: Sequence[T], *, concurrency: int, on_result: Callable[[T, Any], None],
+        self,
+        work: Work,
+        items: Sequence[T],
+        *,
+        concurrency: int,
+        on_result: Callable[[T, Any], None],
         tick: Tick = no_tick,
     ) -> None:
         gate = asyncio.Semaphore(concurrency)

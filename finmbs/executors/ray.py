@@ -54,8 +54,9 @@ class WorkerGateway(Gateway):
     """A worker's gateway: the run's cache file, 1/W of every endpoint's limits and of the budget."""
 
     def __init__(self, config: RunConfig, workers: int):
-        super().__init__(cache_path=config.cache_path, budget=budget_share(config.budget, workers),
-                         embedded=config.embedded)
+        super().__init__(
+            cache_path=config.cache_path, budget=budget_share(config.budget, workers), embedded=config.embedded
+        )
         self.workers = workers
         for _role, endpoint in config.roles.all():  # import the model clients now: not in the event loop
             self._backend(endpoint)
@@ -105,7 +106,9 @@ def latest_usage(seen: dict[str, RoleUsage], new: dict[str, RoleUsage]) -> dict[
     merged = {}
     for role in seen.keys() | new.keys():
         a, b = seen.get(role, RoleUsage()), new.get(role, RoleUsage())
-        merged[role] = RoleUsage(**{field: max(getattr(a, field), getattr(b, field)) for field in RoleUsage.model_fields})
+        merged[role] = RoleUsage(
+            **{field: max(getattr(a, field), getattr(b, field)) for field in RoleUsage.model_fields}
+        )
     return merged
 
 
@@ -119,7 +122,11 @@ class RayExecutor:
     in_process = False
 
     def __init__(
-        self, config: RunConfig, *, address: str | None = None, workers: int | None = None,
+        self,
+        config: RunConfig,
+        *,
+        address: str | None = None,
+        workers: int | None = None,
         max_retries: int = MAX_RETRIES,
     ):
         try:
@@ -173,10 +180,17 @@ class RayExecutor:
                 raise exc.cause from None
             raise
         except ray.exceptions.RayActorError as exc:
-            raise ExecutorError(f"Ray worker died more than {self.max_retries} times on {item_name(item)}: {exc}") from None
+            raise ExecutorError(
+                f"Ray worker died more than {self.max_retries} times on {item_name(item)}: {exc}"
+            ) from None
 
     async def map(
-        self, work: Work, items: Sequence[T], *, concurrency: int, on_result: Callable[[T, Any], None],
+        self,
+        work: Work,
+        items: Sequence[T],
+        *,
+        concurrency: int,
+        on_result: Callable[[T, Any], None],
         tick: Tick = no_tick,
     ) -> None:
         actors = self._actors(work)

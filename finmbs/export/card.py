@@ -60,14 +60,23 @@ def usage_lines(report: ExportReport) -> list[str]:
     train, held = "train", next((s for s in report.splits if s != "train"), None)
     if report.format == "verl":
         val = f" data.val_files={held}.parquet" if held else ""
-        return ["```", f"python3 -m verl.trainer.main_ppo data.train_files={train}.parquet{val} \\",
-                "  reward.custom_reward_function.path=pkg://finmbs.reward reward.custom_reward_function.name=compute_score",
-                "```"]
+        return [
+            "```",
+            f"python3 -m verl.trainer.main_ppo data.train_files={train}.parquet{val} \\",
+            "  reward.custom_reward_function.path=pkg://finmbs.reward reward.custom_reward_function.name=compute_score",
+            "```",
+        ]
     if report.format == "trl":
         files = ", ".join(f'"{s}": "{s}.parquet"' for s in report.splits)
-        return ["```python", "from datasets import load_dataset", "from trl import GRPOTrainer",
-                "from finmbs.reward import trl_reward", f'data = load_dataset("parquet", data_files={{{files}}})',
-                'trainer = GRPOTrainer(model=..., reward_funcs=trl_reward, train_dataset=data["train"])', "```"]
+        return [
+            "```python",
+            "from datasets import load_dataset",
+            "from trl import GRPOTrainer",
+            "from finmbs.reward import trl_reward",
+            f'data = load_dataset("parquet", data_files={{{files}}})',
+            'trainer = GRPOTrainer(model=..., reward_funcs=trl_reward, train_dataset=data["train"])',
+            "```",
+        ]
     if report.format == "hf":
         return ["```python", "from datasets import load_from_disk", "data = load_from_disk(FOLDER)", "```"]
     return [f"One JSON row a line: {', '.join(f'`{s}.jsonl`' for s in report.splits)}."]
@@ -79,9 +88,12 @@ def dataset_card(run: Run, report: ExportReport, splits: dict[str, list[Problem]
     policy, budget = target_and_budget(run, kept)
     method = run.metrics.get("method") or next((p.provenance.method for p in kept), "unknown")
     seed_ids = sorted({p.provenance.seed_id or p.id for p in kept})
-    decon = (f"word {report.ngram}-grams against {', '.join(report.eval_sets) or 'no evaluation set'} and "
-             f"{report.seeds_checked} seeds; {report.dropped} dropped, {report.flagged} flagged"
-             if report.decontaminated else "not checked (--no-decontaminate)")
+    decon = (
+        f"word {report.ngram}-grams against {', '.join(report.eval_sets) or 'no evaluation set'} and "
+        f"{report.seeds_checked} seeds; {report.dropped} dropped, {report.flagged} flagged"
+        if report.decontaminated
+        else "not checked (--no-decontaminate)"
+    )
     lines = [
         *_front_matter(report),
         f"# {report.run_name}: {len(kept)} calibrated RLVR problems",

@@ -18,7 +18,7 @@ from pydantic import BaseModel
 
 from finmbs.evaluate.benchmarks import known_benchmarks, load_benchmark
 from finmbs.evaluate.loaders import RowError, load_items, read_rows
-from finmbs.ngrams import NgramIndex, Reference, words
+from finmbs.ngrams import NgramIndex, Reference
 from finmbs.records import Problem
 
 TEXT_FIELDS = ("question", "problem", "Question", "prompt")
@@ -93,8 +93,9 @@ def load_eval_sets(paths: Iterable[str | Path]) -> dict[str, list[Reference]]:
 class Decontaminator:
     """Checks problems against the evaluation sets (question and snippet) and the seeds (question)."""
 
-    def __init__(self, eval_sets: dict[str, list[Reference]], seeds: Iterable[Problem], n: int = 13,
-                 min_coverage: float = 0.5):
+    def __init__(
+        self, eval_sets: dict[str, list[Reference]], seeds: Iterable[Problem], n: int = 13, min_coverage: float = 0.5
+    ):
         references = [reference for refs in eval_sets.values() for reference in refs]
         self.eval_index = NgramIndex(references, n, min_coverage=min_coverage)
         seed_refs = [Reference("seeds", seed.id, seed.question) for seed in seeds]
@@ -102,14 +103,22 @@ class Decontaminator:
 
     def check(self, problem: Problem) -> Contamination | None:
         """The strongest overlap of a problem, or None when it is clean."""
-        fields = [("question", problem.question, self.eval_index, None),
-                  ("question", problem.question, self.seed_index, problem.id)]
+        fields = [
+            ("question", problem.question, self.eval_index, None),
+            ("question", problem.question, self.seed_index, problem.id),
+        ]
         if problem.snippet is not None:
             fields.append(("snippet", problem.snippet.text, self.eval_index, None))
         for field, text, index, exclude in fields:
             found = index.overlaps(text, exclude=exclude, whole=field == "question")
             if found:
                 reference, coverage, gram = found
-                return Contamination(problem_id=problem.id, field=field, source=reference.source,
-                                     ref=reference.ref, coverage=round(coverage, 4), ngram=gram)
+                return Contamination(
+                    problem_id=problem.id,
+                    field=field,
+                    source=reference.source,
+                    ref=reference.ref,
+                    coverage=round(coverage, 4),
+                    ngram=gram,
+                )
         return None

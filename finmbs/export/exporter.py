@@ -103,20 +103,36 @@ def export_run(
     out = Path(out) if out is not None else run.root / "export" / fmt
     candidates = [p for p in run.qualified if nodes == "all" or is_root(p)]
     report = ExportReport(
-        run=str(run.root), run_name=run.name, format=fmt, out=str(out), split_spec=split, nodes=nodes,
-        not_roots=len(run.qualified) - len(candidates), problems=len(run.qualified),
-        by_domain=dict(Counter(p.domain for p in candidates)), decontaminated=decontaminate,
-        contamination_policy=policy, ngram=ngram, min_coverage=min_coverage,
+        run=str(run.root),
+        run_name=run.name,
+        format=fmt,
+        out=str(out),
+        split_spec=split,
+        nodes=nodes,
+        not_roots=len(run.qualified) - len(candidates),
+        problems=len(run.qualified),
+        by_domain=dict(Counter(p.domain for p in candidates)),
+        decontaminated=decontaminate,
+        contamination_policy=policy,
+        ngram=ngram,
+        min_coverage=min_coverage,
     )
     if not candidates:
-        _empty(report, allow_empty, f"no qualified problems in {run.root / QUALIFIED}"
-               + (f" ({report.not_roots} non-root nodes left out; --nodes all ships them)" if report.not_roots else ""))
+        _empty(
+            report,
+            allow_empty,
+            f"no qualified problems in {run.root / QUALIFIED}"
+            + (f" ({report.not_roots} non-root nodes left out; --nodes all ships them)" if report.not_roots else ""),
+        )
     hits = _decontaminate(candidates, run.seeds, eval_data, report, track) if decontaminate else {}
     kept = [p for p in candidates if not (policy == "drop" and p.id in hits)]
     report.dropped = len(candidates) - len(kept)
     if candidates and not kept:
-        _empty(report, allow_empty, f"all {len(candidates)} qualified problems were dropped as contaminated "
-               "(see --contamination flag)")
+        _empty(
+            report,
+            allow_empty,
+            f"all {len(candidates)} qualified problems were dropped as contaminated (see --contamination flag)",
+        )
     report.flagged = len(hits) if policy == "flag" else 0
     tables = {}
     splits = assign_splits(kept, fractions)
@@ -130,7 +146,8 @@ def export_run(
                 raise RunReadError(f"{run.root / QUALIFIED} record {problem.id}: {exc}") from None
         tables[name] = rows_table(rows)
         report.splits[name] = SplitCount(
-            rows=len(rows), seeds=len({p.provenance.seed_id or p.id for p in problems}),
+            rows=len(rows),
+            seeds=len({p.provenance.seed_id or p.id for p in problems}),
             by_domain=dict(Counter(p.domain for p in problems)),
         )
         if kept and not rows:
@@ -159,7 +176,10 @@ def _empty(report: ExportReport, allow_empty: bool, reason: str) -> None:
 
 
 def _decontaminate(
-    problems: list[Problem], seeds: list[Problem], eval_data: Sequence[str | Path] | None, report: ExportReport,
+    problems: list[Problem],
+    seeds: list[Problem],
+    eval_data: Sequence[str | Path] | None,
+    report: ExportReport,
     track: Track,
 ) -> dict[str, Contamination]:
     eval_sets = load_eval_sets(default_eval_data() if eval_data is None else eval_data)

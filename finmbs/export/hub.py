@@ -23,8 +23,10 @@ def push_export(folder: Path, fmt: str, repo: str) -> str:
     """Upload `folder` to the dataset repo `repo`: the `hf` format as a DatasetDict (parquet shards on the hub),
     the others as their files; the dataset card goes up as the repo's README. Returns the repo URL."""
     if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
-        raise HubError(f"HF_HUB_OFFLINE is set: this machine is offline, nothing was pushed to {repo}; "
-                       f"the export is in {folder} (push it later from a machine with network access)")
+        raise HubError(
+            f"HF_HUB_OFFLINE is set: this machine is offline, nothing was pushed to {repo}; "
+            f"the export is in {folder} (push it later from a machine with network access)"
+        )
     try:
         from huggingface_hub import HfApi
 
@@ -41,6 +43,8 @@ def push_export(folder: Path, fmt: str, repo: str) -> str:
         raise HubError(f"pushing needs huggingface_hub and datasets ({exc}); the export is in {folder}") from None
     except Exception as exc:  # network, auth and hub refusals all end the same way: say it, keep the files
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise HubError(f"could not push to {repo} on {hub_endpoint()} (no network, no HF_TOKEN, or refused: "
-                       f"{type(exc).__name__}: {reason}); the export is kept in {folder}") from None
+        raise HubError(
+            f"could not push to {repo} on {hub_endpoint()} (no network, no HF_TOKEN, or refused: "
+            f"{type(exc).__name__}: {reason}); the export is kept in {folder}"
+        ) from None
     return f"{hub_endpoint()}/datasets/{repo}"

@@ -13,31 +13,52 @@ from typing import Any
 
 import pyarrow as pa
 
-from finmbs.records import DifficultyReport, Problem
 from finmbs.mbs.solve import train_prompt
+from finmbs.records import DifficultyReport, Problem
 from finmbs.verify.program import program_text
 
 DATA_SOURCES = {"math": "finmbs/math", "finance": "finmbs/finance"}
 
-EXTRA_INFO = pa.struct([
-    ("index", pa.int64()), ("split", pa.string()), ("id", pa.string()), ("domain", pa.string()),
-    ("seed_id", pa.string()), ("tree_path", pa.string()), ("method", pa.string()), ("stage", pa.string()),
-    ("question", pa.string()), ("answer", pa.string()), ("entity", pa.string()),
-    ("snippet_id", pa.string()), ("doc_id", pa.string()), ("document_sha256", pa.string()),
-    ("policy", pa.string()), ("budget", pa.int64()), ("band", pa.string()), ("pass_rate", pa.float64()),
-    ("rollouts", pa.int64()), ("correct", pa.int64()), ("in_budget", pa.bool_()), ("contamination", pa.string()),
-    # verify.programs: the program that computes the answer (with the children's functions it calls) and the
-    # answer stated before a relabel; null without programs
-    ("program", pa.string()), ("relabeled_from", pa.string()),
-])
+EXTRA_INFO = pa.struct(
+    [
+        ("index", pa.int64()),
+        ("split", pa.string()),
+        ("id", pa.string()),
+        ("domain", pa.string()),
+        ("seed_id", pa.string()),
+        ("tree_path", pa.string()),
+        ("method", pa.string()),
+        ("stage", pa.string()),
+        ("question", pa.string()),
+        ("answer", pa.string()),
+        ("entity", pa.string()),
+        ("snippet_id", pa.string()),
+        ("doc_id", pa.string()),
+        ("document_sha256", pa.string()),
+        ("policy", pa.string()),
+        ("budget", pa.int64()),
+        ("band", pa.string()),
+        ("pass_rate", pa.float64()),
+        ("rollouts", pa.int64()),
+        ("correct", pa.int64()),
+        ("in_budget", pa.bool_()),
+        ("contamination", pa.string()),
+        # verify.programs: the program that computes the answer (with the children's functions it calls) and the
+        # answer stated before a relabel; null without programs
+        ("program", pa.string()),
+        ("relabeled_from", pa.string()),
+    ]
+)
 
-SCHEMA = pa.schema([
-    ("data_source", pa.string()),
-    ("prompt", pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))),
-    ("ability", pa.string()),
-    ("reward_model", pa.struct([("style", pa.string()), ("ground_truth", pa.string())])),
-    ("extra_info", EXTRA_INFO),
-])
+SCHEMA = pa.schema(
+    [
+        ("data_source", pa.string()),
+        ("prompt", pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))),
+        ("ability", pa.string()),
+        ("reward_model", pa.struct([("style", pa.string()), ("ground_truth", pa.string())])),
+        ("extra_info", EXTRA_INFO),
+    ]
+)
 
 
 def prompt_messages(problem: Problem) -> list[dict[str, str]]:
@@ -90,17 +111,30 @@ def training_row(problem: Problem, index: int, split: str, contamination: str = 
         "ability": problem.domain,
         "reward_model": {"style": "rule", "ground_truth": problem.answer},
         "extra_info": {
-            "index": index, "split": split, "id": problem.id, "domain": problem.domain,
-            "seed_id": problem.provenance.seed_id, "tree_path": problem.provenance.tree_path,
-            "method": problem.provenance.method, "stage": problem.provenance.stage,
-            "question": problem.question, "answer": problem.answer, "entity": problem.entity,
-            "snippet_id": snippet_id(problem), "doc_id": problem.snippet.doc_id if problem.snippet else None,
+            "index": index,
+            "split": split,
+            "id": problem.id,
+            "domain": problem.domain,
+            "seed_id": problem.provenance.seed_id,
+            "tree_path": problem.provenance.tree_path,
+            "method": problem.provenance.method,
+            "stage": problem.provenance.stage,
+            "question": problem.question,
+            "answer": problem.answer,
+            "entity": problem.entity,
+            "snippet_id": snippet_id(problem),
+            "doc_id": problem.snippet.doc_id if problem.snippet else None,
             "document_sha256": document_sha256(problem),
-            "policy": report.policy if report else None, "budget": report.budget if report else None,
-            "band": report.band if report else None, "pass_rate": report.success_rate if report else None,
-            "rollouts": report.n if report else None, "correct": report.k if report else None,
-            "in_budget": report.in_budget if report else None, "contamination": contamination,
-            "program": program_text(problem.meta), "relabeled_from": problem.meta.get("relabeled_from"),
+            "policy": report.policy if report else None,
+            "budget": report.budget if report else None,
+            "band": report.band if report else None,
+            "pass_rate": report.success_rate if report else None,
+            "rollouts": report.n if report else None,
+            "correct": report.k if report else None,
+            "in_budget": report.in_budget if report else None,
+            "contamination": contamination,
+            "program": program_text(problem.meta),
+            "relabeled_from": problem.meta.get("relabeled_from"),
         },
     }
 

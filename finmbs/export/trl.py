@@ -17,22 +17,30 @@ import pyarrow.parquet as pq
 from finmbs.export.rows import EXTRA_INFO, SCHEMA
 
 _FLAT = [field for field in EXTRA_INFO if field.name not in ("question", "answer", "split", "index")]
-TRL_SCHEMA = pa.schema([
-    SCHEMA.field("prompt"),
-    ("answer", pa.string()),
-    ("data_source", pa.string()),
-    ("question", pa.string()),
-    ("split", pa.string()),
-    *_FLAT,
-])
+TRL_SCHEMA = pa.schema(
+    [
+        SCHEMA.field("prompt"),
+        ("answer", pa.string()),
+        ("data_source", pa.string()),
+        ("question", pa.string()),
+        ("split", pa.string()),
+        *_FLAT,
+    ]
+)
 
 
 def trl_row(row: dict[str, Any]) -> dict[str, Any]:
     """A veRL row flattened: prompt, answer, data_source, question, then the lineage and band columns."""
     info = row["extra_info"]
     flat = {field.name: info[field.name] for field in _FLAT}
-    return {"prompt": row["prompt"], "answer": row["reward_model"]["ground_truth"], "data_source": row["data_source"],
-            "question": info["question"], "split": info["split"], **flat}
+    return {
+        "prompt": row["prompt"],
+        "answer": row["reward_model"]["ground_truth"],
+        "data_source": row["data_source"],
+        "question": info["question"],
+        "split": info["split"],
+        **flat,
+    }
 
 
 def write(tables: dict[str, pa.Table], folder: Path) -> list[Path]:

@@ -9,9 +9,16 @@ from importlib import import_module
 from typing import Any
 
 _WHERE = {
-    "Hit": "index", "Index": "index", "open_index": "index", "shared_index": "index",
-    "IngestReport": "pipeline", "SkippedFile": "pipeline", "ingest_paths": "pipeline", "ingest_paths_async": "pipeline",
-    "find_verbatim": "verbatim", "normalize_ws": "verbatim",
+    "Hit": "index",
+    "Index": "index",
+    "open_index": "index",
+    "shared_index": "index",
+    "IngestReport": "pipeline",
+    "SkippedFile": "pipeline",
+    "ingest_paths": "pipeline",
+    "ingest_paths_async": "pipeline",
+    "find_verbatim": "verbatim",
+    "normalize_ws": "verbatim",
 }
 __all__ = sorted(_WHERE)
 

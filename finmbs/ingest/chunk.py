@@ -21,14 +21,16 @@ _SECTION = re.compile(r"(?:SECTION|Section|§)\s*(\d+(?:\.\d+)*[a-z]?)\.?\s*(.*)
 _NUMBERED = re.compile(r"(\d{1,2}\.\d{1,2}[a-z]?)\.?\s+([A-Z][^\n]*)")
 _ITEM = re.compile(r"(?:ITEM|Item)\s+(\d+[A-C]?)\.?\s*(.*)")
 _TERM = re.compile(r"[“\"]\s*([^”\"\n]{1,150}?)\s*[”\"]")
-_MEANS = re.compile(r"^\s*(?:[,;]?\s*(?:and|or)\s+[“\"][^”\"\n]+[”\"])*\s*,?\s*(means|shall mean|has the meaning|have the meaning|shall have the meaning|is defined|refers to)")
+_MEANS = re.compile(
+    r"^\s*(?:[,;]?\s*(?:and|or)\s+[“\"][^”\"\n]+[”\"])*\s*,?\s*(means|shall mean|has the meaning|have the meaning|shall have the meaning|is defined|refers to)"  # noqa: E501 (one regular expression)
+)
 
 
 VERSION = 2  # raise it when a change moves chunk boundaries: every file is then ingested again
 BLOCK_CHARS = 32_768  # longest stretch handed to the sentence splitter at once
 WRAPPED_LINES = 50  # a blank-line block longer than this is hard-wrapped text: one paragraph a line
 _WRAPPED_PIECE = re.compile(
-    r"(?:[^\n](?!(?<=[.;:])[ \t\xa0]+[“\"][^”\"\n]{1,150}[”\"]\s*(?:means|shall mean|has the meaning|shall have the meaning)))*[^\n]"
+    r"(?:[^\n](?!(?<=[.;:])[ \t\xa0]+[“\"][^”\"\n]{1,150}[”\"]\s*(?:means|shall mean|has the meaning|shall have the meaning)))*[^\n]"  # noqa: E501 (one regular expression)
 )
 
 
@@ -48,7 +50,9 @@ def _title(rest: str) -> str:
 def heading(paragraph: str) -> Heading | None:
     """The ARTICLE/PART (level 1) or Section/Item (level 2) heading that opens a paragraph, if any."""
     first = paragraph.lstrip().split("\n")[0].strip()
-    if len(first) > 400:  # a long line opens with a heading only when it runs in: "Section 10.5 Default Rate of Interest . At the ..."
+    if (
+        len(first) > 400
+    ):  # a long line opens with a heading only when it runs in: "Section 10.5 Default Rate of Interest . At the ..."
         run_in = re.match(r".{1,120}?[A-Za-z)\]]\s?\.(?=\s)", first)
         first = run_in.group(0) if run_in else ""
     if not first or _TOC_LINE.search(first):
@@ -63,7 +67,9 @@ def heading(paragraph: str) -> Heading | None:
     for pattern, prefix in ((_SECTION, "Section"), (_ITEM, "Item"), (_NUMBERED, "Section")):
         if match := pattern.match(first):
             title = _title(match[2])
-            if (title and not title[0].isupper() and not title[0].isdigit()) or (pattern is _NUMBERED and len(first) > 100 and not title):
+            if (title and not title[0].isupper() and not title[0].isdigit()) or (
+                pattern is _NUMBERED and len(first) > 100 and not title
+            ):
                 return None
             if pattern is _SECTION and not title and "." not in match[1]:
                 return None
@@ -76,7 +82,7 @@ def defined_term(paragraph: str, in_definitions: bool) -> str | None:
     match = _TERM.match(paragraph.lstrip())
     if not match:
         return None
-    if in_definitions or _MEANS.match(paragraph.lstrip()[match.end():]):
+    if in_definitions or _MEANS.match(paragraph.lstrip()[match.end() :]):
         return match[1].strip()
     return None
 
@@ -110,12 +116,19 @@ class Chunker:
     sentences, tables between rows; a single sentence or row that is still too long is cut between
     word pieces (at a space where one is near), so no chunk is truncated by the embedder."""
 
-    def __init__(self, chunk_size: int, chunk_overlap: int, count_tokens: Callable[[str], list[int]],
-                 offsets: Callable[[str], list[tuple[int, int]]] | None = None):
+    def __init__(
+        self,
+        chunk_size: int,
+        chunk_overlap: int,
+        count_tokens: Callable[[str], list[int]],
+        offsets: Callable[[str], list[tuple[int, int]]] | None = None,
+    ):
         self.size = chunk_size
         self.tokens = lambda s: len(count_tokens(s))
         self.offsets = offsets
-        self.splitter = SentenceSplitter(chunk_size=chunk_size, chunk_overlap=min(chunk_overlap, chunk_size // 2), tokenizer=count_tokens)
+        self.splitter = SentenceSplitter(
+            chunk_size=chunk_size, chunk_overlap=min(chunk_overlap, chunk_size // 2), tokenizer=count_tokens
+        )
 
     def fit(self, text: str, start: int, end: int) -> list[tuple[int, int]]:
         """text[start:end] as spans of at most `size` tokens, cut between word pieces."""
@@ -199,10 +212,20 @@ class Chunker:
         def emit(spans: list[tuple[int, int]], kind: str, term: str | None = None) -> None:
             for s, e in (piece for span in spans for piece in self.fit(text, *span)):
                 page = doc.page_of(s)
-                chunks.append(Chunk(
-                    chunk_id=f"{doc_id}#{len(chunks):05d}", text=text[s:e], doc_id=doc_id, source_path=source_path,
-                    section_path=section(), page=page, char_start=s, char_end=e, kind=kind, term=term,
-                ))
+                chunks.append(
+                    Chunk(
+                        chunk_id=f"{doc_id}#{len(chunks):05d}",
+                        text=text[s:e],
+                        doc_id=doc_id,
+                        source_path=source_path,
+                        section_path=section(),
+                        page=page,
+                        char_start=s,
+                        char_end=e,
+                        kind=kind,
+                        term=term,
+                    )
+                )
 
         def flush() -> None:
             nonlocal pending, definition, term
@@ -235,7 +258,7 @@ class Chunker:
             if definition:
                 flush()
             same_page = not pending or doc.page_of(pending[0][0]) == doc.page_of(start)
-            if pending and (not same_page or self.tokens(text[pending[0][0]:end]) > self.size):
+            if pending and (not same_page or self.tokens(text[pending[0][0] : end]) > self.size):
                 flush()
             pending.append((start, end))
         flush()

@@ -35,7 +35,11 @@ def load_concepts(path: Path) -> tuple[Concept, ...]:
         raise ConceptError(f"{path}: a list of {{when, where}} entries expected")
     found = []
     for i, row in enumerate(rows, 1):
-        if not (isinstance(row, dict) and set(row) == {"when", "where"} and all(isinstance(v, str) and v.strip() for v in row.values())):
+        if not (
+            isinstance(row, dict)
+            and set(row) == {"when", "where"}
+            and all(isinstance(v, str) and v.strip() for v in row.values())
+        ):
             raise ConceptError(f"{path}: entry {i}: needs exactly the text fields 'when' and 'where', got {row!r}")
         try:
             found.append(Concept(re.compile(row["when"], re.I), row["where"].strip()))

@@ -40,7 +40,9 @@ def model_dir(name: str) -> Path:
     try:
         module = importlib.import_module(name.replace("-", "_"))
     except ImportError:
-        raise ConfigError(f"embedding model '{name}' is neither an installed package nor a folder", key="index.embedding_model") from None
+        raise ConfigError(
+            f"embedding model '{name}' is neither an installed package nor a folder", key="index.embedding_model"
+        ) from None
     return Path(module.get_model_path())
 
 
@@ -71,7 +73,9 @@ def _distill(source: Path, target: Path) -> None:
     try:
         static = StaticEmbedding.from_distillation(str(source), device="cpu", pca_dims=STATIC_DIMS)
     except ImportError:
-        raise ConfigError("a static: embedder needs model2vec: pip install 'finmbs[static]'", key="index.embedding_model") from None
+        raise ConfigError(
+            "a static: embedder needs model2vec: pip install 'finmbs[static]'", key="index.embedding_model"
+        ) from None
     partial = target.with_name(target.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     SentenceTransformer(modules=[static], device="cpu").save(str(partial))
@@ -181,8 +185,9 @@ class Embedder:
         if not texts:
             return []
         size = max(batch_size or 0, self.batch_size)
-        vectors = self.model.encode(list(texts), batch_size=size, normalize_embeddings=True, show_progress_bar=False,
-                                    convert_to_numpy=True)
+        vectors = self.model.encode(
+            list(texts), batch_size=size, normalize_embeddings=True, show_progress_bar=False, convert_to_numpy=True
+        )
         return vectors.astype("float32").tolist()
 
 

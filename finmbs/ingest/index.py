@@ -14,8 +14,18 @@ from typing import Any
 from finmbs.config import ConfigError, IndexSettings
 from finmbs.ingest.concepts import expansion
 from finmbs.ingest.query import (
-    Recognised, abbreviates, alias_table, company_key, doc_type_key, periods, query_terms, query_words, ranking_text,
-    ticker_spans, written_as_name, year_spans,
+    Recognised,
+    abbreviates,
+    alias_table,
+    company_key,
+    doc_type_key,
+    periods,
+    query_terms,
+    query_words,
+    ranking_text,
+    ticker_spans,
+    written_as_name,
+    year_spans,
 )
 from finmbs.ingest.store import Also, Dense, Sparse, Store, Where, open_store, point_id, store_url
 from finmbs.records import Chunk, Document, Record
@@ -36,8 +46,10 @@ class Hit(Record):
 
 def _chunk_payload(chunk: Chunk, document: Document) -> dict[str, Any]:
     return {
-        **chunk.model_dump(), "company_key": company_key(document.company),
-        "doc_type_key": doc_type_key(document.doc_type), "periods": periods(document.period),
+        **chunk.model_dump(),
+        "company_key": company_key(document.company),
+        "doc_type_key": doc_type_key(document.doc_type),
+        "periods": periods(document.period),
     }
 
 
@@ -170,12 +182,17 @@ class Index:
         for row in rows:
             label = row.get(EMBEDDING) or "not recorded (an older finmbs)"
             counts[label] = counts.get(label, 0) + 1
-        recorded = {row[EMBEDDING]: (row.get("embed_mode"), row.get("embed_model")) for row in rows if row.get(EMBEDDING)}
+        recorded = {
+            row[EMBEDDING]: (row.get("embed_mode"), row.get("embed_model")) for row in rows if row.get(EMBEDDING)
+        }
         if len(counts) > 1:
             where = store_url(self.settings) or self.settings.path
             held = "; ".join(f"{n} documents {label}" for label, n in counts.items())
-            raise ConfigError(f"index {where} mixes documents embedded two ways ({held}): one ranking never mixes "
-                              "vectors of two embedders; re-ingest them all into a new --index-path", key="index.path")
+            raise ConfigError(
+                f"index {where} mixes documents embedded two ways ({held}): one ranking never mixes "
+                "vectors of two embedders; re-ingest them all into a new --index-path",
+                key="index.path",
+            )
         if len(recorded) == 1:
             mode, model = next(iter(recorded.values()))
             return Layout(mode, model), counts
@@ -203,10 +220,13 @@ class Index:
                 if sizes != vectors:
                     shown = ", ".join(f"{n or 'dense'} {d}-dimensional" for n, d in vectors.items())
                     made = ", ".join(f"{n or 'dense'} {d}-dimensional" for n, d in sizes.items())
-                    raise ConfigError(f"index {where} holds {shown} vectors ({', '.join(counts) or 'no documents'}), but "
-                                      f"{layout.label} makes {made}: search with the embedder the index was built with "
-                                      "(--set index.embedding_model=..., --set index.embed=...), or ingest into another "
-                                      "--index-path", key="index.embedding_model")
+                    raise ConfigError(
+                        f"index {where} holds {shown} vectors ({', '.join(counts) or 'no documents'}), but "
+                        f"{layout.label} makes {made}: search with the embedder the index was built with "
+                        "(--set index.embedding_model=..., --set index.embed=...), or ingest into another "
+                        "--index-path",
+                        key="index.embedding_model",
+                    )
             self._layout = layout
         return self._layout
 
@@ -227,9 +247,11 @@ class Index:
         if self.store.vectors(self.chunk_col) is None or layout == self.wanted:
             return None
         where = store_url(self.settings) or self.settings.path
-        return (f"index {where} holds {layout.label} vectors; the settings would write {self.wanted.label}: it is "
-                f"searched as it is (one embedder per ranking); to upgrade, ingest the same files with "
-                f"--embed {self.wanted.embed} into a new --index-path")
+        return (
+            f"index {where} holds {layout.label} vectors; the settings would write {self.wanted.label}: it is "
+            f"searched as it is (one embedder per ranking); to upgrade, ingest the same files with "
+            f"--embed {self.wanted.embed} into a new --index-path"
+        )
 
     @property
     def bm25(self):
@@ -246,7 +268,15 @@ class Index:
 
     # ------------------------------------------------------------------ writing
 
-    def add_document(self, document: Document, text: str, chunks: list[Chunk], chunk_texts: list[str], summary: str, batch_size: int = 64) -> None:
+    def add_document(
+        self,
+        document: Document,
+        text: str,
+        chunks: list[Chunk],
+        chunk_texts: list[str],
+        summary: str,
+        batch_size: int = 64,
+    ) -> None:
         """Embed and write a document's chunks (dense + BM25 vectors of `chunk_texts`; cascade: the static
         embedder's vector only), then the document itself with its summary vector (its presence marks the
         document complete)."""
@@ -254,22 +284,41 @@ class Index:
             layout = self.layout
             if layout != self.wanted:
                 where = store_url(self.settings) or self.settings.path
-                raise ConfigError(f"index {where} holds {layout.label} vectors; this ingest would write {self.wanted.label}: "
-                                  f"ingest with --embed {layout.embed} (and index.embedding_model {layout.model}), or into "
-                                  "another --index-path", key="index.embed")
+                raise ConfigError(
+                    f"index {where} holds {layout.label} vectors; this ingest would write {self.wanted.label}: "
+                    f"ingest with --embed {layout.embed} (and index.embedding_model {layout.model}), or into "
+                    "another --index-path",
+                    key="index.embed",
+                )
             first = self.embedder
             vectors = first.encode(chunk_texts, batch_size=batch_size) if chunk_texts else []
             summary_vector = self.reranker.encode([summary])[0]
-            dims: int | dict[str, int] = {FIRST: first.dim, RERANK: self.reranker.dim} if layout.embed == "cascade" else first.dim
+            dims: int | dict[str, int] = (
+                {FIRST: first.dim, RERANK: self.reranker.dim} if layout.embed == "cascade" else first.dim
+            )
             self.store.ensure(self.chunk_col, dims, sparse=True)
             self.store.ensure(self.doc_col, len(summary_vector))
-            sparse = [self.sparse(t, query=False) for t in chunk_texts] if self.store.has_sparse(self.chunk_col) else [None] * len(chunks)
+            sparse = (
+                [self.sparse(t, query=False) for t in chunk_texts]
+                if self.store.has_sparse(self.chunk_col)
+                else [None] * len(chunks)
+            )
             dense: list[Dense] = [{FIRST: v} for v in vectors] if layout.embed == "cascade" else list(vectors)
-            self.store.upsert(self.chunk_col, [(point_id(c.chunk_id), v, sv, _chunk_payload(c, document)) for c, v, sv in zip(chunks, dense, sparse)])
-            payload = {**document.model_dump(), "text": text, "company_key": company_key(document.company),
-                       "doc_type_key": doc_type_key(document.doc_type), "periods": periods(document.period),
-                       TERMS: sorted({c.term for c in chunks if c.kind == "definition" and c.term}),
-                       EMBEDDING: layout.label, "embed_mode": layout.embed, "embed_model": layout.model}
+            self.store.upsert(
+                self.chunk_col,
+                [(point_id(c.chunk_id), v, sv, _chunk_payload(c, document)) for c, v, sv in zip(chunks, dense, sparse)],
+            )
+            payload = {
+                **document.model_dump(),
+                "text": text,
+                "company_key": company_key(document.company),
+                "doc_type_key": doc_type_key(document.doc_type),
+                "periods": periods(document.period),
+                TERMS: sorted({c.term for c in chunks if c.kind == "definition" and c.term}),
+                EMBEDDING: layout.label,
+                "embed_mode": layout.embed,
+                "embed_model": layout.model,
+            }
             self.store.upsert(self.doc_col, [(point_id(document.doc_id), summary_vector, None, payload)])
         self._forget(document.doc_id)
 
@@ -296,7 +345,9 @@ class Index:
     def documents(self, **must: Any) -> list[Document]:
         """Documents whose payload matches `must` (e.g. source_path=...), without their text."""
         with self._held():
-            rows = self.store.scroll(self.doc_col, Where(must={k: v for k, v in must.items() if v is not None}), exclude=("text",))
+            rows = self.store.scroll(
+                self.doc_col, Where(must={k: v for k, v in must.items() if v is not None}), exclude=("text",)
+            )
         return [_document(row) for row in rows]
 
     def document(self, doc_id: str) -> Document:
@@ -333,7 +384,9 @@ class Index:
             spellings: dict[str, set[str]] = {}
             for doc in self.documents():
                 if key := company_key(doc.company):
-                    self._catalogue.setdefault(key, set()).update(p for p in periods(doc.period) if re.fullmatch(r"\d{4}", p))
+                    self._catalogue.setdefault(key, set()).update(
+                        p for p in periods(doc.period) if re.fullmatch(r"\d{4}", p)
+                    )
                     self._names.setdefault(key, doc.company)
                     spellings.setdefault(key, set()).update([doc.company or "", *doc.entities.get("borrower", [])])
                     for symbol in doc.entities.get("tickers", []):
@@ -390,12 +443,26 @@ class Index:
             if any(year in catalogue.get(key, ()) for key in companies):
                 years.setdefault(year, []).append(span)
         period = max(years) if years else None
-        return Recognised(company=companies[0], period=period, terms=terms, companies=companies, company_spans=spans,
-                          year_spans=years)
+        return Recognised(
+            company=companies[0], period=period, terms=terms, companies=companies, company_spans=spans, year_spans=years
+        )
 
-    def search(self, query: str, k: int, *, exclude_doc_ids=(), doc_type: str | None = None, company: str | None = None,
-               period: str | None = None, doc_id: str | None = None, hybrid: bool = True, metadata: bool = True,
-               concepts: bool = True, per_page: int = 1, context_tokens: int | None = None) -> Hits:
+    def search(
+        self,
+        query: str,
+        k: int,
+        *,
+        exclude_doc_ids=(),
+        doc_type: str | None = None,
+        company: str | None = None,
+        period: str | None = None,
+        doc_id: str | None = None,
+        hybrid: bool = True,
+        metadata: bool = True,
+        concepts: bool = True,
+        per_page: int = 1,
+        context_tokens: int | None = None,
+    ) -> Hits:
         """Top-k chunks for a query: dense and BM25 candidates fused by RRF in Qdrant (`hybrid=False`: dense
         only), at most `per_page` hits from one PDF page (0: no limit), optionally excluding documents and
         filtering by company/type/period (or one document). With `metadata`, a company and year the query
@@ -410,12 +477,37 @@ class Index:
         Each hit carries `context`: its enclosing table or section window, up to `context_tokens`
         (default `index.context_tokens`; 0: none)."""
         with self._held():
-            return self._search(query, k, exclude_doc_ids=exclude_doc_ids, doc_type=doc_type, company=company, period=period,
-                                doc_id=doc_id, hybrid=hybrid, metadata=metadata, concepts=concepts, per_page=per_page,
-                                context_tokens=context_tokens)
+            return self._search(
+                query,
+                k,
+                exclude_doc_ids=exclude_doc_ids,
+                doc_type=doc_type,
+                company=company,
+                period=period,
+                doc_id=doc_id,
+                hybrid=hybrid,
+                metadata=metadata,
+                concepts=concepts,
+                per_page=per_page,
+                context_tokens=context_tokens,
+            )
 
-    def _search(self, query, k, *, exclude_doc_ids, doc_type, company, period, doc_id, hybrid, metadata, concepts, per_page,
-                context_tokens) -> Hits:
+    def _search(
+        self,
+        query,
+        k,
+        *,
+        exclude_doc_ids,
+        doc_type,
+        company,
+        period,
+        doc_id,
+        hybrid,
+        metadata,
+        concepts,
+        per_page,
+        context_tokens,
+    ) -> Hits:
         notes: list[str] = []
         hybrid = hybrid and self.store.has_sparse(self.chunk_col)
         recognised = Recognised()
@@ -440,8 +532,10 @@ class Index:
                 hits += [h for h in self._query(search, k, wider, per_page) if h.chunk.chunk_id not in seen]
                 notes.append(f"{len(hits)} hits in {name}'s documents of {use_period} and its other years")
             if len(hits) < k:
-                notes.append(f"only {len(hits)} of {k} hits: the query names {name}, and its documents hold no more "
-                             "(other companies' documents are not searched; --no-metadata searches all)")
+                notes.append(
+                    f"only {len(hits)} of {k} hits: the query names {name}, and its documents hold no more "
+                    "(other companies' documents are not searched; --no-metadata searches all)"
+                )
         hits = _per_page(hits, per_page)[:k]
         budget = self.settings.context_tokens if context_tokens is None else context_tokens
         if budget:
@@ -459,16 +553,30 @@ class Index:
 
     def _where(self, exclude_doc_ids, doc_type, companies, period, doc_id) -> Where:
         keys = [key for key in (companies or []) if key]
-        must = {"company_key": (keys[0] if len(keys) == 1 else keys) if keys else None,
-                "doc_type_key": doc_type_key(doc_type), "periods": period, "doc_id": doc_id}
+        must = {
+            "company_key": (keys[0] if len(keys) == 1 else keys) if keys else None,
+            "doc_type_key": doc_type_key(doc_type),
+            "periods": period,
+            "doc_id": doc_id,
+        }
         return Where(must={key: v for key, v in must.items() if v}, must_not={"doc_id": list(exclude_doc_ids)})
 
     def _also(self, search: Search, where: Where, rerank: bool) -> list[Also]:
         """The extra candidate lists of the fusion: the definitions of the terms the query names, and the
         tables nearest to its concept vectors (statements are tables)."""
         vector = search.rerank if rerank else search.vector
-        also = [(vector, Where(must={**where.must, "kind": "definition", "term": list(search.terms)},
-                               must_not=where.must_not))] if search.terms else []
+        also = (
+            [
+                (
+                    vector,
+                    Where(
+                        must={**where.must, "kind": "definition", "term": list(search.terms)}, must_not=where.must_not
+                    ),
+                )
+            ]
+            if search.terms
+            else []
+        )
         tables = Where(must={**where.must, "kind": "table"}, must_not=where.must_not)
         also += [(v, tables) for v in (search.rerank_concepts if rerank else search.concepts)]
         return also
@@ -480,13 +588,28 @@ class Index:
         the same fusion over the full embedder's vectors, among those candidates only, ranks them."""
         limit = k * 3 if per_page else k
         layout = self.layout
-        rows = self.store.query(self.chunk_col, search.vector, max(limit, self.settings.rerank_depth) if layout.embed == "cascade" else limit,
-                                where, sparse=search.sparse, also=self._also(search, where, False), using=layout.using)
+        rows = self.store.query(
+            self.chunk_col,
+            search.vector,
+            max(limit, self.settings.rerank_depth) if layout.embed == "cascade" else limit,
+            where,
+            sparse=search.sparse,
+            also=self._also(search, where, False),
+            using=layout.using,
+        )
         if layout.embed == "cascade" and rows and search.rerank is not None:
             ids = [point_id(payload["chunk_id"]) for _, payload in rows]
             self._rescore([_chunk(payload) for _, payload in rows], ids)
-            rows = self.store.query(self.chunk_col, search.rerank, limit, where, sparse=search.sparse,
-                                    also=self._also(search, where, True), using=RERANK, ids=ids)
+            rows = self.store.query(
+                self.chunk_col,
+                search.rerank,
+                limit,
+                where,
+                sparse=search.sparse,
+                also=self._also(search, where, True),
+                using=RERANK,
+                ids=ids,
+            )
         hits = []
         for score, payload in rows:
             chunk = _chunk(payload)
@@ -505,7 +628,9 @@ class Index:
         clip = clipper(self.layout.model)
         texts = [embedding_text(self.document(chunk.doc_id), chunk, clip) for _, chunk in missing]
         vectors = self.reranker.encode(texts)
-        self.rescored += self.store.set_vectors(self.chunk_col, RERANK, {pid: v for (pid, _), v in zip(missing, vectors)})
+        self.rescored += self.store.set_vectors(
+            self.chunk_col, RERANK, {pid: v for (pid, _), v in zip(missing, vectors)}
+        )
 
     def context(self, chunk: Chunk, budget: int) -> Chunk:
         """Small-to-big: the hit's enclosing window of its document, up to `budget` tokens: a table chunk's
@@ -517,8 +642,14 @@ class Index:
         from finmbs.ingest.embed import token_counter
 
         count = token_counter(self.layout.model)
-        siblings = [c for c in self.chunks(chunk.doc_id) if c.section_path == chunk.section_path and c.page == chunk.page
-                    and c.char_start is not None and c.char_end is not None]
+        siblings = [
+            c
+            for c in self.chunks(chunk.doc_id)
+            if c.section_path == chunk.section_path
+            and c.page == chunk.page
+            and c.char_start is not None
+            and c.char_end is not None
+        ]
         at = next((i for i, c in enumerate(siblings) if c.chunk_id == chunk.chunk_id), None)
         if at is None:
             return chunk
@@ -543,14 +674,22 @@ class Index:
         if lo == hi:
             return chunk
         start, end = siblings[lo].char_start, max(c.char_end for c in siblings[lo : hi + 1])
-        return chunk.model_copy(update={"text": text[start:end], "char_start": start, "char_end": end,
-                                        "chunk_id": f"{chunk.chunk_id}#window"})
+        return chunk.model_copy(
+            update={
+                "text": text[start:end],
+                "char_start": start,
+                "char_end": end,
+                "chunk_id": f"{chunk.chunk_id}#window",
+            }
+        )
 
     def similar_documents(self, text: str, k: int, *, exclude_doc_ids=()) -> list[tuple[Document, float]]:
         """Top-k documents by summary vector (re-grounding: unseen documents like the seed's)."""
         with self._held():
             vector = self.reranker.encode([text])[0]
-            rows = self.store.query(self.doc_col, vector, k, Where(must_not={"doc_id": list(exclude_doc_ids)}), exclude=("text",))
+            rows = self.store.query(
+                self.doc_col, vector, k, Where(must_not={"doc_id": list(exclude_doc_ids)}), exclude=("text",)
+            )
         return [(_document(payload), score) for score, payload in rows]
 
 

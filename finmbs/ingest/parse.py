@@ -36,8 +36,32 @@ SUBMISSION_EXTS = {".nc"}
 SUPPORTED_EXTS = PDF_EXTS | HTML_EXTS | TEXT_EXTS | SUBMISSION_EXTS | DOCX_EXTS | EMAIL_EXTS
 
 _BLOCK_TAGS = {
-    "p", "div", "br", "h1", "h2", "h3", "h4", "h5", "h6", "li", "ul", "ol", "tr", "table", "center",
-    "blockquote", "section", "article", "dl", "dt", "dd", "hr", "body", "title", "caption", "page",
+    "p",
+    "div",
+    "br",
+    "h1",
+    "h2",
+    "h3",
+    "h4",
+    "h5",
+    "h6",
+    "li",
+    "ul",
+    "ol",
+    "tr",
+    "table",
+    "center",
+    "blockquote",
+    "section",
+    "article",
+    "dl",
+    "dt",
+    "dd",
+    "hr",
+    "body",
+    "title",
+    "caption",
+    "page",
 }
 _DROP_TAGS = {"script", "style", "head", "ix:header", "noscript"}
 _MONEY_PREFIX = {"$", "€", "£", "¥", "(", "($", "$("}
@@ -133,7 +157,10 @@ def rows_to_markdown(rows: list[list[str]]) -> str:
     if width <= 1:
         return "\n\n".join(row[0] for row in rows if row)
     first_full = next(i for i, row in enumerate(rows) if len(row) == width)
-    rows = [[""] * (width - len(row)) + row if i < first_full and not _is_label_row(row) else row for i, row in enumerate(rows)]
+    rows = [
+        [""] * (width - len(row)) + row if i < first_full and not _is_label_row(row) else row
+        for i, row in enumerate(rows)
+    ]
     esc = [[cell.replace("|", "\\|") for cell in row] + [""] * (width - len(row)) for row in rows]
     lines = ["| " + " | ".join(row) + " |" for row in esc]
     lines.insert(1, "|" + "---|" * width)
@@ -262,7 +289,9 @@ def _pdf_page(page: pymupdf.Page, tables_wanted: bool) -> tuple[str, int]:
     items: list[tuple[float, float, str]] = []
     for x0, y0, x1, y1, block_text, _, block_type in page.get_text("blocks", sort=True):
         rect = pymupdf.Rect(x0, y0, x1, y1)
-        if block_type == 0 and not any(box.intersects(rect) and (box & rect).get_area() > 0.5 * rect.get_area() for box in boxes):
+        if block_type == 0 and not any(
+            box.intersects(rect) and (box & rect).get_area() > 0.5 * rect.get_area() for box in boxes
+        ):
             items.append((y0, x0, _clean(block_text)))
     n = 0
     for table, box in zip(tables, boxes):
@@ -392,8 +421,11 @@ def parse_email(data: bytes) -> ParsedDocument:
     message = email.message_from_bytes(data, policy=email.policy.default)
     headers = [f"{name}: {message[name]}" for name in _EMAIL_SHOWN if message[name]]
     parts, n_tables = _elements_text(elements)
-    return ParsedDocument(text=_clean("\n\n".join(p for p in ["\n".join(headers), *parts] if p)),
-                          title=str(message["Subject"] or ""), n_tables=n_tables)
+    return ParsedDocument(
+        text=_clean("\n\n".join(p for p in ["\n".join(headers), *parts] if p)),
+        title=str(message["Subject"] or ""),
+        n_tables=n_tables,
+    )
 
 
 # ---------------------------------------------------------------- EDGAR full submission
@@ -451,7 +483,9 @@ def parse_submission(text: str) -> list[ParsedDocument]:
 
 # ---------------------------------------------------------------- metadata
 
-_FILENAME_META = re.compile(r"^(?P<company>[A-Za-z0-9&]+)_(?P<period>\d{4}(?:Q\d)?)_(?P<type>10K|10Q|8K|EARNINGS|10KANNUALREPORT)", re.I)
+_FILENAME_META = re.compile(
+    r"^(?P<company>[A-Za-z0-9&]+)_(?P<period>\d{4}(?:Q\d)?)_(?P<type>10K|10Q|8K|EARNINGS|10KANNUALREPORT)", re.I
+)
 _TYPE_WORDS = [
     (re.compile(r"FORM\s+10-K\b", re.I), "10-K"),
     (re.compile(r"FORM\s+10-Q\b", re.I), "10-Q"),
@@ -480,8 +514,11 @@ def _sidecar(path: Path) -> dict[str, object]:
 # "(Exact name of registrant as specified in its charter)", "For the fiscal year ended September 30, 2023"
 _COVER_CIK = re.compile(r"central\s+index\s+key\W{0,5}(\d{4,10})\b", re.I)
 _COVER_NAME = re.compile(r"^[ \t|*#]*([^\n|]{2,120}?)[ \t|*]*\n[ \t|*\n]*\(\s*exact name of registrant", re.I | re.M)
-_COVER_PERIOD = re.compile(r"for the (?:fiscal )?(?:year|quarterly period|quarter|transition period) ended:?\s+"
-                           r"([A-Z][a-z]+\.? \d{1,2},? \d{4})", re.I)
+_COVER_PERIOD = re.compile(
+    r"for the (?:fiscal )?(?:year|quarterly period|quarter|transition period) ended:?\s+"
+    r"([A-Z][a-z]+\.? \d{1,2},? \d{4})",
+    re.I,
+)
 
 
 def cik_of(value: str | None) -> str | None:
@@ -522,7 +559,10 @@ def _fill_metadata(doc: ParsedDocument, path: Path) -> None:
         doc.doc_type = next((name for pattern, name in _TYPE_WORDS if pattern.search(head)), "unknown")
     if not doc.title:
         lines = [line.strip() for line in head.splitlines() if line.strip()]
-        doc.title = next((line for line in lines if "AGREEMENT" in line.upper() and len(line) < 120), lines[0][:120] if lines else path.stem)
+        doc.title = next(
+            (line for line in lines if "AGREEMENT" in line.upper() and len(line) < 120),
+            lines[0][:120] if lines else path.stem,
+        )
 
 
 def parse_file(path: Path, pdf_tables: bool = True) -> list[ParsedDocument]:

@@ -21,19 +21,27 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pymupdf
-
 from pydantic import Field
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn, TimeRemainingColumn
 from rich.text import Text
 
 from finmbs.config import Endpoint, IndexSettings
-from finmbs.ingest.chunk import VERSION as CHUNKER_VERSION, Chunker
+from finmbs.ingest.chunk import VERSION as CHUNKER_VERSION
+from finmbs.ingest.chunk import Chunker
 from finmbs.ingest.embed import (  # noqa: F401 - embedding_header/embedding_text/clipper: pipeline's names too
-    HEADER_TOKENS, clipper, embedding_header, embedding_text, over_window, special_tokens, token_counter, token_offsets, window,
+    HEADER_TOKENS,
+    clipper,
+    embedding_header,
+    embedding_text,
+    over_window,
+    special_tokens,
+    token_counter,
+    token_offsets,
+    window,
 )
 from finmbs.ingest.index import Index, open_index
-from finmbs.ingest.parse import PDF_EXTS, SUPPORTED_EXTS, ParseError, ParsedDocument, parse_file
+from finmbs.ingest.parse import PDF_EXTS, SUPPORTED_EXTS, ParsedDocument, ParseError, parse_file
 from finmbs.ingest.summarize import summarize
 from finmbs.llm import Gateway
 from finmbs.records import Chunk, Document, Record
@@ -70,10 +78,17 @@ def discover(paths: Iterable[str | Path], report: IngestReport) -> list[Path]:
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
-            found = sorted(p for p in path.rglob("*") if p.suffix.lower() in SUPPORTED_EXTS and (p.is_file() or p.is_symlink())
-                           and not any(part.startswith(".") for part in p.relative_to(path).parts))
+            found = sorted(
+                p
+                for p in path.rglob("*")
+                if p.suffix.lower() in SUPPORTED_EXTS
+                and (p.is_file() or p.is_symlink())
+                and not any(part.startswith(".") for part in p.relative_to(path).parts)
+            )
             if not found:
-                report.skipped.append(SkippedFile(path=str(path), reason="folder holds no documents (.pdf .docx .html .htm .txt .md .nc)"))
+                report.skipped.append(
+                    SkippedFile(path=str(path), reason="folder holds no documents (.pdf .docx .html .htm .txt .md .nc)")
+                )
             files += found
         elif path.exists() or path.is_symlink():
             files.append(path)
@@ -94,14 +109,22 @@ def _doc_id(path: Path, parsed: ParsedDocument, sha: str, index: Index, source: 
 
 def chunk_budget(settings: IndexSettings) -> int:
     """Chunk tokens that fit the embedder's window next to the header: at most `index.chunk_size`."""
-    return max(16, min(settings.chunk_size, window(settings.embedding_model) - special_tokens(settings.embedding_model) - HEADER_TOKENS))
+    return max(
+        16,
+        min(
+            settings.chunk_size,
+            window(settings.embedding_model) - special_tokens(settings.embedding_model) - HEADER_TOKENS,
+        ),
+    )
 
 
 def chunking(settings: IndexSettings) -> str:
     """What decides a file's chunks: the chunker's version and the settings it runs with. A document
     ingested another way (an older finmbs, another chunk size) is ingested again, unchanged or not."""
-    return f"chunker-v{CHUNKER_VERSION} size={chunk_budget(settings)} overlap={settings.chunk_overlap} " \
-           f"pdf_tables={settings.pdf_tables}"
+    return (
+        f"chunker-v{CHUNKER_VERSION} size={chunk_budget(settings)} overlap={settings.chunk_overlap} "
+        f"pdf_tables={settings.pdf_tables}"
+    )
 
 
 @dataclass
@@ -117,7 +140,9 @@ def prepare(path: Path, settings: IndexSettings) -> list[Prepared] | str:
     model = settings.embedding_model
     chunker = Chunker(chunk_budget(settings), settings.chunk_overlap, token_counter(model), token_offsets(model))
     try:
-        return [Prepared(doc, chunker.chunk(doc, "", str(path.resolve()))) for doc in parse_file(path, settings.pdf_tables)]
+        return [
+            Prepared(doc, chunker.chunk(doc, "", str(path.resolve()))) for doc in parse_file(path, settings.pdf_tables)
+        ]
     except ParseError as exc:
         return str(exc)
     except Exception as exc:  # noqa: BLE001 - a parser library failing on one file must not stop the others
@@ -146,8 +171,9 @@ def _stop(pool: ProcessPoolExecutor) -> None:
     pool.shutdown(wait=False, cancel_futures=True)
 
 
-def prepared_files(paths: list[Path], settings: IndexSettings, workers: int, parse: Parse = prepare,
-                   timeout_s: float = PARSE_TIMEOUT_S) -> Iterator[tuple[Path, list[Prepared] | str]]:
+def prepared_files(
+    paths: list[Path], settings: IndexSettings, workers: int, parse: Parse = prepare, timeout_s: float = PARSE_TIMEOUT_S
+) -> Iterator[tuple[Path, list[Prepared] | str]]:
     """(file, documents or skip reason) in input order, parsed by `workers` processes (1: in this
     process). A file that crashes its worker is re-run alone and reported if it crashes again; a file
     whose worker does not answer within `timeout_s` is reported; the other files go on in a fresh pool."""
@@ -199,9 +225,15 @@ class Ingestor:
         """The file's SHA-256 if it must be (re)ingested; None when unchanged or unreadable (reported)."""
         try:
             if (size := path.stat().st_size) > self.max_bytes:
-                report.skipped.append(SkippedFile(path=str(path), reason=(
-                    f"too large: {size / 2**20:.1f} MB > index.max_file_mb={self.max_bytes / 2**20:g} "
-                    "(raise it with --set index.max_file_mb=MB)")))
+                report.skipped.append(
+                    SkippedFile(
+                        path=str(path),
+                        reason=(
+                            f"too large: {size / 2**20:.1f} MB > index.max_file_mb={self.max_bytes / 2**20:g} "
+                            "(raise it with --set index.max_file_mb=MB)"
+                        ),
+                    )
+                )
                 return
             sha = hashlib.sha256(path.read_bytes()).hexdigest()
         except OSError as exc:
@@ -230,8 +262,16 @@ class Ingestor:
         summary, entities = await summarize(parsed, self.gateway, self.endpoint)
         n_pages = len(parsed.page_starts) if parsed.page_starts is not None else None
         document = Document(
-            doc_id=doc_id, source_path=source, sha256=sha, doc_type=parsed.doc_type, title=parsed.title,
-            company=parsed.company, period=parsed.period, cik=parsed.cik, n_pages=n_pages, summary=summary,
+            doc_id=doc_id,
+            source_path=source,
+            sha256=sha,
+            doc_type=parsed.doc_type,
+            title=parsed.title,
+            company=parsed.company,
+            period=parsed.period,
+            cik=parsed.cik,
+            n_pages=n_pages,
+            summary=summary,
             entities=entities,
             chunking=self.chunking,
         )
@@ -252,18 +292,34 @@ class _Rate(ProgressColumn):
         return Text(f"{speed:.2f} pages/s" if speed else "- pages/s")
 
 
-async def ingest_paths_async(paths: Iterable[str | Path], settings: IndexSettings, gateway: Gateway | None = None,
-                             summarizer_endpoint: Endpoint | None = None, *, show_progress: bool = True,
-                             console: Console | None = None, workers: int | None = None) -> IngestReport:
+async def ingest_paths_async(
+    paths: Iterable[str | Path],
+    settings: IndexSettings,
+    gateway: Gateway | None = None,
+    summarizer_endpoint: Endpoint | None = None,
+    *,
+    show_progress: bool = True,
+    console: Console | None = None,
+    workers: int | None = None,
+) -> IngestReport:
     """Ingest files/folders into the index named by `settings`; returns the ingest report. Files are
     parsed and chunked by `workers` processes (default: the CPU cores), embedded and written here."""
     started = time.perf_counter()
     report = IngestReport()
     files = discover(paths, report)
     report.files = len(files)
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), _Rate(), TimeRemainingColumn(),
-               TextColumn("{task.fields[name]}"))
-    with open_index(settings) as index, Progress(*columns, console=console or Console(stderr=True), disable=not show_progress) as progress:
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        _Rate(),
+        TimeRemainingColumn(),
+        TextColumn("{task.fields[name]}"),
+    )
+    with (
+        open_index(settings) as index,
+        Progress(*columns, console=console or Console(stderr=True), disable=not show_progress) as progress,
+    ):
         ingestor = Ingestor(index, settings, gateway, summarizer_endpoint)
         todo = {path: sha for path in files if (sha := ingestor.needed(path, report))}
         pages = {path: count_pages(path) for path in todo}
@@ -276,7 +332,12 @@ async def ingest_paths_async(paths: Iterable[str | Path], settings: IndexSetting
     return report
 
 
-def ingest_paths(paths: Iterable[str | Path], settings: IndexSettings, gateway: Gateway | None = None,
-                 summarizer_endpoint: Endpoint | None = None, **kwargs) -> IngestReport:
+def ingest_paths(
+    paths: Iterable[str | Path],
+    settings: IndexSettings,
+    gateway: Gateway | None = None,
+    summarizer_endpoint: Endpoint | None = None,
+    **kwargs,
+) -> IngestReport:
     """Synchronous `ingest_paths_async` (for scripts and the CLI)."""
     return asyncio.run(ingest_paths_async(paths, settings, gateway, summarizer_endpoint, **kwargs))

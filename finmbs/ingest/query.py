@@ -8,7 +8,24 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-_LEGAL_FORMS = {"inc", "corp", "corporation", "co", "company", "ltd", "llc", "plc", "lp", "l", "p", "com", "the", "sa", "nv", "ag"}
+_LEGAL_FORMS = {
+    "inc",
+    "corp",
+    "corporation",
+    "co",
+    "company",
+    "ltd",
+    "llc",
+    "plc",
+    "lp",
+    "l",
+    "p",
+    "com",
+    "the",
+    "sa",
+    "nv",
+    "ag",
+}
 
 
 def company_words(name: str | None) -> list[str]:
@@ -34,7 +51,10 @@ def abbreviates(word: str, name: str | None) -> bool:
     def spelled(rest: str, words: list[str]) -> bool:
         if not words:
             return not rest
-        return any(rest[:n] == words[0][:n] and spelled(rest[n:], words[1:]) for n in range(2, min(len(words[0]), len(rest)) + 1))
+        return any(
+            rest[:n] == words[0][:n] and spelled(rest[n:], words[1:])
+            for n in range(2, min(len(words[0]), len(rest)) + 1)
+        )
 
     return spelled(word.lower(), words)
 
@@ -93,7 +113,7 @@ def query_words(query: str) -> list[tuple[str, int, int, str]]:
 def query_phrases(query: str) -> set[str]:
     """Runs of up to five consecutive words, joined as company keys are ('american express' -> 'americanexpress')."""
     words = [w for w, *_ in query_words(query)]
-    return {"".join(words[i : j]) for i in range(len(words)) for j in range(i + 1, min(i + 6, len(words) + 1))}
+    return {"".join(words[i:j]) for i in range(len(words)) for j in range(i + 1, min(i + 6, len(words) + 1))}
 
 
 def query_tickers(query: str) -> list[str]:
@@ -103,8 +123,11 @@ def query_tickers(query: str) -> list[str]:
 
 
 def ticker_spans(query: str) -> list[tuple[str, tuple[int, int]]]:
-    return [(m[0], m.span()) for m in re.finditer(r"\b[A-Za-z]{2,5}(?:\.[A-Z])?\b", query)
-            if m[0].isupper() or (len(m[0]) >= 3 and not m[0].islower() and not m[0].istitle())]
+    return [
+        (m[0], m.span())
+        for m in re.finditer(r"\b[A-Za-z]{2,5}(?:\.[A-Z])?\b", query)
+        if m[0].isupper() or (len(m[0]) >= 3 and not m[0].islower() and not m[0].istitle())
+    ]
 
 
 def query_terms(query: str, terms: set[str]) -> list[str]:
@@ -115,16 +138,20 @@ def query_terms(query: str, terms: set[str]) -> list[str]:
     named = {" ".join(words[i:j]) for i in range(len(words)) for j in range(i + 2, min(i + 9, len(words) + 1))}
     named |= {phrase[:-1] for phrase in named if phrase.endswith("s")}  # "Restricted Payments": "Restricted Payment"
     found = sorted(named & terms, key=len, reverse=True)
-    return [t for i, t in enumerate(found) if not any(re.search(rf"\b{re.escape(t)}\b", longer) for longer in found[:i])]
+    return [
+        t for i, t in enumerate(found) if not any(re.search(rf"\b{re.escape(t)}\b", longer) for longer in found[:i])
+    ]
 
 
 # First words too common to stand for a company on their own ("American" is not American Express).
-_GENERIC = set("""
+_GENERIC = set(
+    """
 a an and the of for first american general national international global united new old north south east west
 northern southern eastern western central pacific atlantic capital credit financial bank trust health home homes
 realty properties commercial technology technologies systems services industries holdings group partners energy
 royal standard great best premier advanced applied digital data power life lifetime stone point growth drug
-host bird duck now runway jones smith key fair city state us usa""".split())
+host bird duck now runway jones smith key fair city state us usa""".split()
+)
 
 
 def name_variants(name: str | None) -> list[str]:
@@ -169,11 +196,16 @@ def alias_table(names: dict[str, set[str]]) -> dict[str, tuple[set[str], bool]]:
                 keys, was_single = table.get(alias, (set(), single))
                 table[alias] = (keys | {key}, was_single and single)
     for alias, (keys, single) in list(table.items()):
-        if single and len(keys) > 1 and not any(
-                not one and other.startswith(alias) and other != alias and shared == keys for other, (shared, one) in table.items()):
+        if (
+            single
+            and len(keys) > 1
+            and not any(
+                not one and other.startswith(alias) and other != alias and shared == keys
+                for other, (shared, one) in table.items()
+            )
+        ):
             del table[alias]
     return table
-
 
 
 def written_as_name(words: list[tuple[str, int, int, str]], i: int, alias: str) -> bool:

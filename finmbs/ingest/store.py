@@ -77,7 +77,7 @@ class Store(ABC):
         """Write the named vector `vector` of existing points (their other vectors and payload untouched);
         a point deleted meanwhile (its file re-ingested) is skipped. Returns how many were written."""
 
-    def release(self) -> None:
+    def release(self) -> None:  # noqa: B027 (optional: a server store holds nothing to release)
         """Let other processes at the index (embedded engine: close the shards, drop the lock)."""
 
     def turn(self) -> Any:
@@ -98,9 +98,18 @@ class Store(ABC):
     def delete(self, name: str, where: Where) -> None: ...
 
     @abstractmethod
-    def query(self, name: str, vector: list[float], k: int, where: Where | None, exclude: tuple[str, ...] = (),
-              sparse: Sparse | None = None, also: Sequence[Also] = (), using: str = "",
-              ids: Sequence[str] | None = None) -> list[tuple[float, dict[str, Any]]]:
+    def query(
+        self,
+        name: str,
+        vector: list[float],
+        k: int,
+        where: Where | None,
+        exclude: tuple[str, ...] = (),
+        sparse: Sparse | None = None,
+        also: Sequence[Also] = (),
+        using: str = "",
+        ids: Sequence[str] | None = None,
+    ) -> list[tuple[float, dict[str, Any]]]:
         """Top-k points by the dense vector `using` ('' the unnamed one) or, given `sparse`, by dense and BM25
         candidates fused with reciprocal-rank fusion in one query (`prefetch` + RRF); each of `also` (hybrid
         only) adds one more candidate list to the fusion: the dense search for its vector within its
@@ -120,8 +129,11 @@ def _busy_as_error(open_shard: Any, folder: Path) -> Any:
     except Exception as exc:
         if "WouldBlock" not in str(exc):
             raise
-        raise ConfigError(f"index {folder.parent} is busy: another process has it open outside finmbs's index lock; "
-                          "wait for it to finish, then rerun", key="index.path") from None
+        raise ConfigError(
+            f"index {folder.parent} is busy: another process has it open outside finmbs's index lock; "
+            "wait for it to finish, then rerun",
+            key="index.path",
+        ) from None
 
 
 LOCK_FILE = ".finmbs-index.lock"  # held (exclusive) by the process whose turn it is
@@ -174,9 +186,11 @@ class EdgeStore(Store):
                 except BlockingIOError:
                     if time.monotonic() > deadline:
                         handle.close()
-                        raise ConfigError(f"index {self.path} is busy: another finmbs process kept it for more than "
-                                          f"{self.lock_timeout_s:g} s (index.lock_timeout_s); wait for it to finish, then rerun",
-                                          key="index.path") from None
+                        raise ConfigError(
+                            f"index {self.path} is busy: another finmbs process kept it for more than "
+                            f"{self.lock_timeout_s:g} s (index.lock_timeout_s); wait for it to finish, then rerun",
+                            key="index.path",
+                        ) from None
                     time.sleep(0.01)
         finally:
             want.close()  # drops the shared lock
@@ -271,7 +285,8 @@ class EdgeStore(Store):
             must.append(qe.HasIdCondition(set(ids)))
         return qe.Filter(
             must=must or None,
-            must_not=[qe.FieldCondition(key, match=qe.MatchAny(list(v))) for key, v in where.must_not.items() if v] or None,
+            must_not=[qe.FieldCondition(key, match=qe.MatchAny(list(v))) for key, v in where.must_not.items() if v]
+            or None,
         )
 
     def _config(self, name: str) -> dict[str, Any] | None:
@@ -313,7 +328,10 @@ class EdgeStore(Store):
 
     def upsert(self, name: str, points: list[Point]) -> None:
         for i in range(0, len(points), 256):
-            batch = [self.qe.Point(pid, self._vector(dense, sparse), payload) for pid, dense, sparse, payload in points[i : i + 256]]
+            batch = [
+                self.qe.Point(pid, self._vector(dense, sparse), payload)
+                for pid, dense, sparse, payload in points[i : i + 256]
+            ]
             self.shards[name].update(self.qe.UpdateOperation.upsert_points(batch))
 
     def delete(self, name: str, where: Where) -> None:
@@ -323,20 +341,49 @@ class EdgeStore(Store):
     def _payload(self, exclude: tuple[str, ...]):
         return self.qe.PayloadSelector.Exclude(list(exclude)) if exclude else True
 
-    def query(self, name: str, vector: list[float], k: int, where: Where | None, exclude: tuple[str, ...] = (),
-              sparse: Sparse | None = None, also: Sequence[Also] = (), using: str = "",
-              ids: Sequence[str] | None = None) -> list[tuple[float, dict[str, Any]]]:
+    def query(
+        self,
+        name: str,
+        vector: list[float],
+        k: int,
+        where: Where | None,
+        exclude: tuple[str, ...] = (),
+        sparse: Sparse | None = None,
+        also: Sequence[Also] = (),
+        using: str = "",
+        ids: Sequence[str] | None = None,
+    ) -> list[tuple[float, dict[str, Any]]]:
         if (shard := self._shard(name)) is None:
             return []
         qe, filter_, using_ = self.qe, self._filter(where, ids), using or None
         if sparse is None or not sparse.indices:
-            request = qe.QueryRequest(limit=k, query=qe.Query.Nearest(vector, using=using_), filter=filter_, with_payload=self._payload(exclude))
+            request = qe.QueryRequest(
+                limit=k,
+                query=qe.Query.Nearest(vector, using=using_),
+                filter=filter_,
+                with_payload=self._payload(exclude),
+            )
         else:
             depth = prefetch_depth(k)
-            prefetches = [qe.Prefetch(limit=depth, query=qe.Query.Nearest(vector, using=using_), filter=filter_),
-                          qe.Prefetch(limit=depth, query=qe.Query.Nearest(qe.SparseVector(sparse.indices, sparse.values), using=SPARSE), filter=filter_)]
-            prefetches += [qe.Prefetch(limit=depth, query=qe.Query.Nearest(v, using=using_), filter=self._filter(w, ids)) for v, w in also]
-            request = qe.QueryRequest(limit=k, prefetches=prefetches, query=qe.Fusion.Rrf(k=RRF_K), filter=filter_, with_payload=self._payload(exclude))
+            prefetches = [
+                qe.Prefetch(limit=depth, query=qe.Query.Nearest(vector, using=using_), filter=filter_),
+                qe.Prefetch(
+                    limit=depth,
+                    query=qe.Query.Nearest(qe.SparseVector(sparse.indices, sparse.values), using=SPARSE),
+                    filter=filter_,
+                ),
+            ]
+            prefetches += [
+                qe.Prefetch(limit=depth, query=qe.Query.Nearest(v, using=using_), filter=self._filter(w, ids))
+                for v, w in also
+            ]
+            request = qe.QueryRequest(
+                limit=k,
+                prefetches=prefetches,
+                query=qe.Fusion.Rrf(k=RRF_K),
+                filter=filter_,
+                with_payload=self._payload(exclude),
+            )
         return [(p.score, p.payload or {}) for p in shard.query(request)]
 
     def scroll(self, name: str, where: Where, exclude: tuple[str, ...] = ()) -> list[dict[str, Any]]:
@@ -344,7 +391,9 @@ class EdgeStore(Store):
             return []
         out, offset = [], None
         while True:
-            request = self.qe.ScrollRequest(offset=offset, limit=512, filter=self._filter(where), with_payload=self._payload(exclude))
+            request = self.qe.ScrollRequest(
+                offset=offset, limit=512, filter=self._filter(where), with_payload=self._payload(exclude)
+            )
             records, offset = shard.scroll(request)
             out += [r.payload or {} for r in records]
             if offset is None:
@@ -367,8 +416,13 @@ def _named(vectors: Any, name: str) -> list[float] | None:
 class ClientStore(Store):
     """qdrant-client: a Qdrant server/cluster (`url`), or its local mode (`path`, for comparison)."""
 
-    def __init__(self, url: str | None = None, path: str | None = None, api_key: str | None = None,
-                 options: dict[str, int] | None = None):
+    def __init__(
+        self,
+        url: str | None = None,
+        path: str | None = None,
+        api_key: str | None = None,
+        options: dict[str, int] | None = None,
+    ):
         from qdrant_client import QdrantClient, models
 
         self.models, self.server, self.options = models, bool(url), options or {}
@@ -383,8 +437,9 @@ class ClientStore(Store):
                 vectors: Any = {n: m.VectorParams(size=d, distance=m.Distance.COSINE) for n, d in dim.items()}
             else:
                 vectors = m.VectorParams(size=dim, distance=m.Distance.COSINE)
-            self.client.create_collection(name, vectors_config=vectors,
-                                          sparse_vectors_config=sparse_config, **self.options)
+            self.client.create_collection(
+                name, vectors_config=vectors, sparse_vectors_config=sparse_config, **self.options
+            )
             for key in KEY_FIELDS if self.server else ():  # local mode has no payload indexes
                 self.client.create_payload_index(name, key, m.PayloadSchemaType.KEYWORD)
 
@@ -401,7 +456,10 @@ class ClientStore(Store):
             must.append(m.HasIdCondition(has_id=list(ids)))
         return m.Filter(
             must=must or None,
-            must_not=[m.FieldCondition(key=key, match=m.MatchAny(any=list(v))) for key, v in where.must_not.items() if v] or None,
+            must_not=[
+                m.FieldCondition(key=key, match=m.MatchAny(any=list(v))) for key, v in where.must_not.items() if v
+            ]
+            or None,
         )
 
     def has_sparse(self, name: str) -> bool:
@@ -426,7 +484,10 @@ class ClientStore(Store):
     def get_vectors(self, name: str, ids: list[str], vector: str) -> dict[str, list[float] | None]:
         if not ids or not self.client.collection_exists(name):
             return {}
-        found = {str(p.id): p.vector for p in self.client.retrieve(name, list(ids), with_payload=False, with_vectors=[vector])}
+        found = {
+            str(p.id): p.vector
+            for p in self.client.retrieve(name, list(ids), with_payload=False, with_vectors=[vector])
+        }
         return {pid: _named(found.get(pid), vector) for pid in ids}
 
     def set_vectors(self, name: str, vector: str, vectors: dict[str, list[float]]) -> int:
@@ -440,7 +501,10 @@ class ClientStore(Store):
 
     def upsert(self, name: str, points: list[Point]) -> None:
         for i in range(0, len(points), 256):
-            batch = [self.models.PointStruct(id=pid, vector=self._vector(dense, sparse), payload=p) for pid, dense, sparse, p in points[i : i + 256]]
+            batch = [
+                self.models.PointStruct(id=pid, vector=self._vector(dense, sparse), payload=p)
+                for pid, dense, sparse, p in points[i : i + 256]
+            ]
             self.client.upsert(name, batch)
 
     def delete(self, name: str, where: Where) -> None:
@@ -450,22 +514,45 @@ class ClientStore(Store):
     def _payload(self, exclude: tuple[str, ...]):
         return self.models.PayloadSelectorExclude(exclude=list(exclude)) if exclude else True
 
-    def query(self, name: str, vector: list[float], k: int, where: Where | None, exclude: tuple[str, ...] = (),
-              sparse: Sparse | None = None, also: Sequence[Also] = (), using: str = "",
-              ids: Sequence[str] | None = None) -> list[tuple[float, dict[str, Any]]]:
+    def query(
+        self,
+        name: str,
+        vector: list[float],
+        k: int,
+        where: Where | None,
+        exclude: tuple[str, ...] = (),
+        sparse: Sparse | None = None,
+        also: Sequence[Also] = (),
+        using: str = "",
+        ids: Sequence[str] | None = None,
+    ) -> list[tuple[float, dict[str, Any]]]:
         if not self.client.collection_exists(name):
             return []
         m, filter_, using_ = self.models, self._filter(where, ids), using or None
         if sparse is None or not sparse.indices:
-            result = self.client.query_points(name, query=vector, using=using_, limit=k, query_filter=filter_,
-                                              with_payload=self._payload(exclude))
+            result = self.client.query_points(
+                name, query=vector, using=using_, limit=k, query_filter=filter_, with_payload=self._payload(exclude)
+            )
         else:
             depth = prefetch_depth(k)
-            prefetch = [m.Prefetch(query=vector, using=using_, limit=depth, filter=filter_),
-                        m.Prefetch(query=m.SparseVector(indices=sparse.indices, values=sparse.values), using=SPARSE, limit=depth, filter=filter_)]
+            prefetch = [
+                m.Prefetch(query=vector, using=using_, limit=depth, filter=filter_),
+                m.Prefetch(
+                    query=m.SparseVector(indices=sparse.indices, values=sparse.values),
+                    using=SPARSE,
+                    limit=depth,
+                    filter=filter_,
+                ),
+            ]
             prefetch += [m.Prefetch(query=v, using=using_, limit=depth, filter=self._filter(w, ids)) for v, w in also]
-            result = self.client.query_points(name, prefetch=prefetch, query=rrf_query(m), limit=k, query_filter=filter_,
-                                              with_payload=self._payload(exclude))
+            result = self.client.query_points(
+                name,
+                prefetch=prefetch,
+                query=rrf_query(m),
+                limit=k,
+                query_filter=filter_,
+                with_payload=self._payload(exclude),
+            )
         return [(p.score, p.payload or {}) for p in result.points]
 
     def scroll(self, name: str, where: Where, exclude: tuple[str, ...] = ()) -> list[dict[str, Any]]:
@@ -473,7 +560,9 @@ class ClientStore(Store):
             return []
         out, offset = [], None
         while True:
-            records, offset = self.client.scroll(name, scroll_filter=self._filter(where), limit=512, offset=offset, with_payload=self._payload(exclude))
+            records, offset = self.client.scroll(
+                name, scroll_filter=self._filter(where), limit=512, offset=offset, with_payload=self._payload(exclude)
+            )
             out += [r.payload or {} for r in records]
             if offset is None:
                 return out
@@ -492,7 +581,6 @@ def rrf_query(models):
     if hasattr(models, "RrfQuery"):
         return models.RrfQuery(rrf=models.Rrf(k=RRF_K))
     return models.FusionQuery(fusion=models.Fusion.RRF)
-
 
 
 def store_url(settings: IndexSettings) -> str | None:

@@ -11,13 +11,28 @@ from finmbs.llm import Gateway
 from finmbs.resources import render_prompt
 
 _NAME = r"([A-Z][A-Za-z0-9.,&'’\-]*(?:[ \t]+(?:[A-Z(][A-Za-z0-9.,&'’()\-]*|of|and|de|du|la))*)"
-_BORROWER = re.compile(_NAME + r",?\s+(?:an?\s+[^()“\"]{3,80}?)?\(\s*(?:together with[^)]*?)?(?:the\s+)?[“\"]\s*((?:Parent |Lead |Company )?Borrower|Company)\s*[”\"]")
-_AGENT = re.compile(_NAME + r",?\s+as\s+(?:the\s+)?((?:Administrative|Collateral|Syndication|Documentation|Paying|Co-Syndication|Co-Documentation)\s+Agents?|Agent)\b")
-_FACILITY = re.compile(r"\b((?:Revolving(?: Credit)?|Term(?: Loan)?(?: [A-Z](?:-\d)?)?|Delayed Draw(?: Term)?|Swing ?line|Letter of Credit|Incremental|Tranche [A-Z0-9]+)\s+(?:Loan\s+)?Facilit(?:y|ies))\b", re.I)
+_BORROWER = re.compile(
+    _NAME
+    + r",?\s+(?:an?\s+[^()“\"]{3,80}?)?\(\s*(?:together with[^)]*?)?(?:the\s+)?[“\"]\s*((?:Parent |Lead |Company )?Borrower|Company)\s*[”\"]"  # noqa: E501 (one regular expression)
+)
+_AGENT = re.compile(
+    _NAME
+    + r",?\s+as\s+(?:the\s+)?((?:Administrative|Collateral|Syndication|Documentation|Paying|Co-Syndication|Co-Documentation)\s+Agents?|Agent)\b"  # noqa: E501 (one regular expression)
+)
+_FACILITY = re.compile(
+    r"\b((?:Revolving(?: Credit)?|Term(?: Loan)?(?: [A-Z](?:-\d)?)?|Delayed Draw(?: Term)?|Swing ?line|Letter of Credit|Incremental|Tranche [A-Z0-9]+)\s+(?:Loan\s+)?Facilit(?:y|ies))\b",  # noqa: E501 (one regular expression)
+    re.I,
+)
 _AMOUNT = re.compile(r"(?:US)?\$\s?\d{1,3}(?:,\d{3})+(?:\.\d+)?|\$\s?\d+(?:\.\d+)?\s?(?:million|billion)\b")
-_SYMBOLS = re.compile(r"trading\s+symbol", re.I)  # the cover page's "Title of each class | Trading Symbol(s) | ..." table
-_TICKER = re.compile(r"(?<![\w.$%-])([A-Z]{1,5}(?:\.[A-Z])?)(?:\s+PR\s+[A-Z]{1,2})?[\s|]+(?:The\s+)?(?:New York Stock Exchange|NYSE|Nasdaq|NASDAQ|Chicago Stock Exchange)")
-_PREAMBLE = re.compile(r"(dated as of|entered into|is made|this [“\"]Agreement[”\"]|annual report|quarterly report)", re.I)
+_SYMBOLS = re.compile(
+    r"trading\s+symbol", re.I
+)  # the cover page's "Title of each class | Trading Symbol(s) | ..." table
+_TICKER = re.compile(
+    r"(?<![\w.$%-])([A-Z]{1,5}(?:\.[A-Z])?)(?:\s+PR\s+[A-Z]{1,2})?[\s|]+(?:The\s+)?(?:New York Stock Exchange|NYSE|Nasdaq|NASDAQ|Chicago Stock Exchange)"  # noqa: E501 (one regular expression)
+)
+_PREAMBLE = re.compile(
+    r"(dated as of|entered into|is made|this [“\"]Agreement[”\"]|annual report|quarterly report)", re.I
+)
 
 
 def _clean_name(name: str) -> str:
@@ -31,12 +46,19 @@ def _top(values: list[str], n: int) -> list[str]:
 
 def tickers(text: str) -> list[str]:
     """The trading symbols a filing's cover page lists for its securities ("JNJ", "MGM"; not a note's "JNJ24C")."""
-    cover = _SYMBOLS.search(text[:20000])  # the symbols follow the column label, or precede it (a label row under the table)
-    return list(dict.fromkeys(m[1] for m in _TICKER.finditer(text[max(cover.start() - 1000, 0) : cover.end() + 3000]))) if cover else []
+    cover = _SYMBOLS.search(
+        text[:20000]
+    )  # the symbols follow the column label, or precede it (a label row under the table)
+    return (
+        list(dict.fromkeys(m[1] for m in _TICKER.finditer(text[max(cover.start() - 1000, 0) : cover.end() + 3000])))
+        if cover
+        else []
+    )
 
 
 def extract_entities(text: str) -> dict[str, list[str]]:
-    """Borrower, agents, facilities, the most frequent currency amounts and the trading symbols (regexes over the text)."""
+    """Borrower, agents, facilities, the most frequent currency amounts and the trading symbols (regexes over the
+    text)."""
     head = text[:30000]
     entities = {
         "tickers": tickers(text),
@@ -58,12 +80,16 @@ def extractive_summary(doc: ParsedDocument, entities: dict[str, list[str]]) -> s
     return ". ".join(p for p in parts if p)[:1000]
 
 
-async def summarize(doc: ParsedDocument, gateway: Gateway | None = None, endpoint: Endpoint | None = None) -> tuple[str, dict[str, list[str]]]:
+async def summarize(
+    doc: ParsedDocument, gateway: Gateway | None = None, endpoint: Endpoint | None = None
+) -> tuple[str, dict[str, list[str]]]:
     """(summary, entities) for one document; the model writes the summary when one is given."""
     entities = extract_entities(doc.text)
     if gateway is None or endpoint is None:
         return extractive_summary(doc, entities), entities
     prompt = render_prompt("summarize_document", title=doc.title, excerpt=doc.text[:8000])
-    samples = await gateway.generate(endpoint, role="summarizer", messages=[{"role": "user", "content": prompt}], max_tokens=300)
+    samples = await gateway.generate(
+        endpoint, role="summarizer", messages=[{"role": "user", "content": prompt}], max_tokens=300
+    )
     text = samples[0].text.strip()
     return (text or extractive_summary(doc, entities)), entities

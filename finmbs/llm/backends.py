@@ -43,12 +43,7 @@ class LiteLLMBackend:
 
     async def complete(self, endpoint, *, messages, prompt, n, params):
         kwargs: dict[str, Any] = dict(
-            model=endpoint.model,
-            n=n,
-            timeout=endpoint.timeout_s,
-            num_retries=0,
-            **params,
-            **endpoint.extra,
+            model=endpoint.model, n=n, timeout=endpoint.timeout_s, num_retries=0, **params, **endpoint.extra
         )
         base = endpoint.base_url()
         if base:
@@ -94,7 +89,8 @@ class LiteLLMBackend:
 class EmbeddedBackend:
     """Embedded GGUF models on the CPU: chat prompts rendered by the GGUF's own chat template (plain
     completion for `chat: false`), the samples of every request made at the same time drawn together
-    by the model's `decoding.Decoder` (sample i of a request seeded by its index), a JSON-schema grammar for structured calls, and
+    by the model's `decoding.Decoder` (sample i of a request seeded by its index), a JSON-schema grammar for structured
+    calls, and
     generation threads scheduled process-wide so all models together never exceed the cores."""
 
     def __init__(self, settings: EmbeddedSettings | None = None):
@@ -122,24 +118,39 @@ class EmbeddedBackend:
         name = embedded.lookup(endpoint.model).name
         with self.scheduler.wants(name):
             decoder = embedded.decoder(name, self.settings.n_ctx, self.settings.repack)
-            tokens = (embedded.completion_prompt(name, prompt) if prompt is not None
-                      else embedded.chat_prompt(name, [m.model_dump() for m in messages or []]))
+            tokens = (
+                embedded.completion_prompt(name, prompt)
+                if prompt is not None
+                else embedded.chat_prompt(name, [m.model_dump() for m in messages or []])
+            )
             schema = embedded.response_schema(params.get("response_format"))
             temperature = float(params.get("temperature", 1.0))
-            samplings = [Sampling(temperature=temperature, seed=seed, top_p=float(params.get("top_p", 0.95)))
-                         for seed in seeds]
+            samplings = [
+                Sampling(temperature=temperature, seed=seed, top_p=float(params.get("top_p", 0.95))) for seed in seeds
+            ]
             try:
                 out = decoder.generate(
-                    tokens, samplings, max_tokens=int(params.get("max_tokens", 256)), threads=self._lease,
-                    stop=params.get("stop") or [], grammar=embedded.grammar(schema) if schema else None,
+                    tokens,
+                    samplings,
+                    max_tokens=int(params.get("max_tokens", 256)),
+                    threads=self._lease,
+                    stop=params.get("stop") or [],
+                    grammar=embedded.grammar(schema) if schema else None,
                 )
             except ContextOverflow as exc:
                 entry = embedded.lookup(name)
                 raise embedded.EmbeddedModelError(
                     f"embedded model '{name}' ({entry.packages}): {exc} (raise embedded.n_ctx in the config)"
                 ) from exc
-        return [Sample(text=g.text, finish_reason=g.finish_reason, prompt_tokens=len(tokens),
-                       completion_tokens=g.completion_tokens) for g in out]
+        return [
+            Sample(
+                text=g.text,
+                finish_reason=g.finish_reason,
+                prompt_tokens=len(tokens),
+                completion_tokens=g.completion_tokens,
+            )
+            for g in out
+        ]
 
     async def complete(self, endpoint, *, messages, prompt, n, params):
         params = dict(params)

@@ -95,7 +95,8 @@ class _Sequence:
         self.chain = _chain(api, sampling)
         self.grammar = (
             api.llama_sampler_init_grammar(decoder.vocab, grammar._grammar.encode(), grammar._root.encode())
-            if grammar is not None else None
+            if grammar is not None
+            else None
         )
         self.tokens: list[int] = []
         self.text = b""
@@ -206,7 +207,7 @@ class Decoder:
         """Hold `prompt` in `seq`, whose first `keep` tokens are already there; logits for its last token."""
         self.api.llama_memory_seq_rm(self.memory, seq, keep, -1)
         for start in range(keep, len(prompt), self.n_batch):
-            part = prompt[start:start + self.n_batch]
+            part = prompt[start : start + self.n_batch]
             self._decode([(t, start + i, seq, start + i == len(prompt) - 1) for i, t in enumerate(part)])
 
     # grammar ---------------------------------------------------------------------------------------
@@ -232,9 +233,14 @@ class Decoder:
 
     # generation ------------------------------------------------------------------------------------
     def generate(
-        self, prompt: list[int], samplings: list[Sampling], *, max_tokens: int,
+        self,
+        prompt: list[int],
+        samplings: list[Sampling],
+        *,
+        max_tokens: int,
         threads: int | Callable[[], AbstractContextManager[int]],
-        stop: list[str] | None = None, grammar: Any | None = None,
+        stop: list[str] | None = None,
+        grammar: Any | None = None,
     ) -> list[Generation]:
         """One sample per `Sampling`, all from `prompt`, in waves that fit the context window, decoded
         beside every other request made at the same time. `threads` is a count, or a lease taken for
@@ -248,7 +254,7 @@ class Decoder:
         lease = fixed_threads(threads) if isinstance(threads, int) else threads
         out: list[Generation] = []
         for start in range(0, len(samplings), wave):
-            request = _Request(prompt, samplings[start:start + wave], max_tokens, stop or [], grammar)
+            request = _Request(prompt, samplings[start : start + wave], max_tokens, stop or [], grammar)
             with self._cond:
                 self._pending.append(request)
             self._wait_or_drive(request, lease)
@@ -335,7 +341,7 @@ class Decoder:
                         return  # waits for a request to finish
                     self._drop(seq)  # alone in the window, it needs the kept prefix's cells too
                     seq, keep = -1, 0
-                request.ids = ([seq] if seq >= 0 else []) + self._idle()[:want - (seq >= 0)]
+                request.ids = ([seq] if seq >= 0 else []) + self._idle()[: want - (seq >= 0)]
                 self._kept.pop(seq, None)
                 self._pending.pop(0)
                 self._active.append(request)
@@ -366,8 +372,9 @@ class Decoder:
         for seq in ids[1:]:
             self.api.llama_memory_seq_rm(self.memory, seq, -1, -1)
             self.api.llama_memory_seq_cp(self.memory, ids[0], seq, -1, -1)
-        request.seqs = [_Sequence(self, seq, len(request.prompt), s, request.grammar)
-                        for seq, s in zip(ids, request.samplings)]
+        request.seqs = [
+            _Sequence(self, seq, len(request.prompt), s, request.grammar) for seq, s in zip(ids, request.samplings)
+        ]
         for sequence in request.seqs:  # the first token of every sample from the prompt's last logits
             self._push(sequence, sequence.sample(-1), request.max_tokens, request.stop)
         self._finish_done()
@@ -391,8 +398,14 @@ class Decoder:
             return
         with self._cond:
             for request in finished:
-                request.result = [Generation(text=self._text(s, request.stop), finish_reason=s.finish or "length",
-                                             completion_tokens=len(s.tokens)) for s in request.seqs]
+                request.result = [
+                    Generation(
+                        text=self._text(s, request.stop),
+                        finish_reason=s.finish or "length",
+                        completion_tokens=len(s.tokens),
+                    )
+                    for s in request.seqs
+                ]
                 for i, seq in enumerate(request.seqs):
                     seq.close()
                     self.api.llama_memory_seq_rm(self.memory, seq.seq_id, len(request.prompt) if i == 0 else 0, -1)

@@ -270,6 +270,7 @@ class ThreadScheduler:
     def acquire(self, threads: int | None = None) -> int:
         """Wait until `threads` cores (default: the current share) are free and take them."""
         with self._cond:
+
             def wanted() -> int:
                 return min(max(1, threads or self.share()), self.cores)
 
@@ -413,8 +414,10 @@ def chat_prompt(name: str, messages: list[dict[str, str]]) -> list[int]:
                 raise EmbeddedModelError(f"embedded model '{entry.name}' ({entry.packages}) has no chat template")
             eos, bos = llama.token_eos(), llama.token_bos()
             _FORMATTERS[entry.name] = Jinja2ChatFormatter(
-                template=template, eos_token=llama._model.token_get_text(eos) if eos != -1 else "",
-                bos_token=llama._model.token_get_text(bos) if bos != -1 else "", stop_token_ids=[eos],
+                template=template,
+                eos_token=llama._model.token_get_text(eos) if eos != -1 else "",
+                bos_token=llama._model.token_get_text(bos) if bos != -1 else "",
+                stop_token_ids=[eos],
             )
     rendered = _FORMATTERS[entry.name](messages=messages)
     return llama.tokenize(rendered.prompt.encode("utf-8"), add_bos=not rendered.added_special, special=True)

@@ -27,7 +27,8 @@ from finmbs.llm.cache import ResponseCache, request_key
 from finmbs.llm.limits import EndpointLimits
 from finmbs.llm.structured import extract_json, schema_format, strip_think
 from finmbs.llm.types import BackendReply, BudgetExceeded, GatewayError, Message, Sample
-from finmbs.llm.vllm_offline import PREFIX as VLLM_OFFLINE, VLLMOfflineBackend
+from finmbs.llm.vllm_offline import PREFIX as VLLM_OFFLINE
+from finmbs.llm.vllm_offline import VLLMOfflineBackend
 from finmbs.records import RoleUsage, first_error
 from finmbs.resources import render_prompt
 
@@ -164,8 +165,9 @@ class Gateway:
         kind = "embedded" if endpoint.is_embedded else "vllm" if endpoint.model.startswith(VLLM_OFFLINE) else "litellm"
         if kind not in self._backends:
             self._backends[kind] = (
-                EmbeddedBackend(self.embedded) if kind == "embedded" else
-                {"vllm": VLLMOfflineBackend, "litellm": LiteLLMBackend}[kind]()
+                EmbeddedBackend(self.embedded)
+                if kind == "embedded"
+                else {"vllm": VLLMOfflineBackend, "litellm": LiteLLMBackend}[kind]()
             )
         return self._backends[kind]
 
@@ -186,7 +188,12 @@ class Gateway:
         return reported or 0.0
 
     async def _request(
-        self, endpoint: Endpoint, role: str, messages: list[Message] | None, prompt: str | None, n: int,
+        self,
+        endpoint: Endpoint,
+        role: str,
+        messages: list[Message] | None,
+        prompt: str | None,
+        n: int,
         params: dict[str, Any],
     ) -> list[Sample]:
         """One backend request (n samples) with limits, retries and accounting.
@@ -201,7 +208,9 @@ class Gateway:
         backend = self._backend(endpoint)
         retrying = AsyncRetrying(
             retry=retry_if_exception(is_retryable),
-            wait=wait_exponential_jitter(multiplier=self.retry_initial_s, jitter=self.retry_initial_s, max=self.retry_max_s),
+            wait=wait_exponential_jitter(
+                multiplier=self.retry_initial_s, jitter=self.retry_initial_s, max=self.retry_max_s
+            ),
             stop=stop_after_attempt(endpoint.max_retries + 1),
             reraise=True,
         )
@@ -222,13 +231,16 @@ class Gateway:
                         try:
                             reply = await asyncio.wait_for(  # the hard limit, whatever the backend honours
                                 backend.complete(endpoint, messages=messages, prompt=prompt, n=n, params=dict(params)),
-                                None if endpoint.is_embedded else endpoint.timeout_s,  # embedded: queued, bounded by max_tokens
+                                None
+                                if endpoint.is_embedded
+                                else endpoint.timeout_s,  # embedded: queued, bounded by max_tokens
                             )
                         except Exception as exc:
                             timed_out += is_timeout(exc)
                             if timed_out > 1:
                                 raise GatewayError(
-                                    f"{role} endpoint '{endpoint.name}' timed out twice after {endpoint.timeout_s:g} s; "
+                                    f"{role} endpoint '{endpoint.name}' timed out twice after "
+                                    f"{endpoint.timeout_s:g} s; "
                                     f"raise its timeout_s (e.g. --set roles.{role_key(role)}.timeout_s=...) if it is "
                                     "just slow"
                                 ) from exc
@@ -320,8 +332,15 @@ class Gateway:
         return [found[i] for i in indices]
 
     async def _fetch(
-        self, endpoint: Endpoint, role: str, msgs: list[Message] | None, prompt: str | None, params: dict[str, Any],
-        key: str, missing: list[int], base: int = 0,
+        self,
+        endpoint: Endpoint,
+        role: str,
+        msgs: list[Message] | None,
+        prompt: str | None,
+        params: dict[str, Any],
+        key: str,
+        missing: list[int],
+        base: int = 0,
     ) -> dict[int, Sample]:
         """Request the missing sample indices (sample i seeded by base + i); identical requests arriving
         meanwhile wait for these. With a dollar budget, a model with no known price is never called."""
@@ -329,7 +348,8 @@ class Gateway:
             raise BudgetExceeded(
                 f"budget.max_cost_usd is set but no price is known for {endpoint.name} ({endpoint.model}), so its "
                 f"cost cannot be counted: set roles.{role_key(role)}.input_cost_per_mtok and output_cost_per_mtok "
-                "(0 for a self-hosted server), or drop max_cost_usd")
+                "(0 for a self-hosted server), or drop max_cost_usd"
+            )
         loop = asyncio.get_running_loop()
         futures = {i: loop.create_future() for i in missing}
         for i, future in futures.items():
@@ -385,8 +405,14 @@ class Gateway:
         msgs = [m if isinstance(m, Message) else Message(**m) for m in messages]
         fmt = schema_format(schema) if endpoint.structured_output == "json_schema" else None
         samples = await self.generate(
-            endpoint, role=role, messages=msgs, n=n, first_index=first_index,
-            temperature=temperature, max_tokens=max_tokens, response_format=fmt,
+            endpoint,
+            role=role,
+            messages=msgs,
+            n=n,
+            first_index=first_index,
+            temperature=temperature,
+            max_tokens=max_tokens,
+            response_format=fmt,
         )
         usage = self.role_usage(role)
         results: list[T | None] = []
@@ -399,20 +425,40 @@ class Gateway:
                 if cut_off:  # the same request, another sample
                     again, index, temp = msgs, REDRAW + i, temperature
                 else:  # the reply back, with what is wrong with it
-                    again, index, temp = msgs + [
-                        Message(role="assistant", content=sample.text),
-                        Message(role="user", content=render_prompt(
-                            "repair_json", error=error, schema=json.dumps(schema.model_json_schema()))),
-                    ], 0, 0.0
+                    again, index, temp = (
+                        msgs
+                        + [
+                            Message(role="assistant", content=sample.text),
+                            Message(
+                                role="user",
+                                content=render_prompt(
+                                    "repair_json", error=error, schema=json.dumps(schema.model_json_schema())
+                                ),
+                            ),
+                        ],
+                        0,
+                        0.0,
+                    )
                 second = await self.generate(
-                    endpoint, role=role, messages=again, n=1, first_index=index, temperature=temp,
-                    max_tokens=max_tokens, response_format=fmt,
+                    endpoint,
+                    role=role,
+                    messages=again,
+                    n=1,
+                    first_index=index,
+                    temperature=temp,
+                    max_tokens=max_tokens,
+                    response_format=fmt,
                 )
                 parsed, error = parse_structured(second[0].text, schema, last=last)
                 if parsed is None:
                     usage.parse_failures += 1
-                    log.warning("%s: unparseable %s after %s: %s", role, schema.__name__,
-                                "a second draw" if cut_off else "repair", error)
+                    log.warning(
+                        "%s: unparseable %s after %s: %s",
+                        role,
+                        schema.__name__,
+                        "a second draw" if cut_off else "repair",
+                        error,
+                    )
             results.append(parsed)
         return results
 

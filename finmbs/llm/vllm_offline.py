@@ -40,7 +40,9 @@ class VLLMOfflineBackend:
         try:
             import vllm
         except ImportError:
-            raise GatewayError("model vllm-offline/... needs vLLM on a GPU machine: pip install 'finmbs[vllm]'") from None
+            raise GatewayError(
+                "model vllm-offline/... needs vLLM on a GPU machine: pip install 'finmbs[vllm]'"
+            ) from None
         self.vllm = vllm
         self.window_s = window_s
         self.engines: dict[str, Any] = {}
@@ -99,9 +101,17 @@ def reply(output: Any) -> BackendReply:
     """A vllm RequestOutput as the gateway's reply: every completion with its finish reason and tokens."""
     prompt_tokens = len(output.prompt_token_ids or [])
     samples = [
-        Sample(text=c.text, finish_reason=normalize_finish_reason(c.finish_reason), prompt_tokens=prompt_tokens,
-               completion_tokens=len(c.token_ids))
+        Sample(
+            text=c.text,
+            finish_reason=normalize_finish_reason(c.finish_reason),
+            prompt_tokens=prompt_tokens,
+            completion_tokens=len(c.token_ids),
+        )
         for c in output.outputs
     ]
-    return BackendReply(samples=samples, prompt_tokens=prompt_tokens,
-                        completion_tokens=sum(s.completion_tokens for s in samples), cost_usd=0.0)
+    return BackendReply(
+        samples=samples,
+        prompt_tokens=prompt_tokens,
+        completion_tokens=sum(s.completion_tokens for s in samples),
+        cost_usd=0.0,
+    )

@@ -27,8 +27,9 @@ def difficulty(samples: list[Rollout], policy: str, budget: int) -> DifficultyRe
     band = "hard" if k == 0 else "stale" if k == n else "goldilocks"
     in_budget = any(r.reward == 1.0 and r.finish_reason == "stop" for r in samples)
     verified_hard = k == 0 and all(r.finish_reason == "stop" for r in samples)
-    return DifficultyReport(policy=policy, budget=budget, n=n, k=k, band=band, in_budget=in_budget,
-                            verified_hard=verified_hard)
+    return DifficultyReport(
+        policy=policy, budget=budget, n=n, k=k, band=band, in_budget=in_budget, verified_hard=verified_hard
+    )
 
 
 async def calibrate(
@@ -49,7 +50,13 @@ def annotate(problem: Problem, report: DifficultyReport) -> Problem:
 
 
 async def calibrate_work(
-    problem: Problem, gateway: Gateway, tick: Tick, *, config: RunConfig, target: Endpoint | None, n: int | None,
+    problem: Problem,
+    gateway: Gateway,
+    tick: Tick,
+    *,
+    config: RunConfig,
+    target: Endpoint | None,
+    n: int | None,
     budget: int | None,
 ) -> Problem:
     """One problem as a unit of executor work (module level, so it pickles for Ray)."""
@@ -58,8 +65,14 @@ async def calibrate_work(
 
 
 async def calibrate_all(
-    ctx: Context, problems: list[Problem], *, target: Endpoint | None = None, n: int | None = None,
-    budget: int | None = None, concurrency: int = 8, executor: Executor | None = None,
+    ctx: Context,
+    problems: list[Problem],
+    *,
+    target: Endpoint | None = None,
+    n: int | None = None,
+    budget: int | None = None,
+    concurrency: int = 8,
+    executor: Executor | None = None,
 ) -> list[Problem]:
     """Annotate every problem with its DifficultyReport (order kept), on `executor` (default: ctx's gateway).
     A missing API key or `${VAR}` of the target is a ConfigError before any call."""
@@ -67,8 +80,13 @@ async def calibrate_all(
     executor = executor or make_executor("local", ctx.config, gateway=ctx.gateway)
     annotated: dict[int, Problem] = {}
     work = partial(calibrate_work, config=ctx.config, target=target, n=n, budget=budget)
-    await executor.map(work, problems, concurrency=concurrency, tick=ctx.tick,
-                       on_result=lambda problem, result: annotated.__setitem__(id(problem), result))
+    await executor.map(
+        work,
+        problems,
+        concurrency=concurrency,
+        tick=ctx.tick,
+        on_result=lambda problem, result: annotated.__setitem__(id(problem), result),
+    )
     return [annotated[id(p)] for p in problems]
 
 
@@ -77,7 +95,9 @@ def band_summary(reports: list[DifficultyReport]) -> dict[str, int]:
     bands = Counter(r.band for r in reports)
     return {
         "problems": len(reports),
-        "hard": bands["hard"], "goldilocks": bands["goldilocks"], "stale": bands["stale"],
+        "hard": bands["hard"],
+        "goldilocks": bands["goldilocks"],
+        "stale": bands["stale"],
         "in_budget": sum(r.in_budget for r in reports),
         "qualified": sum(r.qualified for r in reports),
         "verified_hard": sum(r.verified_hard for r in reports),

@@ -10,11 +10,11 @@ from functools import cache
 from pydantic import BaseModel, Field, create_model, field_validator
 
 from finmbs.mbs.context import Context, Ledger
-from finmbs.mbs.novelty import STAGE as NOVELTY, restated, unworkable
+from finmbs.mbs.novelty import STAGE as NOVELTY
+from finmbs.mbs.novelty import restated, unworkable
 from finmbs.mbs.programs import program_node, programs_on
 from finmbs.mbs.traces import teacher_trace
 from finmbs.records import Decision, Problem, Provenance, TreeNode
-
 
 # A final answer is a number or a short exact value. The bound is part of the JSON schema, so a constrained
 # teacher must close the answer (unbounded, a teacher can write its real subproblems inside the answer string).
@@ -92,21 +92,37 @@ def attempt_item(question: str, answer: str, label: str, text: str) -> str:
 
 
 def derive(
-    origin: Problem, worked: WorkedProblem, *, id: str, stage: str, tree_path: str,
-    parent_ids: list[str], method: str = "mbs",
+    origin: Problem,
+    worked: WorkedProblem,
+    *,
+    id: str,
+    stage: str,
+    tree_path: str,
+    parent_ids: list[str],
+    method: str = "mbs",
 ) -> Problem:
     """A new problem descended from `origin` (same domain, snippet and entity until re-grounded); a
     worked problem's program (`verify.programs`) goes to meta.program."""
     program = getattr(worked, "program", None)
     return Problem(
-        id=id, question=worked.question.strip(), answer=worked.answer.strip(), domain=origin.domain,
-        snippet=origin.snippet, entity=origin.entity,
+        id=id,
+        question=worked.question.strip(),
+        answer=worked.answer.strip(),
+        domain=origin.domain,
+        snippet=origin.snippet,
+        entity=origin.entity,
         provenance=Provenance(
-            seed_id=origin.provenance.seed_id or origin.id, method=method, stage=stage,
-            tree_path=tree_path, parent_ids=parent_ids,
+            seed_id=origin.provenance.seed_id or origin.id,
+            method=method,
+            stage=stage,
+            tree_path=tree_path,
+            parent_ids=parent_ids,
         ),
-        meta={"data_source": f"finmbs/{origin.domain}", "teacher_solution": worked.solution,
-              **({"program": program} if program else {})},
+        meta={
+            "data_source": f"finmbs/{origin.domain}",
+            "teacher_solution": worked.solution,
+            **({"program": program} if program else {}),
+        },
     )
 
 
@@ -142,8 +158,12 @@ async def verified_node(
         return None
     reason = f"answer verified by {trace.model}"
     if why:  # relabeled by agreeing traces (stages.relabel)
-        problem = problem.model_copy(update={
-            "answer": trace.answer, "meta": {**problem.meta, "relabeled_from": problem.answer, "teacher_solution": trace.text}})
+        problem = problem.model_copy(
+            update={
+                "answer": trace.answer,
+                "meta": {**problem.meta, "relabeled_from": problem.answer, "teacher_solution": trace.text},
+            }
+        )
         reason = why
     decision = Decision(stage=stage, outcome="accepted", reason=reason)
     return TreeNode(problem=problem, trace=trace, path=path, mirrors=mirrors, decisions=[decision])

@@ -21,10 +21,10 @@ import asyncio
 from collections.abc import Awaitable
 from itertools import product
 
-
 from finmbs.mbs.candidates import WorkedProblem, derive, reply_model, verified_node
 from finmbs.mbs.context import Context, Ledger, in_stage
-from finmbs.mbs.leaves import STAGE as LEAF, harder_leaves, screened
+from finmbs.mbs.leaves import STAGE as LEAF
+from finmbs.mbs.leaves import harder_leaves, screened
 from finmbs.mbs.programs import child_functions, program_prompt
 from finmbs.mbs.solve import document_block, worked_examples
 from finmbs.mbs.stages import Stage
@@ -54,8 +54,11 @@ def compose_messages(ctx: Context, node: TreeNode, chosen: list[TreeNode]) -> li
         render_prompt("pattern_child", question=c.problem.question, answer=c.problem.answer) for c in node.children
     )
     text = render_prompt(
-        "compose_parent", document=document_block(node.problem), parent=node.problem.question,
-        parent_solution=node.trace.text if node.trace else "", original_children=pattern,
+        "compose_parent",
+        document=document_block(node.problem),
+        parent=node.problem.question,
+        parent_solution=node.trace.text if node.trace else "",
+        original_children=pattern,
         synthetic_children=worked_examples([(c.problem, c.trace.text if c.trace else "") for c in chosen]),
     )
     children = {f"child_{k}": c.problem.answer for k, c in enumerate(chosen, 1) if c.problem.meta.get("program")}
@@ -67,15 +70,24 @@ async def compose_trial(
 ) -> TreeNode | None:
     teacher = ctx.teachers[t % len(ctx.teachers)] if ctx.stages.rotate_teachers else ctx.teachers[0]
     [reply] = await ctx.gateway.structured(  # trial t is sample t: a retried combination gets a fresh sample
-        teacher, reply_model(ctx, ComposedParent), role="teacher", messages=compose_messages(ctx, node, chosen),
+        teacher,
+        reply_model(ctx, ComposedParent),
+        role="teacher",
+        messages=compose_messages(ctx, node, chosen),
         first_index=t,
     )
     ctx.tick(STAGE)
     if reply is None:
         node.decisions.append(Decision(stage=STAGE, outcome="rejected", reason=f"trial {t}: reply did not parse"))
         return None
-    problem = derive(node.problem, reply, id=f"{node.problem.id}.s{t}", stage=STAGE, tree_path=node.path,
-                     parent_ids=[c.problem.id for c in chosen])
+    problem = derive(
+        node.problem,
+        reply,
+        id=f"{node.problem.id}.s{t}",
+        stage=STAGE,
+        tree_path=node.path,
+        parent_ids=[c.problem.id for c in chosen],
+    )
     functions = child_functions(chosen)
     if functions and "program" in problem.meta:  # its program may call child_k(), child k's program
         problem.meta["program_functions"] = functions
@@ -91,6 +103,7 @@ async def run_trials(
     """(the synthetic versions of `node`, trials run): trial by trial until one passes verification and
     the alpha_parent screen (the paper); with `stages.compose_all_trials` every trial at once, every
     passing one kept."""
+
     def trial(t: int) -> Awaitable[TreeNode | None]:
         return compose_trial(ctx, node, [pool[i] for pool, i in zip(pools, chosen[t])], t, ledger)
 
@@ -113,19 +126,27 @@ async def synthesize(ctx: Context, node: TreeNode, ledger: Ledger) -> tuple[list
     missing = [c.problem.id for c, (pool, _) in zip(node.children, results) if not pool]
     pools = [versions for versions, _ in results if versions]
     if missing:
-        node.decisions.append(Decision(
-            stage=STAGE, outcome="info", data={"missing": missing},
-            reason=f"no synthetic version of {missing}" + ("" if pools else ": nothing to compose")))
+        node.decisions.append(
+            Decision(
+                stage=STAGE,
+                outcome="info",
+                data={"missing": missing},
+                reason=f"no synthetic version of {missing}" + ("" if pools else ": nothing to compose"),
+            )
+        )
     if not pools:
         return [], orphans
     chosen = trials([len(p) for p in pools], ctx.stages.Nc)
     with in_stage(STAGE):
         versions, tried = await run_trials(ctx, node, pools, chosen, ledger)
     distinct = len(set(chosen[:tried]))
-    node.decisions.append(Decision(
-        stage=STAGE, outcome="info",
-        reason=f"kept {len(versions)} of {tried} composition trials ({distinct} distinct combinations; up to "
-               f"{len(chosen)})",
-    ))
+    node.decisions.append(
+        Decision(
+            stage=STAGE,
+            outcome="info",
+            reason=f"kept {len(versions)} of {tried} composition trials ({distinct} distinct combinations; up to "
+            f"{len(chosen)})",
+        )
+    )
     used = {id(c) for v in versions for c in v.children}
     return versions, orphans + [v for pool in pools for v in pool if id(v) not in used]

@@ -17,7 +17,6 @@ from finmbs.llm import Gateway
 from finmbs.mbs.stages import Check, Stage
 from finmbs.records import DecompositionTree, Problem, Rejection, SeedCounts, TreeNode
 
-
 TARGET_ROLE = "target"
 OTHER_STAGE = Stage.OTHER
 SECONDS = "model_seconds"
@@ -95,8 +94,12 @@ class Context:
     def for_seed(self) -> Context:
         """This context with a fresh per-seed token meter on its gateway."""
         inner = self.gateway.inner if isinstance(self.gateway, SeedGateway) else self.gateway
-        return Context(config=self.config, gateway=SeedGateway(inner), tick=self.tick,  # type: ignore[arg-type]
-                       excluded_documents=self.excluded_documents)
+        return Context(
+            config=self.config,
+            gateway=SeedGateway(inner),
+            tick=self.tick,  # type: ignore[arg-type]
+            excluded_documents=self.excluded_documents,
+        )
 
     def tokens(self) -> dict[str, int]:
         """Tokens per role spent through this context's meter (empty without one)."""
@@ -151,8 +154,11 @@ class Ledger:
     def count_decompositions(self, tree: DecompositionTree | None) -> None:
         """Count the effective and attempted decomposition proposals recorded on the seed's tree and on
         the children dropped from it."""
-        dropped = [TreeNode.model_validate(r.data["node"]) for r in self.first.values()
-                   if r.stage == Stage.DECOMPOSE and "node" in r.data]
+        dropped = [
+            TreeNode.model_validate(r.data["node"])
+            for r in self.first.values()
+            if r.stage == Stage.DECOMPOSE and "node" in r.data
+        ]
         nodes = [*(tree.root.walk() if tree else []), *dropped]
         attempts = [d for n in nodes for d in n.decisions if d.stage == Stage.DECOMPOSE and "attempt" in d.data]
         self.counts.decompositions_effective = sum(d.outcome == "accepted" for d in attempts)

@@ -23,13 +23,25 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from finmbs.config import Endpoint
 from finmbs.llm.structured import written_in_order
 from finmbs.mbs.candidates import (
-    WorkedProblem, asking_for, attempt_item, derive, reply_model, verified_node, written_items,
+    WorkedProblem,
+    asking_for,
+    attempt_item,
+    derive,
+    reply_model,
+    verified_node,
+    written_items,
 )
 from finmbs.mbs.context import Context, Ledger
 from finmbs.mbs.novelty import reveals
+from finmbs.mbs.programs import CHECK as PROGRAM_CHECK
 from finmbs.mbs.programs import (
-    CHECK as PROGRAM_CHECK, WrittenProgram, child_functions, composed_parent, listed_children, program_prompt,
-    programs_on, render_program_finance,
+    WrittenProgram,
+    child_functions,
+    composed_parent,
+    listed_children,
+    program_prompt,
+    programs_on,
+    render_program_finance,
 )
 from finmbs.mbs.solve import document_block, student_accuracy
 from finmbs.mbs.stages import Check, Stage
@@ -111,19 +123,31 @@ def attempt_teacher(ctx: Context, attempt: int) -> Endpoint:
 async def propose(ctx: Context, node: TreeNode, attempt: int, failed: list) -> Decomposition | None:
     teacher = attempt_teacher(ctx, attempt)
     text = render_prompt(
-        "decompose", K=ctx.stages.K, document=document_block(node.problem), question=node.problem.question,
-        solution=node.trace.text if node.trace else "", answer=node.problem.answer, failed=failed_context(failed),
+        "decompose",
+        K=ctx.stages.K,
+        document=document_block(node.problem),
+        question=node.problem.question,
+        solution=node.trace.text if node.trace else "",
+        answer=node.problem.answer,
+        failed=failed_context(failed),
     )
     [parsed] = await ctx.gateway.structured(  # attempt a is sample a: a retry never replays an earlier sample
-        teacher, asking_for(reply_model(ctx, Decomposition), "subproblems", fewest_children(ctx.stages.K)), role="teacher",
-        messages=[{"role": "user", "content": program_prompt(ctx, text, node.problem.domain)}], first_index=attempt,
+        teacher,
+        asking_for(reply_model(ctx, Decomposition), "subproblems", fewest_children(ctx.stages.K)),
+        role="teacher",
+        messages=[{"role": "user", "content": program_prompt(ctx, text, node.problem.domain)}],
+        first_index=attempt,
     )
     ctx.tick(STAGE)
     return parsed
 
 
 def without_leaks(
-    node: TreeNode, candidates: list[Problem], ledger: Ledger, limit: int | None = None, by_answer: bool = True,
+    node: TreeNode,
+    candidates: list[Problem],
+    ledger: Ledger,
+    limit: int | None = None,
+    by_answer: bool = True,
     shown: dict[str, str] | None = None,
 ) -> list[Problem]:
     """The subproblems that do not reveal the parent's answer (appendix B.3), the first `limit` of them;
@@ -146,8 +170,14 @@ def child_id(node: TreeNode, attempt: int, k: int) -> str:
 
 async def verified_children(ctx: Context, node: TreeNode, proposal: Decomposition, attempt: int, ledger: Ledger):
     candidates = [
-        derive(node.problem, worked, id=child_id(node, attempt, k), stage=STAGE,
-               tree_path=f"{node.path}.{k}", parent_ids=[node.problem.id])
+        derive(
+            node.problem,
+            worked,
+            id=child_id(node, attempt, k),
+            stage=STAGE,
+            tree_path=f"{node.path}.{k}",
+            parent_ids=[node.problem.id],
+        )
         for k, worked in enumerate(proposal.subproblems)
     ]
     # K children, leaks skipped. With relabel a stated answer is no label yet (small teachers state wrong
@@ -172,11 +202,17 @@ async def parent_program(
     verified answer; otherwise (the parent, why not): the attempt is rejected."""
     functions = child_functions(children)
     text = render_prompt(
-        "program_parent", children=listed_children(children, functions), finance=render_program_finance(node.problem.domain),
-        document=document_block(node.problem), question=node.problem.question,
+        "program_parent",
+        children=listed_children(children, functions),
+        finance=render_program_finance(node.problem.domain),
+        document=document_block(node.problem),
+        question=node.problem.question,
     )
     [reply] = await ctx.gateway.structured(  # attempt a is sample a, as the proposal's
-        attempt_teacher(ctx, attempt), WrittenProgram, role="teacher", messages=[{"role": "user", "content": text}],
+        attempt_teacher(ctx, attempt),
+        WrittenProgram,
+        role="teacher",
+        messages=[{"role": "user", "content": text}],
         first_index=attempt,
     )
     ctx.tick(STAGE)
@@ -188,8 +224,11 @@ async def parent_program(
 def parent_program_data(parent: Problem) -> dict:
     """What a decomposition attempt records of its parent program (its source, what it gave or why it failed)."""
     meta = parent.meta
-    return {"parent_program": meta.get("program"), "parent_program_answer": meta.get("program_answer"),
-            **({"parent_program_error": meta["program_error"]} if meta.get("program_error") else {})}
+    return {
+        "parent_program": meta.get("program"),
+        "parent_program_answer": meta.get("program_answer"),
+        **({"parent_program_error": meta["program_error"]} if meta.get("program_error") else {}),
+    }
 
 
 def solved_leaf(ctx: Context, node: TreeNode, depth: int) -> Decision:
@@ -197,8 +236,12 @@ def solved_leaf(ctx: Context, node: TreeNode, depth: int) -> Decision:
     weakest = ctx.weakest.name
     acc = f"accuracy {node.student_accuracy[weakest]:.3f}"
     if depth == 0:
-        return Decision(stage=STAGE, outcome="info", data={"too_easy": True},
-                        reason=f"seed too easy: weakest student {weakest} already solves it ({acc}); kept as a leaf")
+        return Decision(
+            stage=STAGE,
+            outcome="info",
+            data={"too_easy": True},
+            reason=f"seed too easy: weakest student {weakest} already solves it ({acc}); kept as a leaf",
+        )
     return Decision(stage=STAGE, outcome="info", reason=f"leaf: weakest student {weakest} already solves it ({acc})")
 
 
@@ -229,8 +272,12 @@ async def decompose(ctx: Context, node: TreeNode, ledger: Ledger, depth: int = 0
     base = {s.name: node.student_accuracy[s.name] for s in students}
     failed: list[Failed] = []
     for attempt in range(ctx.stages.Nd + 1):
-        data = {"attempt": attempt, "student": students[-1].name, "students": list(base),
-                "unconditioned": base[students[-1].name]}
+        data = {
+            "attempt": attempt,
+            "student": students[-1].name,
+            "students": list(base),
+            "unconditioned": base[students[-1].name],
+        }
         proposal = await propose(ctx, node, attempt, failed)
         children = await verified_children(ctx, node, proposal, attempt, ledger) if proposal else []
         parent, why = node.problem, None
@@ -248,8 +295,12 @@ async def decompose(ctx: Context, node: TreeNode, ledger: Ledger, depth: int = 0
                 ledger.reject(child.problem, STAGE, reason, check=PROGRAM_CHECK)
         else:
             cond = await effectivity(ctx, node, students, children)
-            data.update(conditioned=cond[students[-1].name], conditioned_by_student=cond,
-                        children=[c.problem.id for c in children], skills=proposal.skills)
+            data.update(
+                conditioned=cond[students[-1].name],
+                conditioned_by_student=cond,
+                children=[c.problem.id for c in children],
+                skills=proposal.skills,
+            )
             if any(cond[name] > base[name] for name in cond):
                 reason = f"effective: {effect(base, cond)} with {len(children)} children"
                 node.decisions.append(Decision(stage=STAGE, outcome="accepted", reason=reason, data=data))

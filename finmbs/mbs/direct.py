@@ -19,10 +19,26 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field, field_validator
 
-from finmbs.mbs.candidates import WorkedProblem, asking_for, derive, novel_problems, reply_model, verified_node, written_items
+from finmbs.mbs.candidates import (
+    WorkedProblem,
+    asking_for,
+    derive,
+    novel_problems,
+    reply_model,
+    verified_node,
+    written_items,
+)
 from finmbs.mbs.context import Context, Ledger, in_stage
 from finmbs.mbs.outcome import (
-    SeedOutcome, calibrated, guarded, outcome, problems_by_id, quality_checked, regrounded, seed_root, synthetic_trees,
+    SeedOutcome,
+    calibrated,
+    guarded,
+    outcome,
+    problems_by_id,
+    quality_checked,
+    regrounded,
+    seed_root,
+    synthetic_trees,
 )
 from finmbs.mbs.programs import program_prompt
 from finmbs.mbs.solve import document_block
@@ -58,12 +74,21 @@ async def direct_call(ctx: Context, root: TreeNode, r: int, ledger: Ledger) -> l
         teacher, sample = ctx.teachers[0], r
     seed = root.problem
     text = render_prompt(
-        "direct_synthesis", n=count, document=document_block(seed), question=seed.question,
-        solution=root.trace.text if root.trace else "", answer=seed.answer,
+        "direct_synthesis",
+        n=count,
+        document=document_block(seed),
+        question=seed.question,
+        solution=root.trace.text if root.trace else "",
+        answer=seed.answer,
     )
     asked = asking_for(reply_model(ctx, DirectProblems), "problems", count, count)
-    [reply] = await ctx.gateway.structured(teacher, asked, role="teacher", first_index=sample,
-                                           messages=[{"role": "user", "content": program_prompt(ctx, text, seed.domain)}])
+    [reply] = await ctx.gateway.structured(
+        teacher,
+        asked,
+        role="teacher",
+        first_index=sample,
+        messages=[{"role": "user", "content": program_prompt(ctx, text, seed.domain)}],
+    )
     ctx.tick(STAGE)
     problems = [
         derive(seed, w, id=f"{seed.id}.x{r}v{s}", stage=STAGE, tree_path="0", parent_ids=[seed.id], method="direct")
@@ -74,7 +99,9 @@ async def direct_call(ctx: Context, root: TreeNode, r: int, ledger: Ledger) -> l
     ledger.mark_roots(since)  # each is a root candidate, counted in the rates like MBS's
     nodes = [await verified_node(ctx, p, ledger, stage=STAGE, path="0", mirrors=seed.id) for p in fresh]
     kept = [n for n in nodes if n is not None]
-    reason = f"call {r} ({teacher.name}): {len(kept)} of {len(problems)} verified" + ("" if reply else " (reply did not parse)")
+    reason = f"call {r} ({teacher.name}): {len(kept)} of {len(problems)} verified" + (
+        "" if reply else " (reply did not parse)"
+    )
     root.decisions.append(Decision(stage=STAGE, outcome="info", reason=reason, data={"call": r}))
     return kept
 
@@ -104,4 +131,6 @@ async def grow_seed_direct(seed: Problem, ctx: Context) -> SeedOutcome:
 
 def with_budgets(seeds: list[Problem], budgets: dict[str, int]) -> list[Problem]:
     """The seeds, each carrying its matched construction budget (seeds the run did not grow get none)."""
-    return [s.model_copy(update={"meta": {**s.meta, BUDGET_KEY: budgets[s.id]}}) if s.id in budgets else s for s in seeds]
+    return [
+        s.model_copy(update={"meta": {**s.meta, BUDGET_KEY: budgets[s.id]}}) if s.id in budgets else s for s in seeds
+    ]

@@ -52,8 +52,12 @@ async def write_program(ctx: Context, problem: Problem) -> Problem:
     business, never a reason to ask the next teacher."""
     if problem.meta.get("program"):
         return problem
-    text = render_prompt("program_write", finance=render_program_finance(problem.domain),
-                         document=document_block(problem), question=problem.question)
+    text = render_prompt(
+        "program_write",
+        finance=render_program_finance(problem.domain),
+        document=document_block(problem),
+        question=problem.question,
+    )
     written, failed = problem, []
     for teacher in ctx.teachers:
         # a plain-text reply with a ```python block: inside a JSON string, the program's own quotes ended it
@@ -62,8 +66,11 @@ async def write_program(ctx: Context, problem: Problem) -> Problem:
         if (source := program_in(reply.text)) is None:
             failed.append(f"{teacher.name}: reply holds no ```python block")
             continue
-        written = problem.model_copy(update={"meta": {
-            **problem.meta, "program": source, "program_written": True, "program_writer": teacher.name}})
+        written = problem.model_copy(
+            update={
+                "meta": {**problem.meta, "program": source, "program_written": True, "program_writer": teacher.name}
+            }
+        )
         if (result := await run_for(written)).ok:
             break
         failed.append(f"{teacher.name}: program failed: {result.error}")
@@ -87,10 +94,20 @@ async def check_label(ctx: Context, problem: Problem) -> LabelCheck:
         relabeled = "relabeled_from" in meta
         outcome, reason, answer = ("relabeled" if relabeled else "verified"), node.decisions[-1].reason, final.answer
     return LabelCheck(
-        id=problem.id, outcome=outcome, reason=reason, check=check, stated=problem.answer, answer=answer, program=meta.get("program"),
-        program_written=bool(meta.get("program_written")), program_writer=meta.get("program_writer"),
-        program_attempts=meta.get("program_attempts") or [], program_answer=meta.get("program_answer"),
-        program_error=meta.get("program_error"), quotes=meta.get("quotes") or [], problem=final,
+        id=problem.id,
+        outcome=outcome,
+        reason=reason,
+        check=check,
+        stated=problem.answer,
+        answer=answer,
+        program=meta.get("program"),
+        program_written=bool(meta.get("program_written")),
+        program_writer=meta.get("program_writer"),
+        program_attempts=meta.get("program_attempts") or [],
+        program_answer=meta.get("program_answer"),
+        program_error=meta.get("program_error"),
+        quotes=meta.get("quotes") or [],
+        problem=final,
     )
 
 

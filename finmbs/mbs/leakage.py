@@ -75,13 +75,15 @@ def _term_key(term: str) -> str:
 
 def term_words(term: str) -> tuple[str, ...]:
     """A term as lower-case words, plurals made singular ("Class of Loans" -> class, of, loan)."""
-    return tuple(w[:-1] if len(w) > 3 and w.endswith("s") and not w.endswith("ss") else w
-                 for w in re.findall(r"[a-z0-9]+", term.lower()))
+    return tuple(
+        w[:-1] if len(w) > 3 and w.endswith("s") and not w.endswith("ss") else w
+        for w in re.findall(r"[a-z0-9]+", term.lower())
+    )
 
 
 def holds(words: tuple[str, ...], part: tuple[str, ...]) -> bool:
     """Whether `part` occurs in `words` as consecutive words."""
-    return any(words[i:i + len(part)] == part for i in range(len(words) - len(part) + 1))
+    return any(words[i : i + len(part)] == part for i in range(len(words) - len(part) + 1))
 
 
 _FILLER = {"of", "the", "and", "a", "an", "for", "on", "to"}
@@ -130,7 +132,9 @@ def rename(text: str, renames: dict[str, str]) -> str:
         stop = r"\.?" if old.endswith(".") else ""  # "Inc." ends with its full stop
         pattern = r"(?<![A-Za-z0-9-])" + r"[\s,\-]+".join(words) + stop + r"(s|es)?(?![A-Za-z0-9-])"
         new = renames[old]
-        text = re.sub(pattern, lambda m: new + ("" if new.endswith("s") else m.group(1) or ""), text, flags=re.I)
+        text = re.sub(
+            pattern, lambda m, new=new: new + ("" if new.endswith("s") else m.group(1) or ""), text, flags=re.I
+        )
     return text
 
 
@@ -333,8 +337,9 @@ class Grounding:
             for term in defined_terms(text):
                 if term in found or _term_key(term) not in self._seed_terms or self._term_allowed(term):
                     continue
-                ranked = sorted((rank, t) for t in terms
-                                if (rank := analogue(term_words(term), term_words(t))) is not None)
+                ranked = sorted(
+                    (rank, t) for t in terms if (rank := analogue(term_words(term), term_words(t))) is not None
+                )
                 if ranked and (len(ranked) == 1 or ranked[0][0] < ranked[1][0]):
                     found[term] = ranked[0][1]
         return found
@@ -350,8 +355,15 @@ class Grounding:
                 pool.add(v)
         return pool
 
-    def check(self, question: str, answer: str, solution: str = "", quotes: Sequence[object] | None = None, *,
-              paper: bool = False) -> str | None:
+    def check(
+        self,
+        question: str,
+        answer: str,
+        solution: str = "",
+        quotes: Sequence[object] | None = None,
+        *,
+        paper: bool = False,
+    ) -> str | None:
         """None when the problem passes every rule, else the reason it is rejected; `quotes`: the figures
         its program quoted from d' (rule 5 reads them when given); `paper`: rule 1 alone (appendix D: no
         seed-document fact unless d' has it), rules 2-5 being finmbs's."""

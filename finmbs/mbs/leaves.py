@@ -16,7 +16,14 @@ from dataclasses import dataclass
 from pydantic import BaseModel, Field, field_validator
 
 from finmbs.mbs.candidates import (
-    WorkedProblem, asking_for, attempt_item, derive, novel_problems, reply_model, verified_node, written_items,
+    WorkedProblem,
+    asking_for,
+    attempt_item,
+    derive,
+    novel_problems,
+    reply_model,
+    verified_node,
+    written_items,
 )
 from finmbs.mbs.context import Context, Ledger
 from finmbs.mbs.programs import program_prompt
@@ -42,8 +49,9 @@ async def weakest_screen(
     acc = await student_accuracy(ctx, ctx.weakest, node.problem)
     node.student_accuracy[weakest] = acc
     if acc > alpha:
-        ledger.reject(node.problem, stage, f"too easy: weakest student {weakest} accuracy {acc:.3f} > alpha {alpha}",
-                      **data)
+        ledger.reject(
+            node.problem, stage, f"too easy: weakest student {weakest} accuracy {acc:.3f} > alpha {alpha}", **data
+        )
         return False
     node.decisions.append(Decision(stage=stage, outcome="accepted", reason=f"{weakest} accuracy {acc:.3f} <= {alpha}"))
     return True
@@ -61,15 +69,22 @@ async def screened(
 def rejected_variants(leaf: TreeNode, ledger: Ledger) -> str:
     """The negative context of a retry round: every variant of `leaf` rejected so far, with why."""
     prefix = f"{leaf.problem.id}.h"
-    lines = [attempt_item(r.problem.question, r.problem.answer, "rejected", r.brief)
-             for r in ledger.rejected if r.problem.id.startswith(prefix)]
+    lines = [
+        attempt_item(r.problem.question, r.problem.answer, "rejected", r.brief)
+        for r in ledger.rejected
+        if r.problem.id.startswith(prefix)
+    ]
     return render_prompt("leaf_failed", variants="\n".join(lines)) if lines else ""
 
 
 def leaf_prompt(ctx: Context, leaf: TreeNode, ledger: Ledger) -> str:
     return render_prompt(
-        "leaf_harder", n=ctx.stages.N_leaf, document=document_block(leaf.problem), question=leaf.problem.question,
-        solution=leaf.trace.text if leaf.trace else "", answer=leaf.problem.answer,
+        "leaf_harder",
+        n=ctx.stages.N_leaf,
+        document=document_block(leaf.problem),
+        question=leaf.problem.question,
+        solution=leaf.trace.text if leaf.trace else "",
+        answer=leaf.problem.answer,
         grounded=render_prompt("leaf_grounded") if leaf.problem.snippet and ctx.stages.leaf_grounded else "",
         failed=rejected_variants(leaf, ledger) if ctx.stages.leaf_feedback else "",
     )
@@ -92,14 +107,24 @@ async def leaf_round(ctx: Context, leaf: TreeNode, ledger: Ledger, r: int) -> Le
     params = ctx.stages
     teacher = ctx.teachers[r % len(ctx.teachers)]
     [reply] = await ctx.gateway.structured(
-        teacher, asking_for(reply_model(ctx, LeafVariants), "variants", params.N_leaf, params.N_leaf), role="teacher",
-        messages=[{"role": "user", "content": program_prompt(ctx, leaf_prompt(ctx, leaf, ledger), leaf.problem.domain)}],
+        teacher,
+        asking_for(reply_model(ctx, LeafVariants), "variants", params.N_leaf, params.N_leaf),
+        role="teacher",
+        messages=[
+            {"role": "user", "content": program_prompt(ctx, leaf_prompt(ctx, leaf, ledger), leaf.problem.domain)}
+        ],
         first_index=r,
     )
     ctx.tick(STAGE)
     written = [
-        derive(leaf.problem, v, id=f"{leaf.problem.id}.h{r}v{s}", stage=STAGE, tree_path=leaf.path,
-               parent_ids=[leaf.problem.id])
+        derive(
+            leaf.problem,
+            v,
+            id=f"{leaf.problem.id}.h{r}v{s}",
+            stage=STAGE,
+            tree_path=leaf.path,
+            parent_ids=[leaf.problem.id],
+        )
         for s, v in enumerate(reply.variants[: params.N_leaf] if reply else [])
     ]
     fresh = novel_problems(ctx, written, lambda _: [("source", leaf.problem)], ledger)

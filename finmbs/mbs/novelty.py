@@ -97,7 +97,9 @@ def _states(domain: str, text: str, answer: str, question: str, counts: bool = T
             return False
         return value in math_numbers(text)
     gold = figures(answer)
-    if len(gold) != 1 or (gold[0].kind in ("plain", "count") and gold[0].step >= 1 and abs(gold[0].value) <= SHORT_COUNT):
+    if len(gold) != 1 or (
+        gold[0].kind in ("plain", "count") and gold[0].step >= 1 and abs(gold[0].value) <= SHORT_COUNT
+    ):
         return False  # "5.00" is a figure, "5" may be a count
     return any(_same_figure(f, gold[0], question) for f in figures(text))
 
@@ -169,14 +171,17 @@ def copies_seed(problem: Problem, seed: Problem, settings: NoveltySettings) -> s
     `seed_ngram`-grams, the overlap `finmbs export` drops as contamination by the seeds. A variant that
     changes only a number near the end of a long seed has another answer and is no restatement, but it
     is no new problem either, and would be counted qualified here only to be dropped at export."""
-    index = NgramIndex([Reference("seeds", seed.id, seed.question)], settings.seed_ngram,
-                       min_coverage=settings.seed_coverage)
+    index = NgramIndex(
+        [Reference("seeds", seed.id, seed.question)], settings.seed_ngram, min_coverage=settings.seed_coverage
+    )
     found = index.overlaps(problem.question, whole=True)
     if found is None:
         return None
     _, coverage, _ = found
-    return (f"copies its seed {seed.id}: reproduces {coverage:.0%} of its {settings.seed_ngram}-word sequences "
-            f"(>= {settings.seed_coverage:.0%}, what export drops as contamination)")
+    return (
+        f"copies its seed {seed.id}: reproduces {coverage:.0%} of its {settings.seed_ngram}-word sequences "
+        f"(>= {settings.seed_coverage:.0%}, what export drops as contamination)"
+    )
 
 
 def names_its_entity(problem: Problem) -> bool:
@@ -215,6 +220,8 @@ def restated(problem: Problem, others: list[tuple[str, Problem]], settings: Nove
             continue
         score = similarity(problem.question, other.question)
         if score >= settings.max_similarity:
-            return (f"restates its {relation} {other.id}: same answer {other.answer!r}, "
-                    f"text similarity {score:.2f} >= {settings.max_similarity}")
+            return (
+                f"restates its {relation} {other.id}: same answer {other.answer!r}, "
+                f"text similarity {score:.2f} >= {settings.max_similarity}"
+            )
     return None

@@ -14,15 +14,24 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
-from finmbs.mbs.calibrate import STAGE as CALIBRATE, annotate, calibrate
-from finmbs.mbs.context import SECONDS, Context, Ledger, in_stage
+from finmbs.mbs.calibrate import STAGE as CALIBRATE
+from finmbs.mbs.calibrate import annotate, calibrate
 from finmbs.mbs.candidates import novel_problems
-from finmbs.mbs.quality import STAGE as QUALITY, well_posed
+from finmbs.mbs.context import SECONDS, Context, Ledger, in_stage
+from finmbs.mbs.quality import STAGE as QUALITY
+from finmbs.mbs.quality import well_posed
 from finmbs.mbs.reground import reground_trees
 from finmbs.mbs.stages import Stage
 from finmbs.mbs.traces import teacher_trace
 from finmbs.records import (
-    Decision, DecompositionTree, Problem, Rejection, SeedCounts, SeedTrees, SyntheticTree, TreeNode,
+    Decision,
+    DecompositionTree,
+    Problem,
+    Rejection,
+    SeedCounts,
+    SeedTrees,
+    SyntheticTree,
+    TreeNode,
 )
 
 
@@ -47,20 +56,41 @@ class SeedOutcome:
 
     def tree_file(self) -> SeedTrees:
         return SeedTrees(
-            seed=self.seed, decomposition=self.decomposition, synthetic=self.synthetic, dropped=self.dropped,
-            tokens=self.tokens, counts=self.counts,
+            seed=self.seed,
+            decomposition=self.decomposition,
+            synthetic=self.synthetic,
+            dropped=self.dropped,
+            tokens=self.tokens,
+            counts=self.counts,
             stages={stage: {k: v for k, v in c.items() if k != SECONDS} for stage, c in self.stages.items()},
         )
 
 
 def outcome(
-    ctx: Context, seed: Problem, tree: DecompositionTree | None, synthetic: list[SyntheticTree], ledger: Ledger, *,
-    dropped: str | None = None, roots: list[Problem] | None = None, others: list[Problem] | None = None,
+    ctx: Context,
+    seed: Problem,
+    tree: DecompositionTree | None,
+    synthetic: list[SyntheticTree],
+    ledger: Ledger,
+    *,
+    dropped: str | None = None,
+    roots: list[Problem] | None = None,
+    others: list[Problem] | None = None,
 ) -> SeedOutcome:
     """Gather the seed's outcome once its last step is done (`dropped`: why it yielded no synthetic tree)."""
     ledger.count_decompositions(tree)
-    return SeedOutcome(seed, tree, synthetic, dropped, roots or [], ledger.rejected, others or [], ctx.tokens(),
-                       ctx.stage_usage(), ledger.counts)
+    return SeedOutcome(
+        seed,
+        tree,
+        synthetic,
+        dropped,
+        roots or [],
+        ledger.rejected,
+        others or [],
+        ctx.tokens(),
+        ctx.stage_usage(),
+        ledger.counts,
+    )
 
 
 async def seed_root(ctx: Context, seed: Problem, ledger: Ledger) -> TreeNode | None:
@@ -106,12 +136,15 @@ def sources(node: TreeNode, known: dict[str, Problem]) -> list[tuple[str, Proble
     return [("source", known[i]) for i in dict.fromkeys(ids) if i and i in known]
 
 
-def novel(ctx: Context, nodes: list[TreeNode], seed: Problem, known: dict[str, Problem], ledger: Ledger) -> list[TreeNode]:
+def novel(
+    ctx: Context, nodes: list[TreeNode], seed: Problem, known: dict[str, Problem], ledger: Ledger
+) -> list[TreeNode]:
     """The nodes that restate neither their seed, their sources nor an earlier kept sibling."""
     by_id = {n.problem.id: n for n in nodes}
     since = len(ledger.rejected)
-    kept = novel_problems(ctx, [n.problem for n in nodes],
-                          lambda p: [("seed", seed), *sources(by_id[p.id], known)], ledger)
+    kept = novel_problems(
+        ctx, [n.problem for n in nodes], lambda p: [("seed", seed), *sources(by_id[p.id], known)], ledger
+    )
     ledger.mark_roots(since, {n.problem.id for n in nodes if is_root(n)})
     return [by_id[p.id] for p in kept]
 
@@ -135,7 +168,8 @@ async def calibrate_nodes(ctx: Context, nodes: list[TreeNode], ledger: Ledger) -
             kind = "root" if is_root(node) else "node"
             problem = annotate(node.problem, report)
             (roots if kind == "root" else others).append(
-                problem.model_copy(update={"meta": {**problem.meta, "kind": kind}}))
+                problem.model_copy(update={"meta": {**problem.meta, "kind": kind}})
+            )
             continue
         why = report.band if report.in_budget else f"{report.band}, not solvable in budget"
         score = f"{report.k}/{report.n} correct for {report.policy} at L={report.budget}"

@@ -12,7 +12,15 @@ from finmbs.mbs.context import Context, Ledger, in_stage
 from finmbs.mbs.decompose import decompose
 from finmbs.mbs.direct import grow_seed_direct
 from finmbs.mbs.outcome import (
-    SeedOutcome, calibrated, guarded, outcome, problems_by_id, quality_checked, regrounded, seed_root, synthetic_trees,
+    SeedOutcome,
+    calibrated,
+    guarded,
+    outcome,
+    problems_by_id,
+    quality_checked,
+    regrounded,
+    seed_root,
+    synthetic_trees,
 )
 from finmbs.mbs.stages import Stage
 from finmbs.records import DecompositionTree, Problem

@@ -34,8 +34,15 @@ from finmbs.verify.program import ProgramResult, computes_nothing, run_program_a
 
 CHECK = Check.PROGRAM  # the rejection check of this layer
 # what a program run records in a problem's meta (a re-grounded copy drops them: its program is new)
-PROGRAM_META = ("program", "program_functions", "program_answer", "program_error", "quotes", "verify_programs",
-                "own_program")
+PROGRAM_META = (
+    "program",
+    "program_functions",
+    "program_answer",
+    "program_error",
+    "quotes",
+    "verify_programs",
+    "own_program",
+)
 STATED_FIELD = '"answer": "<the final answer alone>"'  # the reply templates' last field, followed by the program's
 
 
@@ -56,7 +63,8 @@ def program_prompt(ctx: Context, text: str, domain: str, functions: dict[str, st
         return text
     listed = ", ".join(f"{name}() returns {answer}" for name, answer in (functions or {}).items())
     instructions = render_prompt(
-        "program", finance=render_program_finance(domain),
+        "program",
+        finance=render_program_finance(domain),
         children=render_prompt("program_children", functions=listed).rstrip("\n") if listed else "",
     )
     text = text.replace(STATED_FIELD, render_prompt("program_field").strip())
@@ -82,8 +90,11 @@ def child_functions(children: list[TreeNode]) -> dict[str, Any]:
 
 def listed_children(children: list[TreeNode], functions: dict[str, Any]) -> str:
     """One line per child function offered to a parent's program: its name, what it returns, its problem."""
-    return "\n".join(f"- child_{k}() returns {child.problem.answer}; its problem: {child.problem.question}"
-                     for k, child in enumerate(children, 1) if f"child_{k}" in functions)
+    return "\n".join(
+        f"- child_{k}() returns {child.problem.answer}; its problem: {child.problem.question}"
+        for k, child in enumerate(children, 1)
+        if f"child_{k}" in functions
+    )
 
 
 def passage(problem: Problem) -> str | None:
@@ -92,8 +103,9 @@ def passage(problem: Problem) -> str | None:
 
 async def run_for(problem: Problem, source: str | None = None) -> ProgramResult:
     """Run the problem's program (or `source`) against its passage, with its children's functions."""
-    return await run_program_async(source or problem.meta.get("program") or "", passage(problem),
-                                   functions=problem.meta.get("program_functions"))
+    return await run_program_async(
+        source or problem.meta.get("program") or "", passage(problem), functions=problem.meta.get("program_functions")
+    )
 
 
 def recorded(problem: Problem, result: ProgramResult) -> Problem:
@@ -133,8 +145,9 @@ async def composed_parent(
 
 async def same(ctx: Context, problem: Problem, a: str, b: str) -> bool:
     """a and b are the same answer under the domain comparer (finance: the judge where it cannot decide)."""
-    check = await verify_answer(problem.domain, a, b, question=problem.question, gateway=ctx.gateway,
-                                judge=ctx.config.roles.judge)
+    check = await verify_answer(
+        problem.domain, a, b, question=problem.question, gateway=ctx.gateway, judge=ctx.config.roles.judge
+    )
     return check.correct
 
 
@@ -144,8 +157,16 @@ def relabeled(problem: Problem, answer: str, trace: Trace) -> Problem:
 
 
 async def program_node(
-    ctx: Context, problem: Problem, ledger: Ledger, *, stage: str, path: str, mirrors: str | None = None,
-    relabel: bool | None = None, unverified: str | None = None, **data: Any,
+    ctx: Context,
+    problem: Problem,
+    ledger: Ledger,
+    *,
+    stage: str,
+    path: str,
+    mirrors: str | None = None,
+    relabel: bool | None = None,
+    unverified: str | None = None,
+    **data: Any,
 ) -> TreeNode | None:
     """The node for a teacher-written candidate under the program rule (module docstring), or None
     with the rejection on `ledger`; `relabel` (default `stages.relabel`): whether agreeing program and
@@ -179,15 +200,19 @@ async def program_node(
         if agrees:
             reason = f"answer verified by its program and {trace.model}"
         else:
-            reject(f"program and traces disagree: program gives {v}, a trace of {trace.model} verifies the stated "
-                   f"{stated!r}")
+            reject(
+                f"program and traces disagree: program gives {v}, a trace of {trace.model} verifies the stated "
+                f"{stated!r}"
+            )
             return None
     elif trace is not None:  # the traces agree on another answer
         if await same(ctx, problem, v, trace.answer):
             reason = f"relabeled: stated {stated!r}; its program and all traces of {trace.model} give {trace.answer!r}"
             problem = relabeled(problem, trace.answer, trace)
         else:
-            reject(f"program and traces disagree: program gives {v}, traces agree on {trace.answer!r} (stated {stated!r})")
+            reject(
+                f"program and traces disagree: program gives {v}, traces agree on {trace.answer!r} (stated {stated!r})"
+            )
             return None
     elif agrees:
         reject(f"unverified: {why}", check=unverified)
@@ -201,7 +226,6 @@ async def program_node(
         problem = relabeled(problem, v, trace)
     decision = Decision(stage=stage, outcome="accepted", reason=reason, data={"program_answer": v})
     return TreeNode(problem=problem, trace=trace, path=path, mirrors=mirrors, decisions=[decision])
-
 
 
 class Reexecution(BaseModel):
@@ -226,8 +250,9 @@ async def reexecute(problem: Problem) -> Reexecution:
         return Reexecution(id=problem.id, outcome="failed", answer=problem.answer, detail=result.error or "")
     check = await verify_answer(problem.domain, result.answer, problem.answer, question=problem.question)
     outcome = "agree" if check.correct else "undecided" if check.decided_by == "undecided" else "mismatch"
-    return Reexecution(id=problem.id, outcome=outcome, answer=problem.answer, program_answer=result.answer,
-                       detail=check.reason or "")
+    return Reexecution(
+        id=problem.id, outcome=outcome, answer=problem.answer, program_answer=result.answer, detail=check.reason or ""
+    )
 
 
 async def reexecute_all(problems: list[Problem], concurrency: int = 4) -> list[Reexecution]:

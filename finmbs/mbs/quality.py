@@ -44,11 +44,16 @@ def solution_of(node: TreeNode) -> str:
 async def judge_well_posed(ctx: Context, node: TreeNode) -> WellPosed | None:
     """The judge's verdict on `node` (None when its reply did not parse even after a repair)."""
     problem = node.problem
-    text = render_prompt("judge_well_posed", **delimited(
-        question=problem.question, solution=solution_of(node), answer=problem.answer))
+    text = render_prompt(
+        "judge_well_posed", **delimited(question=problem.question, solution=solution_of(node), answer=problem.answer)
+    )
     [verdict] = await ctx.gateway.structured(
-        ctx.config.roles.judge, WellPosed, role="judge", messages=[{"role": "user", "content": text}],
-        temperature=0.0, last=True,
+        ctx.config.roles.judge,
+        WellPosed,
+        role="judge",
+        messages=[{"role": "user", "content": text}],
+        temperature=0.0,
+        last=True,
     )
     ctx.tick(STAGE)
     return verdict

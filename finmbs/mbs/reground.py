@@ -6,7 +6,8 @@ Retrieve the top Kd documents most like the seed's document summary, never the s
 names an analogous entity e'. A passage not found verbatim (whitespace aside) in the stored document
 text is rejected; with `stages.extract: select` the teacher chooses d' among numbered excerpts instead,
 so d' is the document's own text by construction (and costs a few tokens, not a copy); with
-`stages.extract: retrieve` d' is the most relevant excerpt and e' the document's company, no teacher asked. Each synthetic tree is then re-grounded on d' with every node threaded around e'
+`stages.extract: retrieve` d' is the most relevant excerpt and e' the document's company, no teacher asked. Each
+synthetic tree is then re-grounded on d' with every node threaded around e'
 (one teacher call per tree), shown with the seed entity already named e' and each seed term that has an
 analogue in d' already given d's name (`leakage.rename`; a reply that writes the seed's name again is
 renamed too, recorded in meta.renamed); every new node passes the mechanical grounding / leakage check
@@ -131,7 +132,9 @@ def retrieval_text(seed: Problem, own: list[Document]) -> str:
     if own and own[0].summary:
         return own[0].summary
     snippet = seed.snippet
-    return "\n".join(p for p in (seed.entity, snippet.section_path if snippet else "", snippet.text if snippet else "") if p)
+    return "\n".join(
+        p for p in (seed.entity, snippet.section_path if snippet else "", snippet.text if snippet else "") if p
+    )
 
 
 def unseen_documents(
@@ -173,9 +176,16 @@ class Exclusions:
     unmatched: list[str]
 
     def as_json(self, index_docs: dict[str, Document], holdout: list[str]) -> dict:
-        rows = [{"doc_id": d, "why": why, "title": index_docs[d].title if d in index_docs else "",
-                 "company": index_docs[d].company if d in index_docs else None,
-                 "cik": index_docs[d].cik if d in index_docs else None} for d, why in self.excluded.items()]
+        rows = [
+            {
+                "doc_id": d,
+                "why": why,
+                "title": index_docs[d].title if d in index_docs else "",
+                "company": index_docs[d].company if d in index_docs else None,
+                "cik": index_docs[d].cik if d in index_docs else None,
+            }
+            for d, why in self.excluded.items()
+        ]
         return {"holdout": holdout, "excluded": rows, "holdout_unmatched": self.unmatched}
 
 
@@ -242,23 +252,43 @@ def locate(index: Index, doc: Document, passage: str) -> Snippet | None:
     if span is None:
         return None
     start, end = span
-    home = next((c for c in index.chunks(doc.doc_id)
-                 if c.char_start is not None and c.char_end is not None and c.char_start <= start < c.char_end), None)
+    home = next(
+        (
+            c
+            for c in index.chunks(doc.doc_id)
+            if c.char_start is not None and c.char_end is not None and c.char_start <= start < c.char_end
+        ),
+        None,
+    )
     return stored_snippet(doc, text, start, end, home)
 
 
 def stored_snippet(doc: Document, text: str, start: int, end: int, home: Chunk | None) -> Snippet:
     """d' = text[start:end] of the stored document, with the section and page of the chunk it starts in."""
-    return Snippet(text=text[start:end], doc_id=doc.doc_id, source_path=shown_path(doc.source_path), char_start=start,
-                   char_end=end, section_path=home.section_path if home else "", page=home.page if home else None)
+    return Snippet(
+        text=text[start:end],
+        doc_id=doc.doc_id,
+        source_path=shown_path(doc.source_path),
+        char_start=start,
+        char_end=end,
+        section_path=home.section_path if home else "",
+        page=home.page if home else None,
+    )
 
 
-def _candidate(seed: Problem, method: str, slot: int, doc: Document | None, passage: str = "", entity: str = "") -> Problem:
+def _candidate(
+    seed: Problem, method: str, slot: int, doc: Document | None, passage: str = "", entity: str = ""
+) -> Problem:
     """The re-grounding attempt itself (seed, document rank), as a record for rejected.jsonl."""
     snippet = Snippet(text=passage, doc_id=doc.doc_id, source_path=shown_path(doc.source_path)) if doc else None
     return Problem(
-        id=f"{seed.id}.g{slot}", question=seed.question, answer=seed.answer, domain=seed.domain, snippet=snippet,
-        entity=entity or None, provenance=Provenance(seed_id=seed.id, method=method, stage=STAGE),
+        id=f"{seed.id}.g{slot}",
+        question=seed.question,
+        answer=seed.answer,
+        domain=seed.domain,
+        snippet=snippet,
+        entity=entity or None,
+        provenance=Provenance(seed_id=seed.id, method=method, stage=STAGE),
     )
 
 
@@ -281,11 +311,11 @@ def selected(index: Index, doc: Document, chunks: list[Chunk], numbers: list[int
     text = index.document_text(doc.doc_id)
     start, end, at = anchor.char_start, anchor.char_end, run.index(anchor)
     for chunk in reversed(run[:at]):
-        if text[chunk.char_end:start].strip():  # not next to the run: ends it
+        if text[chunk.char_end : start].strip():  # not next to the run: ends it
             break
         start = min(start, chunk.char_start)
-    for chunk in run[at + 1:]:
-        if text[end:chunk.char_start].strip():
+    for chunk in run[at + 1 :]:
+        if text[end : chunk.char_start].strip():
             break
         end = max(end, chunk.char_end)
     return stored_snippet(doc, text, start, end, next(c for c in run if c.char_start == start))
@@ -299,11 +329,16 @@ async def ask_ground(
     teacher = ctx.teachers[slot % len(ctx.teachers)] if ctx.stages.rotate_teachers else ctx.teachers[0]
     select = ctx.stages.extract == "select"
     text = render_prompt(
-        "reground_select" if select else "reground_extract", seed_entity=seed.entity or "", seed_passage=snippet.text,
-        doc_id=doc.doc_id, title=doc.title, document=numbered(chunks) if select else excerpt(chunks),
+        "reground_select" if select else "reground_extract",
+        seed_entity=seed.entity or "",
+        seed_passage=snippet.text,
+        doc_id=doc.doc_id,
+        title=doc.title,
+        document=numbered(chunks) if select else excerpt(chunks),
     )
-    [reply] = await ctx.gateway.structured(teacher, Selection if select else Extraction, role="teacher",
-                                           messages=[{"role": "user", "content": text}])
+    [reply] = await ctx.gateway.structured(
+        teacher, Selection if select else Extraction, role="teacher", messages=[{"role": "user", "content": text}]
+    )
     ctx.tick(STAGE)
     return reply
 
@@ -334,14 +369,27 @@ async def new_ground(
         located = locate(index, doc, passage) if passage else None
     candidate = _candidate(seed, method, slot, doc, passage, entity)
     if reply is None:
-        ledger.reject(candidate, STAGE, f"extraction reply did not parse for {doc.doc_id}", check="extract", document=doc.doc_id)
+        ledger.reject(
+            candidate, STAGE, f"extraction reply did not parse for {doc.doc_id}", check="extract", document=doc.doc_id
+        )
         return None
     if seed_named and not entity:
-        ledger.reject(candidate, STAGE, f"the seed's entity {named!r} named as the entity of {doc.doc_id}",
-                      check="extract", document=doc.doc_id)
+        ledger.reject(
+            candidate,
+            STAGE,
+            f"the seed's entity {named!r} named as the entity of {doc.doc_id}",
+            check="extract",
+            document=doc.doc_id,
+        )
         return None
     if not passage or not entity:
-        ledger.reject(candidate, STAGE, f"no analogous passage or entity named in {doc.doc_id}", check="extract", document=doc.doc_id)
+        ledger.reject(
+            candidate,
+            STAGE,
+            f"no analogous passage or entity named in {doc.doc_id}",
+            check="extract",
+            document=doc.doc_id,
+        )
         return None
     if located is None:
         ledger.reject(candidate, STAGE, f"passage not verbatim in {doc.doc_id}", check="verbatim", document=doc.doc_id)
@@ -352,11 +400,19 @@ async def new_ground(
 async def answerability(ctx: Context, problem: Problem) -> Answerability:
     """The judge's verdict: is `problem` answerable from its passage alone, and is its answer supported
     (also `finmbs seeds mine`'s check of a mined question)."""
-    text = render_prompt("judge_answerable", **delimited(
-        passage=problem.snippet.text if problem.snippet else "", question=problem.question, answer=problem.answer))
+    text = render_prompt(
+        "judge_answerable",
+        **delimited(
+            passage=problem.snippet.text if problem.snippet else "", question=problem.question, answer=problem.answer
+        ),
+    )
     [verdict] = await ctx.gateway.structured(
-        ctx.config.roles.judge, Answerability, role="judge",
-        messages=[{"role": "user", "content": text}], temperature=0.0, last=True,
+        ctx.config.roles.judge,
+        Answerability,
+        role="judge",
+        messages=[{"role": "user", "content": text}],
+        temperature=0.0,
+        last=True,
     )
     return verdict or Answerability(answerable=False, supported=False, reason="judge reply unparseable after repair")
 
@@ -370,27 +426,40 @@ def node_texts(node: TreeNode) -> tuple[str, str, str]:
 
 def tree_block(tree: SyntheticTree, renames: dict[str, str] | None = None) -> str:
     """The tree as the teacher reads it, the seed's terms that have an analogue in d' already renamed."""
+
     def parent_of(path: str) -> str:
         return path.rsplit(".", 1)[0] if "." in path and path != tree.root.path else ""
 
     blocks = []
     for n in tree.root.walk():
         question, solution, answer = (rename(t, renames or {}) for t in node_texts(n))
-        blocks.append(render_prompt("reground_node", path=n.path, parent=parent_of(n.path), question=question,
-                                    solution=solution, answer=answer))
+        blocks.append(
+            render_prompt(
+                "reground_node",
+                path=n.path,
+                parent=parent_of(n.path),
+                question=question,
+                solution=solution,
+                answer=answer,
+            )
+        )
     return "\n".join(blocks)
 
 
 VOCABULARY_TERMS = 20  # at most this many new-passage terms, and seed-only facts, in the prompt
 
 
-def tree_renames(tree: SyntheticTree, grounding: Grounding, seed_entity: str | None = None,
-                 entity: str | None = None) -> dict[str, str]:
+def tree_renames(
+    tree: SyntheticTree, grounding: Grounding, seed_entity: str | None = None, entity: str | None = None
+) -> dict[str, str]:
     """What the tree's questions, solutions and answers name that d' and e' name their own way: the seed
     entity (as e') and the seed terms with an analogue in d'."""
     texts = [t for n in tree.root.walk() for t in node_texts(n)]
-    named = {old: new for old, new in entity_renames(seed_entity, entity).items()
-             if any(rename(t, {old: new}) != t for t in texts)}
+    named = {
+        old: new
+        for old, new in entity_renames(seed_entity, entity).items()
+        if any(rename(t, {old: new}) != t for t in texts)
+    }
     return {**named, **grounding.renames(texts)}
 
 
@@ -399,14 +468,21 @@ def vocabulary(tree: SyntheticTree, grounding: Grounding, renames: dict[str, str
     the seed-only facts the tree's questions and answers still use (what the leakage check would reject),
     named before the teacher writes (told only afterwards, a teacher can write the seed's terms again)."""
     renames = renames or {}
-    carried = dict.fromkeys(f for n in tree.root.walk() for text in (n.problem.question, n.problem.answer)
-                            for f in grounding.seed_facts(rename(text, renames)))
+    carried = dict.fromkeys(
+        f
+        for n in tree.root.walk()
+        for text in (n.problem.question, n.problem.answer)
+        for f in grounding.seed_facts(rename(text, renames))
+    )
     terms = grounding.passage_terms()
     if not carried and not terms and not renames:
         return ""
-    return render_prompt("reground_vocabulary", terms="; ".join(terms[:VOCABULARY_TERMS]) or "(none)",
-                         seed_only="; ".join(list(carried)[:VOCABULARY_TERMS]) or "(none)",
-                         renamed="; ".join(f"{old} -> {new}" for old, new in renames.items()) or "(none)")
+    return render_prompt(
+        "reground_vocabulary",
+        terms="; ".join(terms[:VOCABULARY_TERMS]) or "(none)",
+        seed_only="; ".join(list(carried)[:VOCABULARY_TERMS]) or "(none)",
+        renamed="; ".join(f"{old} -> {new}" for old, new in renames.items()) or "(none)",
+    )
 
 
 def grounded_id(problem: Problem, ground: NewGround, tree: SyntheticTree) -> str:
@@ -414,8 +490,9 @@ def grounded_id(problem: Problem, ground: NewGround, tree: SyntheticTree) -> str
     return f"{problem.id}.g{ground.slot}t{tree.index}"
 
 
-def grounded_problem(node: TreeNode, new: GroundedNode, ground: NewGround, tree: SyntheticTree,
-                     renames: dict[str, str] | None = None) -> Problem:
+def grounded_problem(
+    node: TreeNode, new: GroundedNode, ground: NewGround, tree: SyntheticTree, renames: dict[str, str] | None = None
+) -> Problem:
     """The teacher's re-grounded node as a Problem on d'; a seed term it still writes where d' has an
     analogue is renamed (recorded in meta.renamed)."""
     old, renames = node.problem, renames or {}
@@ -425,11 +502,18 @@ def grounded_problem(node: TreeNode, new: GroundedNode, ground: NewGround, tree:
     if program := getattr(new, "program", None):  # verify.programs: the new program, quoting d'
         meta["program"] = program
     written = " ".join((new.question, new.solution, new.answer))
-    if used := {seed_term: term for seed_term, term in renames.items() if rename(written, {seed_term: term}) != written}:
+    if used := {
+        seed_term: term for seed_term, term in renames.items() if rename(written, {seed_term: term}) != written
+    }:
         meta["renamed"] = used
     return Problem(
-        id=grounded_id(old, ground, tree), question=question, answer=answer, domain=old.domain, snippet=ground.snippet,
-        entity=ground.entity, provenance=old.provenance.model_copy(update={"stage": STAGE, "parent_ids": [old.id]}),
+        id=grounded_id(old, ground, tree),
+        question=question,
+        answer=answer,
+        domain=old.domain,
+        snippet=ground.snippet,
+        entity=ground.entity,
+        provenance=old.provenance.model_copy(update={"stage": STAGE, "parent_ids": [old.id]}),
         meta=meta,
     )
 
@@ -459,8 +543,12 @@ class Regrounder:
         if ground.slot not in self._groundings:
             doc = ground.document
             self._groundings[ground.slot] = Grounding(
-                ground.snippet.text, self.material, self.seed.entity,
-                vocabulary=[ground.entity, doc.title, doc.company or ""], document=self.index.document_text(doc.doc_id))
+                ground.snippet.text,
+                self.material,
+                self.seed.entity,
+                vocabulary=[ground.entity, doc.title, doc.company or ""],
+                document=self.index.document_text(doc.doc_id),
+            )
         return self._groundings[ground.slot]
 
     async def judge(self, problem: Problem) -> Answerability:
@@ -468,16 +556,27 @@ class Regrounder:
 
     def leak(self, problem: Problem, grounding: Grounding) -> str | None:
         """Why the mechanical grounding / leakage check rejects `problem`, or None."""
-        return grounding.check(problem.question, problem.answer, problem.meta.get("teacher_solution", ""),
-                               quotes=quoted(problem), paper=self.ctx.stages.leakage_rules == "paper")
+        return grounding.check(
+            problem.question,
+            problem.answer,
+            problem.meta.get("teacher_solution", ""),
+            quotes=quoted(problem),
+            paper=self.ctx.stages.leakage_rules == "paper",
+        )
 
     async def check(self, problem: Problem) -> bool:
         """The judge (after the mechanical check passed); a failure is recorded on the ledger."""
         verdict = await self.judge(problem)
         self.ctx.tick(STAGE)
         if not (verdict.answerable and verdict.supported):
-            what = "not answerable from the passage alone" if not verdict.answerable else "answer not supported by the passage"
-            self.ledger.reject(problem, STAGE, f"judge: {what}: {verdict.reason}", check="judge", document=problem.meta["document"])
+            what = (
+                "not answerable from the passage alone"
+                if not verdict.answerable
+                else "answer not supported by the passage"
+            )
+            self.ledger.reject(
+                problem, STAGE, f"judge: {what}: {verdict.reason}", check="judge", document=problem.meta["document"]
+            )
             return False
         return True
 
@@ -492,53 +591,99 @@ class Regrounder:
         if not await self.check(problem):
             return None
         if programs_on(self.ctx):  # finmbs's layer: the program on d' computes the answer too (programs.py)
-            new = await program_node(self.ctx, problem, self.ledger, stage=STAGE, path=node.path, mirrors=node.mirrors,
-                                     relabel=False,  # a re-grounded answer is never relabeled, as without programs
-                                     unverified="verify", document=document)
+            new = await program_node(
+                self.ctx,
+                problem,
+                self.ledger,
+                stage=STAGE,
+                path=node.path,
+                mirrors=node.mirrors,
+                relabel=False,  # a re-grounded answer is never relabeled, as without programs
+                unverified="verify",
+                document=document,
+            )
             if new is None:
                 return None
-            new.decisions[-1].reason = f"grounded on {document}; leakage check and judge passed; {new.decisions[-1].reason}"
+            new.decisions[
+                -1
+            ].reason = f"grounded on {document}; leakage check and judge passed; {new.decisions[-1].reason}"
         else:
             trace, why = await teacher_trace(self.ctx, problem)
             if trace is None:
                 self.ledger.reject(problem, STAGE, f"unverified: {why}", check=Check.VERIFY, document=document)
                 return None
-            decision = Decision(stage=STAGE, outcome="accepted",
-                                reason=f"grounded on {document}; leakage check and judge passed; answer verified by {trace.model}")
+            decision = Decision(
+                stage=STAGE,
+                outcome="accepted",
+                reason=f"grounded on {document}; leakage check and judge passed; answer verified by {trace.model}",
+            )
             new = TreeNode(problem=problem, path=node.path, mirrors=node.mirrors, decisions=[decision], trace=trace)
         alpha = {"leaf": self.ctx.stages.alpha_leaf, "compose": self.ctx.stages.alpha_parent}.get(
-            node.problem.provenance.stage)
-        if alpha is not None and not await weakest_screen(self.ctx, new, alpha, STAGE, self.ledger, check=Check.SCREEN,
-                                                          document=document):
+            node.problem.provenance.stage
+        )
+        if alpha is not None and not await weakest_screen(
+            self.ctx, new, alpha, STAGE, self.ledger, check=Check.SCREEN, document=document
+        ):
             return None
         return new
 
-    async def ask(self, tree: SyntheticTree, ground: NewGround, told: str, renames: dict[str, str], attempt: int = 0,
-                  feedback: str = "") -> GroundedTree | None:
+    async def ask(
+        self,
+        tree: SyntheticTree,
+        ground: NewGround,
+        told: str,
+        renames: dict[str, str],
+        attempt: int = 0,
+        feedback: str = "",
+    ) -> GroundedTree | None:
         """The teacher's re-grounding of every node of `tree` (shown with `renames` applied), told
         `vocabulary(tree, ...)` (attempt > 0: again, told why nodes failed)."""
         turn = (ground.slot + tree.index + attempt) if self.ctx.stages.rotate_teachers else 0
         teacher = self.ctx.teachers[turn % len(self.ctx.teachers)]
-        text = program_prompt(self.ctx, render_prompt(
-            "reground_tree", seed_entity=self.seed.entity or "", seed_passage=self.material[0], tree=tree_block(tree, renames),
-            entity=ground.entity, passage=ground.snippet.text, vocabulary=told, feedback=feedback,
-        ), "finance")
-        [reply] = await self.ctx.gateway.structured(teacher, reply_model(self.ctx, GroundedTree), role="teacher",
-                                                     first_index=attempt,
-                                                     messages=[{"role": "user", "content": text}])
+        text = program_prompt(
+            self.ctx,
+            render_prompt(
+                "reground_tree",
+                seed_entity=self.seed.entity or "",
+                seed_passage=self.material[0],
+                tree=tree_block(tree, renames),
+                entity=ground.entity,
+                passage=ground.snippet.text,
+                vocabulary=told,
+                feedback=feedback,
+            ),
+            "finance",
+        )
+        [reply] = await self.ctx.gateway.structured(
+            teacher,
+            reply_model(self.ctx, GroundedTree),
+            role="teacher",
+            first_index=attempt,
+            messages=[{"role": "user", "content": text}],
+        )
         self.ctx.tick(STAGE)
         return reply
 
-    def grounded(self, tree: SyntheticTree, nodes: list[TreeNode], reply: GroundedTree | None, ground: NewGround,
-                 attempt: int, renames: dict[str, str]) -> dict[str, Problem]:
+    def grounded(
+        self,
+        tree: SyntheticTree,
+        nodes: list[TreeNode],
+        reply: GroundedTree | None,
+        ground: NewGround,
+        attempt: int,
+        renames: dict[str, str],
+    ) -> dict[str, Problem]:
         """Node path -> its re-grounded problem in `reply` (a missing node is recorded on the ledger)."""
         by_path = {n.path.strip(): n for n in reply.nodes} if reply else {}
         if reply and not tree.root.children and len(reply.nodes) == 1:  # one node each: whatever its path
             by_path = {tree.root.path: reply.nodes[0]}
         found = {}
         for node in nodes:
-            problem = (grounded_problem(node, by_path[node.path], ground, tree, renames) if node.path in by_path
-                       else node.problem.model_copy(update={"id": grounded_id(node.problem, ground, tree)}))
+            problem = (
+                grounded_problem(node, by_path[node.path], ground, tree, renames)
+                if node.path in by_path
+                else node.problem.model_copy(update={"id": grounded_id(node.problem, ground, tree)})
+            )
             if attempt:
                 problem = problem.model_copy(update={"id": f"{problem.id}r{attempt}"})
             if node.path in by_path:
@@ -564,8 +709,16 @@ class Regrounder:
         failed: dict[str, tuple[Problem, str]] = {}
         todo = nodes
         for attempt in range(self.ctx.stages.reground_retries + 1):
-            feedback = render_prompt("reground_feedback", failures="\n".join(
-                f'- node {path}: "{problem.question}": {why}' for path, (problem, why) in failed.items())) if failed else ""
+            feedback = (
+                render_prompt(
+                    "reground_feedback",
+                    failures="\n".join(
+                        f'- node {path}: "{problem.question}": {why}' for path, (problem, why) in failed.items()
+                    ),
+                )
+                if failed
+                else ""
+            )
             reply = await self.ask(tree, ground, told, renames, attempt, feedback)
             found = self.grounded(tree, todo, reply, ground, attempt, renames)
             failed = {}
@@ -585,11 +738,17 @@ class Regrounder:
         kept = {node.problem.id: new for (node, _), new in zip(pairs, verified) if new is not None}
         root, loose = prune(tree.root, kept)
         roots = ([root] if root else []) + loose
-        return [SyntheticTree(seed_id=tree.seed_id, index=tree.index, root=r, grounding=ground.snippet, entity=ground.entity)
-                for r in roots]
+        return [
+            SyntheticTree(
+                seed_id=tree.seed_id, index=tree.index, root=r, grounding=ground.snippet, entity=ground.entity
+            )
+            for r in roots
+        ]
 
 
-async def reground_trees(ctx: Context, seed: Problem, trees: list[SyntheticTree], ledger: Ledger) -> list[SyntheticTree]:
+async def reground_trees(
+    ctx: Context, seed: Problem, trees: list[SyntheticTree], ledger: Ledger
+) -> list[SyntheticTree]:
     """Stage 5 for one finance seed, on the index of the run config."""
     if not trees:
         return []
@@ -597,7 +756,9 @@ async def reground_trees(ctx: Context, seed: Problem, trees: list[SyntheticTree]
         return await reground(ctx, index, seed, trees, ledger)
 
 
-async def reground(ctx: Context, index: Index, seed: Problem, trees: list[SyntheticTree], ledger: Ledger) -> list[SyntheticTree]:
+async def reground(
+    ctx: Context, index: Index, seed: Problem, trees: list[SyntheticTree], ledger: Ledger
+) -> list[SyntheticTree]:
     """Every synthetic tree of `seed` re-grounded on each accepted unseen document (new tree indexes follow)."""
     if not trees:
         return []
@@ -608,8 +769,12 @@ async def reground(ctx: Context, index: Index, seed: Problem, trees: list[Synthe
             return []
     documents, own = unseen_documents(index, seed, ctx.stages.Kd, ctx.excluded_documents)
     if not documents:
-        ledger.reject(_candidate(seed, method, 0, None), STAGE, "no unseen document in the index to re-ground on",
-                      check="retrieve")
+        ledger.reject(
+            _candidate(seed, method, 0, None),
+            STAGE,
+            "no unseen document in the index to re-ground on",
+            check="retrieve",
+        )
         return []
     grounds = await asyncio.gather(
         *(new_ground(ctx, index, seed, method, k, doc, ledger) for k, doc in enumerate(documents))

@@ -55,8 +55,9 @@ def solve_request(
         prompt = render_prompt("completion/solve", examples=shots, document=document, question=problem.question)
         return {"prompt": prompt, "stop": COMPLETION_STOP}
     if examples:
-        text = render_prompt("solve_conditioned", document=document, examples=worked_examples(examples),
-                             question=problem.question)
+        text = render_prompt(
+            "solve_conditioned", document=document, examples=worked_examples(examples), question=problem.question
+        )
     else:
         text = render_prompt("solve", document=document, question=problem.question)
     return {"messages": [{"role": "user", "content": text}]}
@@ -77,20 +78,32 @@ async def rollouts(
     """n sampled solutions of `problem`, each verified against its answer. `purpose` (final calibration)
     draws them apart from every other purpose's samples and asks with the training prompt."""
     samples = await ctx.gateway.generate(
-        endpoint, role=role, n=n, first_index=first_index, max_tokens=max_tokens, purpose=purpose,
+        endpoint,
+        role=role,
+        n=n,
+        first_index=first_index,
+        max_tokens=max_tokens,
+        purpose=purpose,
         **solve_request(endpoint, problem, examples, train=purpose == CALIBRATE_PURPOSE),
     )
     result = []
     for sample in samples:
         check = await verify_response(
-            problem.domain, sample.text, problem.answer, question=problem.question,
-            gateway=ctx.gateway, judge=ctx.config.roles.judge,
+            problem.domain,
+            sample.text,
+            problem.answer,
+            question=problem.question,
+            gateway=ctx.gateway,
+            judge=ctx.config.roles.judge,
         )
         result.append(
             Rollout(
-                text=sample.text, extracted_answer=check.extracted, reward=float(check.correct),
+                text=sample.text,
+                extracted_answer=check.extracted,
+                reward=float(check.correct),
                 finish_reason=sample.finish_reason if sample.finish_reason in ("stop", "length") else "other",
-                completion_tokens=sample.completion_tokens, model=endpoint.name,
+                completion_tokens=sample.completion_tokens,
+                model=endpoint.name,
             )
         )
     return result

@@ -45,8 +45,16 @@ class Check(StrEnum):
 
 # each method's stages in the order a seed passes them
 METHOD_STAGES: dict[str, tuple[Stage, ...]] = {
-    "mbs": (Stage.TRACES, Stage.DECOMPOSE, Stage.LEAF, Stage.COMPOSE, Stage.REGROUND, Stage.NOVELTY, Stage.QUALITY,
-            Stage.CALIBRATE),
+    "mbs": (
+        Stage.TRACES,
+        Stage.DECOMPOSE,
+        Stage.LEAF,
+        Stage.COMPOSE,
+        Stage.REGROUND,
+        Stage.NOVELTY,
+        Stage.QUALITY,
+        Stage.CALIBRATE,
+    ),
     "direct": (Stage.TRACES, Stage.DIRECT, Stage.REGROUND, Stage.NOVELTY, Stage.QUALITY, Stage.CALIBRATE),
 }
 UNTICKED = frozenset({Stage.NOVELTY})  # stages that make no model call of their own: no progress bar

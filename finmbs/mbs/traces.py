@@ -20,7 +20,6 @@ from finmbs.mbs.solve import rollouts
 from finmbs.mbs.stages import Stage
 from finmbs.records import ANSWERS, Problem, Rollout, Trace
 
-
 _UNKNOWN = re.compile(r"(?<![A-Za-z\\])[A-Za-z](?![A-Za-z])")  # a lone letter: P in "0.0325P", x in "3x+2"
 
 
@@ -78,8 +77,10 @@ async def teacher_trace(
                 break
         if answer := consensus(problem, samples):
             trace = Trace(text=samples[0].text, answer=answer, model=teacher.name, verified=True)
-            return trace, (f"relabeled: stated answer {problem.answer!r}, all {len(samples)} traces of "
-                           f"{teacher.name} answer {answer!r}")
+            return trace, (
+                f"relabeled: stated answer {problem.answer!r}, all {len(samples)} traces of "
+                f"{teacher.name} answer {answer!r}"
+            )
     votes = len(seen) - len(teachers) * ctx.stages.Nt
     tries = f"{len(teachers)}x{ctx.stages.Nt}" + (f" (+{votes} relabel votes)" if votes else "")
     return None, f"no verified trace after {tries} tries{ANSWERS}" + ", ".join(seen)

@@ -10,11 +10,16 @@ from finmbs.records import Document
 
 OPENING_CHARS = 3000
 _FORM = r"(?:INC|INCORPORATED|CORPORATION|CORP|COMPANY|LLC|L\.?P|N\.?V|PLC|LTD|LIMITED|HOLDINGS|TRUST)\.?"
-_AMONG = re.compile(r"\b(?:among|between)\s*\n?\s*(?:the\s+)?([A-Z][A-Za-z0-9&.\-’' ]{1,80}?(?:,\s*" + _FORM + r")?)"
-                    r"(?=\s*(?:,|\(|\bas\b|\band\b|\n|$))")
+_AMONG = re.compile(
+    r"\b(?:among|between)\s*\n?\s*(?:the\s+)?([A-Z][A-Za-z0-9&.\-’' ]{1,80}?(?:,\s*" + _FORM + r")?)"
+    r"(?=\s*(?:,|\(|\bas\b|\band\b|\n|$))"
+)
 _COVER_LINE = re.compile(r"^([A-Z][A-Z0-9&.\-’' ]{1,60},?\s*" + _FORM + r"),?$", re.MULTILINE)
-_NOT_BORROWER = re.compile(r"\b(BANK|AGENT|LENDERS?|ARRANGER|SECURITIES|CAPITAL MARKETS|N\.A\.|BORROWERS?|COMPANY PARTY)\b"
-                           r"|^(?:the\s+)?(?:Company|Borrowers?|Lenders?|Parent|Holdings)$", re.IGNORECASE)
+_NOT_BORROWER = re.compile(
+    r"\b(BANK|AGENT|LENDERS?|ARRANGER|SECURITIES|CAPITAL MARKETS|N\.A\.|BORROWERS?|COMPANY PARTY)\b"
+    r"|^(?:the\s+)?(?:Company|Borrowers?|Lenders?|Parent|Holdings)$",
+    re.IGNORECASE,
+)
 
 
 def _tidy(name: str) -> str:
@@ -27,7 +32,9 @@ def _tidy(name: str) -> str:
 
 def _named(name: str) -> bool:
     """Whether every word of `name` is capitalized, as a name's are ("Persons identified" is no name)."""
-    return all(w[0].isupper() or w[0].isdigit() or w in ("of", "and", "&", "the", "de") for w in name.replace(",", " ").split())
+    return all(
+        w[0].isupper() or w[0].isdigit() or w in ("of", "and", "&", "the", "de") for w in name.replace(",", " ").split()
+    )
 
 
 def document_company(doc: Document, text: str) -> str | None:
@@ -43,6 +50,10 @@ def document_company(doc: Document, text: str) -> str | None:
     for i, line in enumerate(lines):
         found = _COVER_LINE.match(line.strip())
         after = lines[i + 1].strip().lower() if i + 1 < len(lines) else ""
-        if found and not _NOT_BORROWER.search(found.group(1)) and not (after.startswith("as ") and "borrower" not in after):
+        if (
+            found
+            and not _NOT_BORROWER.search(found.group(1))
+            and not (after.startswith("as ") and "borrower" not in after)
+        ):
             return _tidy(found.group(1))
     return None

@@ -34,13 +34,19 @@ _STRONG = ("percent", "money", "ratio")
 # boilerplate that carries figures nobody should be asked about
 _BOILERPLATE = re.compile(
     r"telephone|facsimile|fax:|attention:|e-?mail:|@|\bBy:\s|\bName:\s|\bTitle:\s|table of contents|"
-    r"\.{5,}|CUSIP|ABA\s*#|account\s*(?:no|number)", re.IGNORECASE,
+    r"\.{5,}|CUSIP|ABA\s*#|account\s*(?:no|number)",
+    re.IGNORECASE,
 )
 _END_MATTER = re.compile(r"IN\s+WITNESS\s+WHEREOF|Signature Page to", re.IGNORECASE)
 _REFERS = re.compile(r"ha(?:s|ve) the meaning|as defined in|is defined in", re.IGNORECASE)
-_MEASURE = re.compile(r"ratio|ebitda|net worth|net income|interest expense|indebtedness|debt|liquidity|capital", re.IGNORECASE)
-_COVENANT = re.compile(r"shall not permit|shall maintain|not (?:be )?(?:less|greater|more) than|not (?:to )?exceed|"
-                       r"at least|minimum|maximum", re.IGNORECASE)
+_MEASURE = re.compile(
+    r"ratio|ebitda|net worth|net income|interest expense|indebtedness|debt|liquidity|capital", re.IGNORECASE
+)
+_COVENANT = re.compile(
+    r"shall not permit|shall maintain|not (?:be )?(?:less|greater|more) than|not (?:to )?exceed|"
+    r"at least|minimum|maximum",
+    re.IGNORECASE,
+)
 
 
 @dataclass
@@ -63,8 +69,13 @@ class Passage:
         if len(self.parts) == 1:
             return self.parts[0]
         first = self.parts[0]
-        return Snippet(text=self.text, doc_id=first.doc_id, source_path=first.source_path,
-                       section_path=" + ".join(p.section_path for p in self.parts if p.section_path), page=first.page)
+        return Snippet(
+            text=self.text,
+            doc_id=first.doc_id,
+            source_path=first.source_path,
+            section_path=" + ".join(p.section_path for p in self.parts if p.section_path),
+            page=first.page,
+        )
 
 
 def strong_figures(text: str) -> list:
@@ -88,25 +99,47 @@ def score(chunk: Chunk) -> float:
 
 def _span(doc: Document, text: str, first: Chunk, last: Chunk) -> Snippet:
     start, end = first.char_start or 0, last.char_end or len(text)
-    return Snippet(text=text[start:end], doc_id=doc.doc_id, source_path=shown_path(doc.source_path),
-                   section_path=first.section_path, page=first.page, char_start=start, char_end=end)
+    return Snippet(
+        text=text[start:end],
+        doc_id=doc.doc_id,
+        source_path=shown_path(doc.source_path),
+        section_path=first.section_path,
+        page=first.page,
+        char_start=start,
+        char_end=end,
+    )
 
 
 def _excerpt(doc: Document, text: str, chunks: list[Chunk], i: int) -> Snippet:
     """Chunk i, run on into chunk i+1 when it is in the same section and the two stay short."""
     chunk = chunks[i]
     if chunk.char_start is None or chunk.char_end is None:
-        return Snippet(text=chunk.text, doc_id=doc.doc_id, source_path=shown_path(doc.source_path),
-                       section_path=chunk.section_path, page=chunk.page)
+        return Snippet(
+            text=chunk.text,
+            doc_id=doc.doc_id,
+            source_path=shown_path(doc.source_path),
+            section_path=chunk.section_path,
+            page=chunk.page,
+        )
     first, last = chunk, chunk
     prev = chunks[i - 1] if i > 0 else None
     mid_paragraph = chunk.char_start > 0 and text[chunk.char_start - 1] not in "\n"
-    if (mid_paragraph and prev is not None and prev.char_start is not None and prev.section_path == chunk.section_path
-            and chunk.char_end - prev.char_start <= MAX_PASSAGE_CHARS):
+    if (
+        mid_paragraph
+        and prev is not None
+        and prev.char_start is not None
+        and prev.section_path == chunk.section_path
+        and chunk.char_end - prev.char_start <= MAX_PASSAGE_CHARS
+    ):
         first = prev  # a grid or clause cut by the chunker: from where it starts
     nxt = chunks[i + 1] if i + 1 < len(chunks) else None
-    if (nxt is not None and nxt.char_end is not None and nxt.section_path == chunk.section_path
-            and chunk.kind != "definition" and nxt.char_end - first.char_start <= MAX_PASSAGE_CHARS):  # type: ignore[operator]
+    if (
+        nxt is not None
+        and nxt.char_end is not None
+        and nxt.section_path == chunk.section_path
+        and chunk.kind != "definition"
+        and nxt.char_end - first.char_start <= MAX_PASSAGE_CHARS
+    ):  # type: ignore[operator]
         last = nxt
     return _span(doc, text, first, last)
 
@@ -151,18 +184,24 @@ def cross_passages(doc: Document, text: str, chunks: list[Chunk], most: int) -> 
     for definition in (c for c in chunks if c.kind == "definition" and c.term and len(c.term.split()) >= 2):
         if _BOILERPLATE.search(definition.text) or len(definition.text) > MAX_PASSAGE_CHARS:
             continue
-        if not (_TERMS.search(definition.term or "") or strong_figures(definition.text)) or _REFERS.search(definition.text):
+        if not (_TERMS.search(definition.term or "") or strong_figures(definition.text)) or _REFERS.search(
+            definition.text
+        ):
             continue  # "Administrative Agent": nothing to compute; "has the meaning assigned in Article VII": elsewhere
         term = re.compile(rf"\b{re.escape(definition.term)}\b")  # type: ignore[arg-type]
-        users = sorted(((s, c) for s, c in provisions if term.search(c.text) and c.chunk_id not in used),
-                       key=lambda sc: -sc[0])
+        users = sorted(
+            ((s, c) for s, c in provisions if term.search(c.text) and c.chunk_id not in used), key=lambda sc: -sc[0]
+        )
         if not users:
             continue
         value, provision = users[0]
         parts = [_span(doc, text, definition, definition), _span(doc, text, provision, provision)]
         measure = 5.0 if _MEASURE.search(definition.term or "") else 0.0  # a ratio, EBITDA, net worth: computed
-        pairs.append(Passage(doc.doc_id, parts, value + 2.0 * len(strong_figures(definition.text)) + measure,
-                             term=definition.term))
+        pairs.append(
+            Passage(
+                doc.doc_id, parts, value + 2.0 * len(strong_figures(definition.text)) + measure, term=definition.term
+            )
+        )
     pairs.sort(key=lambda p: -p.score)
     chosen: list[Passage] = []
     for pair in pairs:
@@ -173,8 +212,9 @@ def cross_passages(doc: Document, text: str, chunks: list[Chunk], most: int) -> 
     return chosen
 
 
-def plan(doc: Document, text: str, chunks: list[Chunk], count: int, types: list[str],
-         first: int = 0) -> list[tuple[str, Passage]]:
+def plan(
+    doc: Document, text: str, chunks: list[Chunk], count: int, types: list[str], first: int = 0
+) -> list[tuple[str, Passage]]:
     """`count` (question type, passage) assignments for one document: the types in turn (from the `first`th,
     so that documents asked for fewer questions than there are types still share out every type) over the
     best passages; a cross-passage turn without a pair left asks for a multi-step question instead."""

@@ -34,7 +34,8 @@ from finmbs.mbs.calibrate import calibrate
 from finmbs.mbs.candidates import WorkedProblem, placeholder, reply_model, verified_node
 from finmbs.mbs.context import Context, Ledger, in_stage
 from finmbs.mbs.leakage import entity_name
-from finmbs.mbs.novelty import STAGE as NOVELTY, names_its_entity, restated, unworkable
+from finmbs.mbs.novelty import STAGE as NOVELTY
+from finmbs.mbs.novelty import names_its_entity, restated, unworkable
 from finmbs.mbs.programs import program_prompt
 from finmbs.mbs.reground import answerability
 from finmbs.mbs.stages import Stage
@@ -44,15 +45,30 @@ from finmbs.records import Chunk, DifficultyReport, Document, Problem, Provenanc
 from finmbs.resources import render_prompt
 
 STAGE = Stage.MINE
-CHECKS = ("no_company", "no_passage", "reply", "evidence", "entity", "own_answer", "answer_form", "contaminated", "verify",
-          "judge", NOVELTY, "not_hard")
+CHECKS = (
+    "no_company",
+    "no_passage",
+    "reply",
+    "evidence",
+    "entity",
+    "own_answer",
+    "answer_form",
+    "contaminated",
+    "verify",
+    "judge",
+    NOVELTY,
+    "not_hard",
+)
 
 
 def evidence_first(schema: dict) -> None:
     """`json_schema_extra` of MinedQuestion: a constrained teacher copies its evidence before it writes the
     question on it, and writes every field."""
     properties = schema.get("properties", {})
-    schema["properties"] = {"evidence": properties["evidence"], **{k: v for k, v in properties.items() if k != "evidence"}}
+    schema["properties"] = {
+        "evidence": properties["evidence"],
+        **{k: v for k, v in properties.items() if k != "evidence"},
+    }
     schema["required"] = list(schema["properties"])
 
 
@@ -61,7 +77,9 @@ class MinedQuestion(WorkedProblem):
 
     model_config = ConfigDict(json_schema_extra=evidence_first)
 
-    evidence: list[str] = Field(min_length=1, description="pieces of the passage copied exactly, holding the figures used")
+    evidence: list[str] = Field(
+        min_length=1, description="pieces of the passage copied exactly, holding the figures used"
+    )
 
     @field_validator("evidence")
     @classmethod
@@ -114,8 +132,10 @@ class Options(BaseModel):
     types: list[str]
     hard_only: bool = False
     evidence: Literal["quote", "select"] = Field(
-        "quote", description="quote: the teacher copies its evidence, proven verbatim (the issue's rule); select (not "
-                             "the issue's): it names the passage's numbered lines, verbatim by construction")
+        "quote",
+        description="quote: the teacher copies its evidence, proven verbatim (the issue's rule); select (not "
+        "the issue's): it names the passage's numbered lines, verbatim by construction",
+    )
 
 
 # quote marks (typographic or plain) read as spaces, dashes as one dash; one character to one, so offsets hold.
@@ -138,8 +158,14 @@ def find_quote(quote: str, text: str) -> tuple[int, int] | None:
 
 
 def home_chunk(chunks: list[Chunk], start: int) -> Chunk | None:
-    return next((c for c in chunks if c.char_start is not None and c.char_end is not None
-                 and c.char_start <= start < c.char_end), None)
+    return next(
+        (
+            c
+            for c in chunks
+            if c.char_start is not None and c.char_end is not None and c.char_start <= start < c.char_end
+        ),
+        None,
+    )
 
 
 def short_name(company: str) -> str:
@@ -149,7 +175,9 @@ def short_name(company: str) -> str:
     return re.sub(r"[A-Za-z][A-Za-z’']*", lambda m: m.group(0).capitalize(), name.lower()) if name.isupper() else name
 
 
-def locate_evidence(quotes: list[str], passage: Passage, text: str, chunks: list[Chunk]) -> tuple[list[dict], str | None]:
+def locate_evidence(
+    quotes: list[str], passage: Passage, text: str, chunks: list[Chunk]
+) -> tuple[list[dict], str | None]:
     """(the location of each quote in the document, why the evidence fails or None): each quote must lie
     inside one excerpt of the cited passage (found there first, so a phrase the document repeats is
     located where the passage has it) and so be verbatim in the document."""
@@ -157,29 +185,61 @@ def locate_evidence(quotes: list[str], passage: Passage, text: str, chunks: list
     for quote in quotes:
         if len(quote.split()) < 2:
             return found, f"evidence {quote!r} is no quote of the passage (under two words)"
-        span = next(((p.char_start + s, p.char_start + e) for p in passage.parts if p.char_start is not None
-                     for s, e in [find_quote(quote, p.text) or (-1, -1)] if s >= 0), None)
+        span = next(
+            (
+                (p.char_start + s, p.char_start + e)
+                for p in passage.parts
+                if p.char_start is not None
+                for s, e in [find_quote(quote, p.text) or (-1, -1)]
+                if s >= 0
+            ),
+            None,
+        )
         if span is None:
-            where = "in the document but outside the cited passage" if find_quote(quote, text) else "not verbatim in the document"
+            where = (
+                "in the document but outside the cited passage"
+                if find_quote(quote, text)
+                else "not verbatim in the document"
+            )
             return found, f"evidence {where}: {quote[:120]!r}"
         start, end = span
         home = home_chunk(chunks, start)
-        found.append({"text": text[start:end], "char_start": start, "char_end": end,
-                      "section_path": home.section_path if home else "", "page": home.page if home else None})
+        found.append(
+            {
+                "text": text[start:end],
+                "char_start": start,
+                "char_end": end,
+                "section_path": home.section_path if home else "",
+                "page": home.page if home else None,
+            }
+        )
     return found, None
 
 
 def measured(report: DifficultyReport) -> dict[str, Any]:
     """meta.measured: the target's accuracy on the question (k of n rollouts at budget L)."""
-    return {"policy": report.policy, "k": report.k, "n": report.n, "accuracy": round(report.k / report.n, 4),
-            "budget": report.budget, "band": report.band}
+    return {
+        "policy": report.policy,
+        "k": report.k,
+        "n": report.n,
+        "accuracy": round(report.k / report.n, 4),
+        "budget": report.budget,
+        "band": report.band,
+    }
 
 
 class DocumentMiner:
     """Mines one document: plans passages, asks the teacher, checks and calibrates the questions."""
 
-    def __init__(self, ctx: Context, doc: Document, text: str, chunks: list[Chunk], options: Options,
-                 decontaminator: Decontaminator | None):
+    def __init__(
+        self,
+        ctx: Context,
+        doc: Document,
+        text: str,
+        chunks: list[Chunk],
+        options: Options,
+        decontaminator: Decontaminator | None,
+    ):
         self.ctx, self.doc, self.text, self.chunks, self.options = ctx, doc, text, chunks, options
         self.decontaminator = decontaminator
         self.ledger = Ledger(doc.doc_id)
@@ -192,12 +252,19 @@ class DocumentMiner:
         if passage.term:
             meta["term"] = passage.term
         if reply is not None:
-            meta.update(teacher_solution=reply.solution.strip(), quoted=reply.evidence,
-                        **({"program": reply.program} if getattr(reply, "program", None) else {}))
+            meta.update(
+                teacher_solution=reply.solution.strip(),
+                quoted=reply.evidence,
+                **({"program": reply.program} if getattr(reply, "program", None) else {}),
+            )
         return Problem(
-            id=f"{self.doc.doc_id}.q{number}", question=reply.question.strip() if reply else "",
-            answer=reply.answer.strip() if reply else "", domain="finance", snippet=passage.snippet(),
-            entity=self.company or None, provenance=Provenance(seed_id=f"{self.doc.doc_id}.q{number}", stage=STAGE),
+            id=f"{self.doc.doc_id}.q{number}",
+            question=reply.question.strip() if reply else "",
+            answer=reply.answer.strip() if reply else "",
+            domain="finance",
+            snippet=passage.snippet(),
+            entity=self.company or None,
+            provenance=Provenance(seed_id=f"{self.doc.doc_id}.q{number}", stage=STAGE),
             meta=meta,
         )
 
@@ -208,15 +275,24 @@ class DocumentMiner:
         teacher = self.ctx.teachers[number % len(self.ctx.teachers)]
         select = self.options.evidence == "select"
         prompt = render_prompt(
-            "mine_question", company=self.company, short=self.name, title=self.doc.title or self.doc.doc_id, type=kind,
-            type_rule=render_prompt(f"mine_type_{kind}").strip(), passage=numbered(passage) if select else passage.text,
+            "mine_question",
+            company=self.company,
+            short=self.name,
+            title=self.doc.title or self.doc.doc_id,
+            type=kind,
+            type_rule=render_prompt(f"mine_type_{kind}").strip(),
+            passage=numbered(passage) if select else passage.text,
             evidence_rule=render_prompt(f"mine_evidence_{self.options.evidence}").strip(),
             evidence_example="[1]" if select else '["<a piece of the passage, copied exactly>"]',
         )
         # verify.programs: the reply carries a program binding the passage's figures with quote()
         reply_shape = reply_model(self.ctx, MinedSelection if select else MinedQuestion)
-        [reply] = await self.ctx.gateway.structured(teacher, reply_shape, role="teacher",
-                                                     messages=[{"role": "user", "content": program_prompt(self.ctx, prompt, "finance")}])
+        [reply] = await self.ctx.gateway.structured(
+            teacher,
+            reply_shape,
+            role="teacher",
+            messages=[{"role": "user", "content": program_prompt(self.ctx, prompt, "finance")}],
+        )
         self.ctx.tick(STAGE)
         return reply
 
@@ -233,7 +309,11 @@ class DocumentMiner:
             lines = passage_lines(passage)
             quotes = [lines[n - 1] for n in dict.fromkeys(reply.evidence) if 1 <= n <= len(lines)]
             if not quotes:
-                self.reject(problem, "evidence", f"evidence names no line of the passage ({reply.evidence}; it has {len(lines)})")
+                self.reject(
+                    problem,
+                    "evidence",
+                    f"evidence names no line of the passage ({reply.evidence}; it has {len(lines)})",
+                )
                 return None
         evidence, why = locate_evidence(quotes, passage, self.text, self.chunks)
         if why:
@@ -241,15 +321,21 @@ class DocumentMiner:
             return None
         problem.meta["evidence"] = evidence
         if not (names_its_entity(problem) or self.name.lower() in problem.question.lower()):
-            self.reject(problem, "entity", f"the question does not name its company ({self.name!r}): "
-                                           "not answerable out of context")
+            self.reject(
+                problem,
+                "entity",
+                f"the question does not name its company ({self.name!r}): not answerable out of context",
+            )
             return None
         if bad := unworkable(problem):
             self.reject(problem, bad[0], bad[1])
             return None
         if self.decontaminator is not None and (hit := self.decontaminator.check(problem)):
-            self.reject(problem, "contaminated", f"its {hit.field} overlaps {hit.source} {hit.ref} "
-                                                 f"({hit.coverage:.0%} of its n-grams: {hit.ngram!r})")
+            self.reject(
+                problem,
+                "contaminated",
+                f"its {hit.field} overlaps {hit.source} {hit.ref} ({hit.coverage:.0%} of its n-grams: {hit.ngram!r})",
+            )
             return None
         with in_stage(Stage.TRACES):
             node = await verified_node(self.ctx, problem, self.ledger, stage=STAGE, path="0")
@@ -263,7 +349,11 @@ class DocumentMiner:
             verdict = await answerability(self.ctx, problem)
         self.ctx.tick(Stage.JUDGE)
         if not (verdict.answerable and verdict.supported):
-            what = "not answerable from the passage alone" if not verdict.answerable else "answer not supported by the passage"
+            what = (
+                "not answerable from the passage alone"
+                if not verdict.answerable
+                else "answer not supported by the passage"
+            )
             self.reject(problem, "judge", f"judge: {what}: {verdict.reason}")
             return None
         return problem
@@ -286,21 +376,30 @@ class DocumentMiner:
             report = await calibrate(self.ctx, problem)
         problem = problem.model_copy(update={"meta": {**problem.meta, "measured": measured(report)}})
         if self.options.hard_only and report.k > 0:
-            self.reject(problem, "not_hard", f"the target solved it {report.k} of {report.n} times (--hard-only keeps 0 of N)")
+            self.reject(
+                problem, "not_hard", f"the target solved it {report.k} of {report.n} times (--hard-only keeps 0 of N)"
+            )
             return None
         return problem
 
     async def mine(self, planned: list[tuple[str, Passage]]) -> DocumentOutcome:
-        outcome = DocumentOutcome(doc_id=self.doc.doc_id, passages=len({p.text for _, p in planned}),
-                                  candidates=[kind for kind, _ in planned])
+        outcome = DocumentOutcome(
+            doc_id=self.doc.doc_id, passages=len({p.text for _, p in planned}), candidates=[kind for kind, _ in planned]
+        )
         if not self.company:
-            self.reject(self.candidate(0, "none", Passage(self.doc.doc_id, [], 0.0), None), "no_company",
-                        f"document {self.doc.doc_id} names no company: its questions cannot name it")
+            self.reject(
+                self.candidate(0, "none", Passage(self.doc.doc_id, [], 0.0), None),
+                "no_company",
+                f"document {self.doc.doc_id} names no company: its questions cannot name it",
+            )
             outcome.candidates = []
         elif not planned:
-            self.reject(self.candidate(0, "none", Passage(self.doc.doc_id, [], 0.0), None), "no_passage",
-                        f"document {self.doc.doc_id} has no passage worth asking about (no chunk with a percentage, "
-                        "amount or ratio)")
+            self.reject(
+                self.candidate(0, "none", Passage(self.doc.doc_id, [], 0.0), None),
+                "no_passage",
+                f"document {self.doc.doc_id} has no passage worth asking about (no chunk with a percentage, "
+                "amount or ratio)",
+            )
         else:
             checked = await asyncio.gather(*(self.checked(i, kind, p) for i, (kind, p) in enumerate(planned)))
             survivors = self.novel([p for p in checked if p is not None])
@@ -316,7 +415,13 @@ def seed_row(problem: Problem) -> dict[str, Any]:
     entity, snippet with text, doc_id and source_path), with meta.type, meta.evidence and meta.measured."""
     snippet = problem.snippet.model_dump(exclude_none=True) if problem.snippet else None
     meta = {k: v for k, v in problem.meta.items() if k != "quoted"}
-    row: dict[str, Any] = {"id": problem.id, "question": problem.question, "answer": problem.answer,
-                           "domain": problem.domain, "entity": problem.entity, "snippet": snippet, "meta": meta}
+    row: dict[str, Any] = {
+        "id": problem.id,
+        "question": problem.question,
+        "answer": problem.answer,
+        "domain": problem.domain,
+        "entity": problem.entity,
+        "snippet": snippet,
+        "meta": meta,
+    }
     return {k: v for k, v in row.items() if v is not None}
-

@@ -40,7 +40,15 @@ from finmbs.mine.passages import TYPES, plan
 from finmbs.mine.questions import DocumentMiner, DocumentOutcome, Options, seed_row
 from finmbs.records import Document, Record, RoleUsage, merge_usage
 from finmbs.runs.folder import (
-    METRICS, REJECTED, USAGE, JsonlLog, RunDir, UsageLedger, atomic_write_json, atomic_write_text, file_name,
+    METRICS,
+    REJECTED,
+    USAGE,
+    JsonlLog,
+    RunDir,
+    UsageLedger,
+    atomic_write_json,
+    atomic_write_text,
+    file_name,
 )
 from finmbs.runs.grow import previous_totals, record_config, sigterm_as_interrupt, spent
 from finmbs.runs.metrics import add_stage_usage
@@ -81,9 +89,11 @@ class MineMetrics(Record):
 
     def summary(self) -> dict[str, Any]:
         data = self.model_dump()
-        data.update(hard_share=self.hard_share,
-                    tokens_per_kept=self.tokens / self.kept if self.kept else None,
-                    seconds_per_kept=self.wall_time_s / self.kept if self.kept else None)
+        data.update(
+            hard_share=self.hard_share,
+            tokens_per_kept=self.tokens / self.kept if self.kept else None,
+            seconds_per_kept=self.wall_time_s / self.kept if self.kept else None,
+        )
         return data
 
 
@@ -96,14 +106,17 @@ def open_documents(index: Index, settings: IndexSettings, documents: list[str], 
         raise MineError(f"the index at {where} holds no documents: run `finmbs ingest PATH --index-path {where}` first")
     chosen = found
     if documents:
+
         def names(doc: Document) -> set[str]:
             path = Path(doc.source_path)
             return {doc.doc_id, path.name, path.stem}
 
         unknown = [d for d in documents if not any(d in names(doc) for doc in found)]
         if unknown:
-            raise MineError(f"document(s) not in the index at {where}: {', '.join(unknown)} "
-                            f"(it holds: {', '.join(d.doc_id for d in found[:20])}{' ...' if len(found) > 20 else ''})")
+            raise MineError(
+                f"document(s) not in the index at {where}: {', '.join(unknown)} "
+                f"(it holds: {', '.join(d.doc_id for d in found[:20])}{' ...' if len(found) > 20 else ''})"
+            )
         chosen = [doc for doc in chosen if names(doc) & set(documents)]
     if companies:
         keys = {company_key(c) for c in companies}
@@ -112,7 +125,9 @@ def open_documents(index: Index, settings: IndexSettings, documents: list[str], 
         unknown = [c for c in companies if company_key(c) not in present]
         if unknown:
             known = sorted(filter(None, set(named.values())))
-            raise MineError(f"no document of {', '.join(unknown)} in the index at {where} (companies: {', '.join(known)})")
+            raise MineError(
+                f"no document of {', '.join(unknown)} in the index at {where} (companies: {', '.join(known)})"
+            )
         chosen = [doc for doc in chosen if company_key(named[doc.doc_id]) in keys]
     return chosen
 
@@ -120,8 +135,10 @@ def open_documents(index: Index, settings: IndexSettings, documents: list[str], 
 def check_index(settings: IndexSettings) -> None:
     """One MineError when the embedded index folder does not exist (a server index is checked by its documents)."""
     if not store_url(settings) and not Path(settings.path).is_dir():
-        raise MineError(f"index not found at {settings.path}: run `finmbs ingest PATH --index-path {settings.path}` "
-                        "first, or point --index-path at the index")
+        raise MineError(
+            f"index not found at {settings.path}: run `finmbs ingest PATH --index-path {settings.path}` "
+            "first, or point --index-path at the index"
+        )
 
 
 def record_options(run: RunDir, options: Options) -> None:
@@ -129,10 +146,14 @@ def record_options(run: RunDir, options: Options) -> None:
     path = run.path(OPTIONS)
     new = options.model_dump(mode="json")
     if path.exists():
-        old = Options.model_validate(json.loads(path.read_text(encoding="utf-8"))).model_dump(mode="json")  # defaults filled
+        old = Options.model_validate(json.loads(path.read_text(encoding="utf-8"))).model_dump(
+            mode="json"
+        )  # defaults filled
         if old != new:
             changed = "; ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in new if old.get(k) != new.get(k))
-            raise ConfigError(f"{run.root} was mined with other options ({changed}): use a new --run-dir, or the same options")
+            raise ConfigError(
+                f"{run.root} was mined with other options ({changed}): use a new --run-dir, or the same options"
+            )
     atomic_write_json(path, new)
 
 
@@ -163,8 +184,14 @@ def collect_metrics(outcomes: list[DocumentOutcome], documents: int, target: str
     return metrics
 
 
-async def mine_document(ctx: Context, index: Index, doc: Document, options: Options,
-                        decontaminator: Decontaminator | None, position: int = 0) -> DocumentOutcome:
+async def mine_document(
+    ctx: Context,
+    index: Index,
+    doc: Document,
+    options: Options,
+    decontaminator: Decontaminator | None,
+    position: int = 0,
+) -> DocumentOutcome:
     """One document end to end: plan its passages, then ask, check and calibrate its questions (the
     document at `position` of the run starts its turn of question types there)."""
     ctx = ctx.for_seed()
@@ -184,9 +211,18 @@ def write_seeds(out: Path, outcomes: list[DocumentOutcome]) -> int:
 
 
 async def run_mine(
-    config: RunConfig, options: Options, out: str | Path, run_dir: str | Path, *, documents: list[str] | None = None,
-    companies: list[str] | None = None, eval_data: list[Path] | None = None, tick: Tick = no_tick,
-    gateway: Gateway | None = None, allow_config_change: bool = False, on_start: Any = None,
+    config: RunConfig,
+    options: Options,
+    out: str | Path,
+    run_dir: str | Path,
+    *,
+    documents: list[str] | None = None,
+    companies: list[str] | None = None,
+    eval_data: list[Path] | None = None,
+    tick: Tick = no_tick,
+    gateway: Gateway | None = None,
+    allow_config_change: bool = False,
+    on_start: Any = None,
 ) -> MineMetrics:
     """Mine every unfinished selected document into `run_dir`, write the seeds file `out`; the run's metrics.
 
@@ -211,8 +247,17 @@ async def run_mine(
             return await _mine_locked(run, config, options, out, index, chosen, decontaminator, tick, gateway)
 
 
-async def _mine_locked(run: RunDir, config: RunConfig, options: Options, out: Path, index: Index, chosen: list[Document],
-                       decontaminator: Decontaminator | None, tick: Tick, gateway: Gateway | None) -> MineMetrics:
+async def _mine_locked(
+    run: RunDir,
+    config: RunConfig,
+    options: Options,
+    out: Path,
+    index: Index,
+    chosen: list[Document],
+    decontaminator: Decontaminator | None,
+    tick: Tick,
+    gateway: Gateway | None,
+) -> MineMetrics:
     ledger = UsageLedger(run.path(USAGE))
     usage_before, wall_before, _ = previous_totals(run, ledger)
     budget_check(config.budget, *spent(usage_before))
@@ -263,4 +308,3 @@ async def _mine_locked(run: RunDir, config: RunConfig, options: Options, out: Pa
         if own_gateway:
             gateway.close()
     return metrics
-

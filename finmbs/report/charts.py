@@ -51,8 +51,9 @@ def nice_step(top: int, most: int = 5) -> int:
     return top
 
 
-def bar_chart(title: str, groups: list[tuple[str, list[tuple[str, int]]]], x_title: str = "",
-              width: int = 460, height: int = 240) -> Chart:
+def bar_chart(
+    title: str, groups: list[tuple[str, list[tuple[str, int]]]], x_title: str = "", width: int = 460, height: int = 240
+) -> Chart:
     """Groups of bars side by side (a group per x label, a bar per series), colored by series."""
     left, right, top, bottom = 44, 12, 40, height - 44
     top_count = max([count for _, bars in groups for _, count in bars] + [1])
@@ -66,10 +67,18 @@ def bar_chart(title: str, groups: list[tuple[str, list[tuple[str, int]]]], x_tit
         bar_width = min(46.0, slot * 0.8 / max(len(bars), 1))
         start = left + index * slot + (slot - bar_width * len(bars)) / 2
         for position, (series, count) in enumerate(bars):
-            chart.bars.append(Bar(
-                x=start + position * bar_width, y=bottom - count * scale, width=bar_width - 2,
-                height=count * scale, count=count, series=series, group=group, color=COLORS.get(series, "#2c7fb8"),
-            ))
+            chart.bars.append(
+                Bar(
+                    x=start + position * bar_width,
+                    y=bottom - count * scale,
+                    width=bar_width - 2,
+                    height=count * scale,
+                    count=count,
+                    series=series,
+                    group=group,
+                    color=COLORS.get(series, "#2c7fb8"),
+                )
+            )
         every = max(1, math.ceil(len(groups) / 24))  # at most ~24 x labels, always the first and the last
         if index % every == 0 or index == len(groups) - 1:
             chart.labels.append((left + index * slot + slot / 2, group))

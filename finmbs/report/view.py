@@ -98,9 +98,21 @@ def _pct(part: float, whole: float) -> str:
 
 
 KNOWN_METRICS = {
-    "method", "usage", "seeds_in", "seeds_with_trace", "decompositions_effective", "decompositions_attempted",
-    "descendants", "goldilocks", "goldilocks_rate", "qualified", "qualified_rate", "seeds_converted",
-    "seed_conversion", "cache_hits", "wall_time_s",
+    "method",
+    "usage",
+    "seeds_in",
+    "seeds_with_trace",
+    "decompositions_effective",
+    "decompositions_attempted",
+    "descendants",
+    "goldilocks",
+    "goldilocks_rate",
+    "qualified",
+    "qualified_rate",
+    "seeds_converted",
+    "seed_conversion",
+    "cache_hits",
+    "wall_time_s",
 }
 
 
@@ -118,8 +130,9 @@ def _format(value: float) -> str:
 
 def extra_metrics(m: dict[str, Any]) -> list[tuple[str, str, str]]:
     """Numeric fields of metrics.json the report has no special row for (added by newer stages), as they are."""
-    return [(key, label_of(key), _format(value)) for key, value in m.items()
-            if key not in KNOWN_METRICS and _number(value)]
+    return [
+        (key, label_of(key), _format(value)) for key, value in m.items() if key not in KNOWN_METRICS and _number(value)
+    ]
 
 
 def metrics_rows(m: dict[str, Any]) -> list[tuple[str, str, str]]:
@@ -130,8 +143,11 @@ def metrics_rows(m: dict[str, Any]) -> list[tuple[str, str, str]]:
     return [
         ("seeds_in", "seeds in", str(get("seeds_in"))),
         ("seeds_with_trace", "seeds with a verified trace", str(get("seeds_with_trace"))),
-        ("decompositions", "effective decompositions / attempted",
-         f"{get('decompositions_effective')} / {get('decompositions_attempted')}"),
+        (
+            "decompositions",
+            "effective decompositions / attempted",
+            f"{get('decompositions_effective')} / {get('decompositions_attempted')}",
+        ),
         ("descendants", "candidates (synthetic descendants)", str(get("descendants"))),
         ("goldilocks", "Goldilocks", f"{get('goldilocks')} ({get('goldilocks_rate') * 100:.1f}%)"),
         ("qualified", "qualified", f"{get('qualified')} ({get('qualified_rate') * 100:.1f}%)"),
@@ -166,13 +182,27 @@ def funnel_rows(m: dict[str, Any]) -> list[FunnelStep]:
     steps = []
     for key, label, base in FUNNEL:
         whole = get(base) if base else get(key)
-        steps.append(FunnelStep(key, label, get(key), f"{_pct(get(key), get(base))} of {BASES[base]}" if base else "",
-                                100.0 * get(key) / whole if whole else 0.0))
-    for key, label, value in extra_metrics(m):
+        steps.append(
+            FunnelStep(
+                key,
+                label,
+                get(key),
+                f"{_pct(get(key), get(base))} of {BASES[base]}" if base else "",
+                100.0 * get(key) / whole if whole else 0.0,
+            )
+        )
+    for key, label, _value in extra_metrics(m):
         if isinstance(m[key], int) and not _NOT_A_COUNT.search(key):
             base = "seeds_in" if key.startswith("seeds_") else "descendants"
-            steps.append(FunnelStep(key, label, m[key], f"{_pct(m[key], get(base))} of {BASES[base]}",
-                                    min(100.0, 100.0 * m[key] / get(base)) if get(base) else 0.0))
+            steps.append(
+                FunnelStep(
+                    key,
+                    label,
+                    m[key],
+                    f"{_pct(m[key], get(base))} of {BASES[base]}",
+                    min(100.0, 100.0 * m[key] / get(base)) if get(base) else 0.0,
+                )
+            )
     return steps
 
 
@@ -231,8 +261,12 @@ def node_status(run: Run) -> tuple[dict[str, Status], dict[str, Counter[str]]]:
     reasons: dict[str, Counter[str]] = defaultdict(Counter)
     seen: set[tuple[str, str]] = set()
     rejections = [(r.problem.id, r.stage, r.reason) for r in run.rejected] + [
-        (node.problem.id, d.stage, d.reason) for trees in run.trees.values() for node in _tree_nodes(trees)
-        for d in node.decisions if d.outcome == "rejected"]
+        (node.problem.id, d.stage, d.reason)
+        for trees in run.trees.values()
+        for node in _tree_nodes(trees)
+        for d in node.decisions
+        if d.outcome == "rejected"
+    ]
     for problem_id, stage, reason in rejections:
         if (problem_id, stage) not in seen:
             seen.add((problem_id, stage))
@@ -283,13 +317,21 @@ def seed_views(run: Run) -> list[SeedView]:
     views = []
     for seed in run.seeds or [t.seed for t in run.trees.values()]:
         trees = run.trees.get(seed.id)
-        loose = [(r.problem, r.stage, r.reason) for r in run.rejected
-                 if r.problem.provenance.seed_id == seed.id and r.problem.id not in in_trees | {seed.id}]
-        views.append(SeedView(
-            seed=seed, trees=trees, loose_rejections=loose, failed_outputs=failed_outputs(run, seed.id),
-            candidates=len({n.problem.id for n in _synthetic_nodes(trees)}) if trees else 0,
-            qualified=sum(1 for p in run.qualified if p.provenance.seed_id == seed.id),
-        ))
+        loose = [
+            (r.problem, r.stage, r.reason)
+            for r in run.rejected
+            if r.problem.provenance.seed_id == seed.id and r.problem.id not in in_trees | {seed.id}
+        ]
+        views.append(
+            SeedView(
+                seed=seed,
+                trees=trees,
+                loose_rejections=loose,
+                failed_outputs=failed_outputs(run, seed.id),
+                candidates=len({n.problem.id for n in _synthetic_nodes(trees)}) if trees else 0,
+                qualified=sum(1 for p in run.qualified if p.provenance.seed_id == seed.id),
+            )
+        )
     return views
 
 
@@ -316,16 +358,26 @@ def build_view(run: Run) -> ReportView:
         if found.n == n:
             pass_rates[found.k][found.band] += 1
     return ReportView(
-        name=run.name, domain=str(run.config.get("domain", "")), metrics=metrics_rows(run.metrics),
+        name=run.name,
+        domain=str(run.config.get("domain", "")),
+        metrics=metrics_rows(run.metrics),
         funnel=funnel_rows(run.metrics) if run.metrics else [],
-        bands={group: {band: sum(r.band == band for r in found.values()) for band in BANDS}
-               for group, found in reports.items()},
+        bands={
+            group: {band: sum(r.band == band for r in found.values()) for band in BANDS}
+            for group, found in reports.items()
+        },
         unknown_band={"seeds": len(run.seeds) - len(reports["seeds"])},
-        pass_rates=pass_rates, rollouts=n, other_n=sum(r.n != n for r in synthetic),
-        stages=[(stage, sum(c.values()), reason_counts(c, stage))
-                for stage, c in sorted(reasons.items(), key=lambda item: in_order(item[0]))],
+        pass_rates=pass_rates,
+        rollouts=n,
+        other_n=sum(r.n != n for r in synthetic),
+        stages=[
+            (stage, sum(c.values()), reason_counts(c, stage))
+            for stage, c in sorted(reasons.items(), key=lambda item: in_order(item[0]))
+        ],
         usage=[(role, RoleUsage.model_validate(u)) for role, u in sorted(run.metrics.get("usage", {}).items())],
-        tables=metric_tables(run.metrics), seeds=seed_views(run), status=status,
+        tables=metric_tables(run.metrics),
+        seeds=seed_views(run),
+        status=status,
         contamination=contamination(run),
     )
 

@@ -12,9 +12,28 @@ from importlib import import_module
 from typing import Any
 
 _FOLDER = (
-    "CONFIG", "CONFIG_CHANGES", "CONTAMINATION", "DONE", "LOCK", "METRICS", "QUALIFIED", "QUALIFIED_NODES", "REJECTED",
-    "SEEDS", "TMP_SUFFIX", "TREES", "USAGE", "JsonlLog", "RunDir", "RunFolderBusy", "UsageLedger", "atomic_write_json",
-    "atomic_write_text", "file_name", "read_jsonl", "safe_name",
+    "CONFIG",
+    "CONFIG_CHANGES",
+    "CONTAMINATION",
+    "DONE",
+    "LOCK",
+    "METRICS",
+    "QUALIFIED",
+    "QUALIFIED_NODES",
+    "REJECTED",
+    "SEEDS",
+    "TMP_SUFFIX",
+    "TREES",
+    "USAGE",
+    "JsonlLog",
+    "RunDir",
+    "RunFolderBusy",
+    "UsageLedger",
+    "atomic_write_json",
+    "atomic_write_text",
+    "file_name",
+    "read_jsonl",
+    "safe_name",
 )
 _WHERE = {
     **dict.fromkeys(_FOLDER, "folder"),

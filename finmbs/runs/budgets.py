@@ -30,8 +30,10 @@ def construction_budgets(run: str | Path) -> dict[str, int]:
     unfinished = [i for i in ids if not (folder.is_done(i) and folder.tree_path(i).exists())]
     if not ids or unfinished:
         shown = ", ".join(unfinished[:3]) + (f" (+{len(unfinished) - 3} more)" if len(unfinished) > 3 else "")
-        raise ValueError(f"{where}: the run is not finished ({len(unfinished)} of {len(ids)} seeds not done: "
-                         f"{shown or 'no seeds'}); rerun its grow command to finish it first")
+        raise ValueError(
+            f"{where}: the run is not finished ({len(unfinished)} of {len(ids)} seeds not done: "
+            f"{shown or 'no seeds'}); rerun its grow command to finish it first"
+        )
     budgets = {}
     for i in ids:
         trees = read_json(folder.tree_path(i), SeedTrees)

@@ -179,9 +179,13 @@ class RunDir:
         except BlockingIOError:
             holder = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip() or "another process"
             os.close(fd)
-            raise RunFolderBusy(f"run folder {self.root} is in use by {holder}; wait for it to finish or stop it") from None
+            raise RunFolderBusy(
+                f"run folder {self.root} is in use by {holder}; wait for it to finish or stop it"
+            ) from None
         os.ftruncate(fd, 0)
-        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode(), 0)
+        os.pwrite(
+            fd, f"pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode(), 0
+        )
         self._lock_fd = fd
         self.remove_leftover_tmp()
 
@@ -248,7 +252,9 @@ class UsageLedger:
             if isinstance(row, dict) and "session" in row:
                 last[row["session"]] = row["usage"]
         if self.path.exists():
-            atomic_write_text(self.path, "".join(json.dumps({"session": k, "usage": v}) + "\n" for k, v in last.items()))
+            atomic_write_text(
+                self.path, "".join(json.dumps({"session": k, "usage": v}) + "\n" for k, v in last.items())
+            )
         return last
 
     def write(self, usage: dict[str, BaseModel]) -> None:

@@ -33,8 +33,21 @@ from finmbs.mbs.reground import excluded_documents
 from finmbs.mbs.stages import Progress
 from finmbs.records import Problem, RoleUsage, RunMetrics, merge_usage
 from finmbs.runs.folder import (
-    CONFIG, CONFIG_CHANGES, CONTAMINATION, METRICS, QUALIFIED, QUALIFIED_NODES, REJECTED, SEEDS, USAGE, JsonlLog,
-    RunDir, UsageLedger, atomic_write_json, atomic_write_text, file_name,
+    CONFIG,
+    CONFIG_CHANGES,
+    CONTAMINATION,
+    METRICS,
+    QUALIFIED,
+    QUALIFIED_NODES,
+    REJECTED,
+    SEEDS,
+    USAGE,
+    JsonlLog,
+    RunDir,
+    UsageLedger,
+    atomic_write_json,
+    atomic_write_text,
+    file_name,
 )
 from finmbs.runs.metrics import collect_metrics, screen_model
 
@@ -84,8 +97,10 @@ def record_config(run: RunDir, config: RunConfig, allow_change: bool) -> None:
         changes = config_changes(yaml.safe_load(path.read_text(encoding="utf-8")) or {}, yaml.safe_load(text))
         if changes and not allow_change:
             shown = "; ".join(changes[:3]) + (f" (+{len(changes) - 3} more)" if len(changes) > 3 else "")
-            raise ConfigError(f"the config differs from the one {run.root} was grown with: {shown}; use a new --out, "
-                              "or pass --allow-config-change to continue it with the new config")
+            raise ConfigError(
+                f"the config differs from the one {run.root} was grown with: {shown}; use a new --out, "
+                "or pass --allow-config-change to continue it with the new config"
+            )
         if changes:
             row = {"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "changes": changes}
             with run.path(CONFIG_CHANGES).open("a", encoding="utf-8") as handle:
@@ -94,7 +109,12 @@ def record_config(run: RunDir, config: RunConfig, allow_change: bool) -> None:
 
 
 async def grow_work(
-    seed: Problem, gateway: Gateway, tick: Tick, *, config: RunConfig, method: str,
+    seed: Problem,
+    gateway: Gateway,
+    tick: Tick,
+    *,
+    config: RunConfig,
+    method: str,
     excluded: frozenset[str] = frozenset(),
 ) -> SeedOutcome:
     """One seed as a unit of executor work (module level, so it pickles for Ray)."""
@@ -114,8 +134,11 @@ def record_exclusions(run: RunDir, config: RunConfig, seeds: list[Problem]) -> f
         found = excluded_documents(index, seeds, config.index.holdout)
         docs = {d.doc_id: d for d in index.documents()}
     if found.unmatched:
-        warnings.warn(f"index.holdout names no indexed document for: {', '.join(found.unmatched)} "
-                      f"(matched against doc ids, file names, companies and CIKs of {config.index.path})", stacklevel=2)
+        warnings.warn(
+            f"index.holdout names no indexed document for: {', '.join(found.unmatched)} "
+            f"(matched against doc ids, file names, companies and CIKs of {config.index.path})",
+            stacklevel=2,
+        )
     atomic_write_json(run.path(CONTAMINATION), found.as_json(docs, config.index.holdout))
     return frozenset(found.excluded)
 
@@ -131,8 +154,14 @@ def check_seed_names(seeds: list[Problem]) -> None:
 
 
 async def run_grow(
-    config: RunConfig, seeds: list[Problem], out: str | Path, *, method: str = "mbs",
-    tick: Tick = no_tick, gateway: Gateway | None = None, executor: Executor | None = None,
+    config: RunConfig,
+    seeds: list[Problem],
+    out: str | Path,
+    *,
+    method: str = "mbs",
+    tick: Tick = no_tick,
+    gateway: Gateway | None = None,
+    executor: Executor | None = None,
     allow_config_change: bool = False,
 ) -> RunMetrics:
     """Grow every unfinished seed into the run folder `out`; returns the run's metrics.
@@ -151,8 +180,14 @@ async def run_grow(
 
 
 async def _grow_locked(
-    run: RunDir, config: RunConfig, seeds: list[Problem], method: str, tick: Tick, gateway: Gateway | None,
-    executor: Executor | None, allow_config_change: bool,
+    run: RunDir,
+    config: RunConfig,
+    seeds: list[Problem],
+    method: str,
+    tick: Tick,
+    gateway: Gateway | None,
+    executor: Executor | None,
+    allow_config_change: bool,
 ) -> RunMetrics:
     record_config(run, config, allow_config_change)
     atomic_write_text(run.path(SEEDS), "".join(s.model_dump_json() + "\n" for s in seeds))
@@ -193,8 +228,13 @@ async def _grow_locked(
         tick(Progress.SEEDS, len(seeds) - len(todo))  # finished by an earlier run: progress counts them done
     try:
         with sigterm_as_interrupt(local_gateway):
-            await executor.map(partial(grow_work, config=config, method=method, excluded=excluded), todo,
-                               concurrency=config.seed_concurrency, on_result=on_result, tick=tick)
+            await executor.map(
+                partial(grow_work, config=config, method=method, excluded=excluded),
+                todo,
+                concurrency=config.seed_concurrency,
+                on_result=on_result,
+                tick=tick,
+            )
     finally:
         ledger.write(executor.usage)
         executor.on_usage = None

@@ -74,8 +74,10 @@ def unique_by_id(problems: list[Problem], path: Path) -> list[Problem]:
         if problem.id not in seen:
             seen[problem.id] = (number, problem)
         elif seen[problem.id][1] != problem:
-            raise RunReadError(f"{path}: rows {seen[problem.id][0]} and {number} share id '{problem.id}' "
-                               "but differ; the folder was written by two runs at once")
+            raise RunReadError(
+                f"{path}: rows {seen[problem.id][0]} and {number} share id '{problem.id}' "
+                "but differ; the folder was written by two runs at once"
+            )
     return [problem for _, problem in seen.values()]
 
 

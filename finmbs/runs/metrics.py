@@ -60,8 +60,10 @@ def add_seed(metrics: RunMetrics, trees: SeedTrees, screened_by: str | None) -> 
     metrics.descendants += len(roots)
     metrics.goldilocks += sum(r.band == "goldilocks" for r in roots)
     metrics.qualified += sum(r.qualified for r in roots)
-    metrics.relabeled += sum(bool(n.target and n.target.qualified and is_root(n) and "relabeled_from" in n.problem.meta)
-                             for n in seen.values())
+    metrics.relabeled += sum(
+        bool(n.target and n.target.qualified and is_root(n) and "relabeled_from" in n.problem.meta)
+        for n in seen.values()
+    )
     metrics.seeds_converted += any(r.qualified for r in roots)
     metrics.other_descendants += len(others)
     metrics.other_goldilocks += sum(r.band == "goldilocks" for r in others)

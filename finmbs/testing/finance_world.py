@@ -61,8 +61,11 @@ _BOXED = re.compile(r"\\boxed\{(-?\d+)\}")
 
 def whole_figures(text: str, small: bool = False) -> list[int]:
     """Distinct positive whole-number figures of a text (small counts only with `small`), in order."""
-    found = [int(f.value) for f in text_figures(text)
-             if f.value.denominator == 1 and f.value > 0 and (small or not trivial(f))]
+    found = [
+        int(f.value)
+        for f in text_figures(text)
+        if f.value.denominator == 1 and f.value > 0 and (small or not trivial(f))
+    ]
     return list(dict.fromkeys(found))
 
 
@@ -72,8 +75,11 @@ def quoting_program(expr: str, passage: str) -> str:
     for fig in text_figures(passage):
         if fig.value.denominator == 1 and fig.value > 0:
             texts.setdefault(int(fig.value), fig.text.strip("()+ "))
-    quoted = re.sub(r"\d+", lambda m: f"quote({texts[int(m.group())]!r}, {m.group()})" if int(m.group()) in texts
-                    else m.group(), expr)
+    quoted = re.sub(
+        r"\d+",
+        lambda m: f"quote({texts[int(m.group())]!r}, {m.group()})" if int(m.group()) in texts else m.group(),
+        expr,
+    )
     return f"answer = {quoted}"
 
 
@@ -129,8 +135,9 @@ class FinanceWorld(World):
         reply = super().__call__(Request(request.path, {**request.body, "messages": messages}))
         if "<problem>" in text and seed in blocks(text, "problem")[-1]:  # solving the seed itself
             right = str(value(shadow))
-            reply.texts = [_BOXED.sub(lambda m: "\\boxed{%s}" % (gold if m.group(1) == right else "999"), t)
-                           for t in reply.texts]
+            reply.texts = [
+                _BOXED.sub(lambda m: "\\boxed{%s}" % (gold if m.group(1) == right else "999"), t) for t in reply.texts
+            ]
         return reply
 
     # re-grounding tasks --------------------------------------------------------------------------
@@ -138,8 +145,10 @@ class FinanceWorld(World):
     def best_excerpt(text: str, chunks: list[str]) -> int:
         """The excerpt a teacher takes: one holding a term the seed passage quotes, then the most figures."""
         terms = quoted_terms(blocks(text, "seed_passage")[0])
-        return min(range(len(chunks)), key=lambda i: (not any(t in chunks[i] for t in terms),
-                                                      -len(whole_figures(chunks[i], small=True))))
+        return min(
+            range(len(chunks)),
+            key=lambda i: (not any(t in chunks[i] for t in terms), -len(whole_figures(chunks[i], small=True))),
+        )
 
     def extract(self, text: str) -> dict:
         doc_id = re.search(r'<new_document id="([^"]*)"', text).group(1)  # type: ignore[union-attr]
@@ -180,10 +189,15 @@ class FinanceWorld(World):
         replies = []
         for i, (path, expr) in enumerate(nodes):
             new = re.sub(r"\d+", lambda m: str(mapping[int(m.group())]), expr) + (extra if i == 0 else "")
-            replies.append({"path": f"{int(path.split('.')[-1]) + 1}" if self.mispath else path,
-                            "question": f"For {entity}, using the passage: Compute {new}.",
-                            "solution": stepwise(new), "answer": str(value(new)),
-                            **({"program": quoting_program(new, passage)} if PROGRAM_MARKER in text else {})})
+            replies.append(
+                {
+                    "path": f"{int(path.split('.')[-1]) + 1}" if self.mispath else path,
+                    "question": f"For {entity}, using the passage: Compute {new}.",
+                    "solution": stepwise(new),
+                    "answer": str(value(new)),
+                    **({"program": quoting_program(new, passage)} if PROGRAM_MARKER in text else {}),
+                }
+            )
         return {"nodes": replies}
 
     def answerable(self, text: str) -> dict:
@@ -212,19 +226,28 @@ class FinanceWorld(World):
             expr = "(2 + 3) * 4"
         if any(m in company for m in self.mine_invent):
             expr += f" + {INVENTED}"
-        quotes = list(dict.fromkeys(next((ln for ln in lines if n in whole_figures(ln, small=True)), "") for n in (a, b, c)))
+        quotes = list(
+            dict.fromkeys(next((ln for ln in lines if n in whole_figures(ln, small=True)), "") for n in (a, b, c))
+        )
         quotes = [q.strip() for q in quotes if q.strip()] or [passage.strip()[:200]]
         if any(m in company for m in self.mine_misquote):
             changed = re.sub(r"\d", lambda m: str((int(m.group()) + 1) % 10), quotes[0], count=1)
             quotes[0] = changed if changed != quotes[0] else re.sub(r"\bthe\b", "such", quotes[0], count=1)
         if select:  # the numbers of the quoted lines (misquote: a number no line has)
-            quotes = [len(all_lines) + 5] if any(m in company for m in self.mine_misquote) else [
-                all_lines.index(q.strip()) + 1 for q in quotes if q.strip() in all_lines] or [1]
+            quotes = (
+                [len(all_lines) + 5]
+                if any(m in company for m in self.mine_misquote)
+                else [all_lines.index(q.strip()) + 1 for q in quotes if q.strip() in all_lines] or [1]
+            )
         answer = value(expr) + (1 if any(m in company for m in self.mine_wrong) else 0)
         who = "the borrower" if any(m in company for m in self.mine_anonymous) else name
-        return {"evidence": quotes, "question": f"Under {who}'s credit agreement, using the passage: Compute {expr}.",
-                "solution": stepwise(expr), "answer": str(answer),
-                **({"program": quoting_program(expr, passage)} if PROGRAM_MARKER in text else {})}
+        return {
+            "evidence": quotes,
+            "question": f"Under {who}'s credit agreement, using the passage: Compute {expr}.",
+            "solution": stepwise(expr),
+            "answer": str(answer),
+            **({"program": quoting_program(expr, passage)} if PROGRAM_MARKER in text else {}),
+        }
 
     def equivalence(self, text: str) -> dict:
         gold, predicted = blocks(text, "ground_truth")[0].strip(), blocks(text, "predicted")[0].strip()

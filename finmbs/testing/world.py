@@ -10,7 +10,8 @@ request's max_tokens it is cut and ends with finish_reason "length" (the answer 
 
 Teachers answer the structured tasks: decomposition into the compound operands plus one example of
 the top operator on the operand values with the right one plus 1 (with `reveal_answer`, the parent's
-own last step, whose answer is the parent's; with `restate_parent`, the parent itself first); an unhelpful "Compute 2 - 1." while fewer than
+own last step, whose answer is the parent's; with `restate_parent`, the parent itself first); an unhelpful
+"Compute 2 - 1." while fewer than
 `bad_decompositions` failed attempts are in the prompt; wrong answers with `wrong_child_answers`);
 harder leaf variants (variant s adds s+1 operations; a `lazy` teacher only renumbers, a `parrot` one
 restates the leaf as its first variant); composition by
@@ -139,7 +140,7 @@ class World:
         if task in ("solve", "conditioned"):
             return self.solve(agent, request, task_text)
         if task in self.malformed and REPAIR_MARKER not in request.text:
-            return Reply(texts=["{\"subproblems\": [oops"])
+            return Reply(texts=['{"subproblems": [oops'])
         reply = getattr(self, task)(agent, task_text)
         if task == "program_write":  # asked for a plain ```python block, not JSON
             return Reply(texts=[f"Here is the program:\n```python\n{reply['program']}\n```"])
@@ -256,27 +257,43 @@ def renumber(expr: str, shift: int) -> str:
 
 
 def world_config(
-    base_url: str, teachers: list[str], students: list[str], target: str, cache_path: str, *, programs: bool = True,
+    base_url: str,
+    teachers: list[str],
+    students: list[str],
+    target: str,
+    cache_path: str,
+    *,
+    programs: bool = True,
     **stages: object,
 ) -> RunConfig:
     """A RunConfig whose roles are endpoints of the world's server (chat, `n` supported); `programs`:
     verify.programs (the teachers write programs; off: the paper's trace rule alone)."""
 
     def endpoint(name: str, **extra: object) -> dict:
-        return dict(name=name, model=f"openai/{name}", api_base=base_url, max_concurrency=16, temperature=1.0,
-                    max_tokens=4096, timeout_s=10.0, max_retries=2, **extra)
+        return dict(
+            name=name,
+            model=f"openai/{name}",
+            api_base=base_url,
+            max_concurrency=16,
+            temperature=1.0,
+            max_tokens=4096,
+            timeout_s=10.0,
+            max_retries=2,
+            **extra,
+        )
 
-    return RunConfig.model_validate({
-        "domain": "math",
-        "roles": {
-            "teachers": [endpoint(t) for t in teachers],
-            "students": [endpoint(s, supports_n=True) for s in students],
-            "target": endpoint(target, supports_n=True),
-            "judge": endpoint(teachers[0]),
-        },
-        "stages": stages,
-        "cache_path": cache_path,
-        "seed_concurrency": 4,
-        "verify": {"programs": programs},
-    })
-
+    return RunConfig.model_validate(
+        {
+            "domain": "math",
+            "roles": {
+                "teachers": [endpoint(t) for t in teachers],
+                "students": [endpoint(s, supports_n=True) for s in students],
+                "target": endpoint(target, supports_n=True),
+                "judge": endpoint(teachers[0]),
+            },
+            "stages": stages,
+            "cache_path": cache_path,
+            "seed_concurrency": 4,
+            "verify": {"programs": programs},
+        }
+    )

@@ -16,7 +16,7 @@ def last_boxed(text: str) -> str | None:
         return None
     i = text.find("{", start)
     if i < 0:
-        rest = text[start + len("\\boxed"):].strip()
+        rest = text[start + len("\\boxed") :].strip()
         return rest.split()[0].rstrip("$.") if rest else None
     depth = 0
     for j in range(i, len(text)):

@@ -58,40 +58,93 @@ def normalize_text(text: str) -> str:
 # --------------------------------------------------------------------------------------------
 # figures
 _CURRENCY = {
-    "$": "USD", "us$": "USD", "usd": "USD", "u.s.$": "USD", "dollars": "USD", "dollar": "USD",
-    "€": "EUR", "eur": "EUR", "euro": "EUR", "euros": "EUR", "£": "GBP", "gbp": "GBP", "c$": "CAD", "cad": "CAD",
-    "¥": "JPY", "jpy": "JPY", "yen": "JPY",
+    "$": "USD",
+    "us$": "USD",
+    "usd": "USD",
+    "u.s.$": "USD",
+    "dollars": "USD",
+    "dollar": "USD",
+    "€": "EUR",
+    "eur": "EUR",
+    "euro": "EUR",
+    "euros": "EUR",
+    "£": "GBP",
+    "gbp": "GBP",
+    "c$": "CAD",
+    "cad": "CAD",
+    "¥": "JPY",
+    "jpy": "JPY",
+    "yen": "JPY",
 }
 _SCALE = {
-    "thousand": 3, "k": 3, "million": 6, "millions": 6, "mm": 6, "mn": 6, "mil": 6, "m": 6,
-    "billion": 9, "billions": 9, "bn": 9, "b": 9, "trillion": 12, "trillions": 12, "tn": 12,
+    "thousand": 3,
+    "k": 3,
+    "million": 6,
+    "millions": 6,
+    "mm": 6,
+    "mn": 6,
+    "mil": 6,
+    "m": 6,
+    "billion": 9,
+    "billions": 9,
+    "bn": 9,
+    "b": 9,
+    "trillion": 12,
+    "trillions": 12,
+    "tn": 12,
 }
 _SHORT_SCALES = {"k", "m", "b"}  # only with a currency sign: "$5m", never "3M" the company
 _COUNT_UNITS = {
-    "day": "day", "days": "day", "business day": "business day", "business days": "business day",
-    "month": "month", "months": "month", "year": "year", "years": "year", "week": "week", "weeks": "week",
-    "share": "share", "shares": "share", "store": "store", "stores": "store", "employee": "employee",
+    "day": "day",
+    "days": "day",
+    "business day": "business day",
+    "business days": "business day",
+    "month": "month",
+    "months": "month",
+    "year": "year",
+    "years": "year",
+    "week": "week",
+    "weeks": "week",
+    "share": "share",
+    "shares": "share",
+    "store": "store",
+    "stores": "store",
+    "employee": "employee",
     "employees": "employee",
 }
 _WORD_NUMBERS = {
-    w: i for i, w in enumerate(
+    w: i
+    for i, w in enumerate(
         "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
         "sixteen seventeen eighteen nineteen twenty".split()
     )
 } | {"thirty": 30, "forty": 40, "fifty": 50, "sixty": 60, "seventy": 70, "eighty": 80, "ninety": 90, "hundred": 100}
 _WORD_FRACTIONS = {
-    "one-half": Fraction(1, 2), "one half": Fraction(1, 2), "half": Fraction(1, 2),
-    "one-quarter": Fraction(1, 4), "one quarter": Fraction(1, 4), "one-fourth": Fraction(1, 4),
-    "three-quarters": Fraction(3, 4), "three quarters": Fraction(3, 4), "three-fourths": Fraction(3, 4), "one-eighth": Fraction(1, 8),
-    "one eighth": Fraction(1, 8), "three-eighths": Fraction(3, 8), "five-eighths": Fraction(5, 8),
-    "seven-eighths": Fraction(7, 8), "one-third": Fraction(1, 3), "two-thirds": Fraction(2, 3),
+    "one-half": Fraction(1, 2),
+    "one half": Fraction(1, 2),
+    "half": Fraction(1, 2),
+    "one-quarter": Fraction(1, 4),
+    "one quarter": Fraction(1, 4),
+    "one-fourth": Fraction(1, 4),
+    "three-quarters": Fraction(3, 4),
+    "three quarters": Fraction(3, 4),
+    "three-fourths": Fraction(3, 4),
+    "one-eighth": Fraction(1, 8),
+    "one eighth": Fraction(1, 8),
+    "three-eighths": Fraction(3, 8),
+    "five-eighths": Fraction(5, 8),
+    "seven-eighths": Fraction(7, 8),
+    "one-third": Fraction(1, 3),
+    "two-thirds": Fraction(2, 3),
 }
 _ZERO_WORDS = {"none", "zero", "nil", "there are none", "there is none"}
 _NEGATIVE_CUES = re.compile(
     r"\b(decreas\w*|declin\w*|drop\w*|down|fell|fall\w*|lower|negative|loss\w*|shr[ua]nk\w*|reduc\w*|deficit|outflow)\b",
     re.IGNORECASE,
 )
-_POSITIVE_CUES = re.compile(r"\b(increas\w*|ris(?:e|es|ing|en)|rose|gr[eo]w\w*|higher|up|gain\w*|improv\w*)\b", re.IGNORECASE)
+_POSITIVE_CUES = re.compile(
+    r"\b(increas\w*|ris(?:e|es|ing|en)|rose|gr[eo]w\w*|higher|up|gain\w*|improv\w*)\b", re.IGNORECASE
+)
 _REFERENCE = re.compile(r"(?:section|article|exhibit|schedule|clause|note|item|annex|§|no\.|page|rule)\s*$", re.I)
 _REFERENCE_LOOKBACK = 40  # characters before a figure searched for a reference word (keeps figures() linear)
 
@@ -107,8 +160,10 @@ _WORDNUM = rf"(?:{_WORD_UNITS})\s+hundred(?:\s+(?:and\s+)?(?:{_WORD_BELOW_100})\
 # what a word number must stand before to be read as a figure ("fifty basis points", never "fifty Lenders"); basis
 # points plural only: agreements write the singular as a unit of precision ("in multiples of 1/100th of one basis
 # point", "rounded to the nearest one basis point"), never as a rate anyone is asked about
-_WORD_UNIT_AHEAD = (r"%|percent|per\s+cent|basis\s+points\b|bps\b|million|billion|thousand|times|days?|months?"
-                    r"|years?|weeks?|business\s+days?")
+_WORD_UNIT_AHEAD = (
+    r"%|percent|per\s+cent|basis\s+points\b|bps\b|million|billion|thousand|times|days?|months?"
+    r"|years?|weeks?|business\s+days?"
+)
 _CUR = r"US\$|U\.S\.\s?\$|C\$|USD|EUR|GBP|CAD|JPY|[$€£¥]"
 _SCALE_RE = r"thousand|millions?|billions?|trillions?|mm|mn|mil|bn|tn|k|m|b"
 _PCT = r"%|percent(?:age\s+points?)?|per\s+cent|pct|basis\s+points?|bps|bp"
@@ -169,7 +224,8 @@ def _figure(m: re.Match[str], whole: bool) -> Figure | None:
     if m.group("frac_of"):
         value = (
             Fraction(int(m.group("fnum")), int(m.group("fden")))
-            if m.group("fnum") else _WORD_FRACTIONS[re.sub(r"\s+", " ", m.group("fword").lower())]
+            if m.group("fnum")
+            else _WORD_FRACTIONS[re.sub(r"\s+", " ", m.group("fword").lower())]
         )
         if m.group("fint"):  # "five and three-fourths of one percent": 5.75
             value += _word_value(m.group("fint"))
@@ -250,8 +306,17 @@ _QUESTION_NEAREST = re.compile(
     r"nearest\s+(?P<what>whole\s+number|integer|whole\s+percent|percent|tenth|hundredth|thousandth|dollar|cent)",
     re.IGNORECASE,
 )
-_NEAREST = {"whole number": 0, "integer": 0, "whole percent": 0, "percent": 0, "dollar": 0, "tenth": 1,
-            "hundredth": 2, "thousandth": 3, "cent": 2}
+_NEAREST = {
+    "whole number": 0,
+    "integer": 0,
+    "whole percent": 0,
+    "percent": 0,
+    "dollar": 0,
+    "tenth": 1,
+    "hundredth": 2,
+    "thousandth": 3,
+    "cent": 2,
+}
 
 
 def question_scale(question: str | None) -> int:
@@ -317,7 +382,9 @@ _YES_NO_QUESTION = re.compile(
     r"^\s*(?:[^.?]*[.:,]\s+)?(is|are|was|were|does|do|did|has|have|had|can|could|will|would|should|may|must)\b",
     re.IGNORECASE,
 )
-_MORE_THAN_YES_NO = re.compile(r"\b(if so|if yes|if not|and (?:what|which|how|who|name)|what|which|how much|how many|name)\b", re.I)
+_MORE_THAN_YES_NO = re.compile(
+    r"\b(if so|if yes|if not|and (?:what|which|how|who|name)|what|which|how much|how many|name)\b", re.I
+)
 
 
 def polarity(text: str) -> tuple[str, str] | None:
@@ -414,8 +481,19 @@ def _power_of_thousand(ratio: Fraction) -> bool:
 
 # --------------------------------------------------------------------------------------------
 # qualified figures: "not $35 million", "less than 2%", "at least $10 million", "approximately 5%"
-_APPROXIMATE = {"approximately", "approx", "approx.", "about", "around", "roughly", "circa", "~", "some", "close to",
-                "or so"}
+_APPROXIMATE = {
+    "approximately",
+    "approx",
+    "approx.",
+    "about",
+    "around",
+    "roughly",
+    "circa",
+    "~",
+    "some",
+    "close to",
+    "or so",
+}
 _BEFORE = (
     r"not(?:\s+(?:equal\s+to|exactly|quite))?|never|anything\s+but|other\s+than|except|excluding"
     r"|less\s+than|fewer\s+than|lower\s+than|more\s+than|greater\s+than|higher\s+than|in\s+excess\s+of"
@@ -477,7 +555,9 @@ def _compare_dates(pred_dates: list[tuple[datetime, bool]], gold: tuple[datetime
     (date, has_day), (gold_date, gold_day) = pred_dates[0], gold
     if has_day == gold_day:
         same = date.date() == gold_date.date()
-        return Comparison(verdict="equal" if same else "different", reason=f"dates {date:%Y-%m-%d} vs {gold_date:%Y-%m-%d}")
+        return Comparison(
+            verdict="equal" if same else "different", reason=f"dates {date:%Y-%m-%d} vs {gold_date:%Y-%m-%d}"
+        )
     if (date.year, date.month) != (gold_date.year, gold_date.month):
         return Comparison(verdict="different", reason="different month")
     return Comparison(verdict="undecided", reason="same month; only one side gives the day")
@@ -497,8 +577,9 @@ def _compare_text_figures(pred: str, ref: str, question: str | None) -> Comparis
             return Comparison(verdict="equal", reason="same words and figures")
         return Comparison(verdict="undecided", reason="gold holds several figures")
     if not pred_figs:
-        return Comparison(verdict="different" if not _has_number_words(pred) else "undecided",
-                          reason="no figure in the prediction")
+        return Comparison(
+            verdict="different" if not _has_number_words(pred) else "undecided", reason="no figure in the prediction"
+        )
     if hedge := qualifier(pred, pred_figs):
         return _qualified(hedge, qualifier(ref, gold_figs))
     if "=" in pred and len(pred_figs) > 1:

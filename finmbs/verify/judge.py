@@ -46,7 +46,6 @@ async def judge_equivalence(
     fields = delimited(question=question or "(not given)", predicted=predicted, ground_truth=ground_truth)
     prompt = render_prompt("judge_equivalence", **fields)
     (verdict,) = await gateway.structured(
-        endpoint, JudgeVerdict, role="judge", messages=[{"role": "user", "content": prompt}], temperature=0.0,
-        last=True,
+        endpoint, JudgeVerdict, role="judge", messages=[{"role": "user", "content": prompt}], temperature=0.0, last=True
     )
     return verdict or JudgeVerdict(equal=False, reason="judge reply unparseable after repair")

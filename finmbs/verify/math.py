@@ -50,7 +50,9 @@ class _Worker:
     def __init__(self) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "finmbs.verify.math_worker"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
             env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)},
         )
         self._buffer = b""

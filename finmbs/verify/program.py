@@ -60,8 +60,12 @@ class ProgramResult(BaseModel):
 
 def _worker_env() -> dict[str, str]:
     """This process's import path (a worktree's finmbs wins as here), nothing else that could matter."""
-    return {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
-            "PYTHONDONTWRITEBYTECODE": "1", "LANG": "C.UTF-8"}
+    return {
+        "PATH": os.environ.get("PATH", ""),
+        "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "LANG": "C.UTF-8",
+    }
 
 
 def run_program(
@@ -78,12 +82,20 @@ def run_program(
         return ProgramResult(ok=False, error="no program")
     if len(source) > PROGRAM_CHARS:
         return ProgramResult(ok=False, error=f"program longer than {PROGRAM_CHARS} characters")
-    request = {"source": source, "passage": passage, "functions": functions or {},
-               "limits": {"cpu_s": timeout_s, "memory_mb": MEMORY_MB, "output_chars": OUTPUT_CHARS}}
+    request = {
+        "source": source,
+        "passage": passage,
+        "functions": functions or {},
+        "limits": {"cpu_s": timeout_s, "memory_mb": MEMORY_MB, "output_chars": OUTPUT_CHARS},
+    }
     try:
         proc = subprocess.Popen(
-            [sys.executable, "-B", "-m", "finmbs.verify.program_worker"], stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True, env=_worker_env(),
+            [sys.executable, "-B", "-m", "finmbs.verify.program_worker"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            env=_worker_env(),
             cwd="/",
         )
     except OSError as exc:
@@ -129,7 +141,9 @@ def _result(out: bytes, returncode: int | None, timeout_s: float) -> ProgramResu
 
 
 async def run_program_async(
-    source: str, passage: str | None = None, timeout_s: float = PROGRAM_TIMEOUT_S,
+    source: str,
+    passage: str | None = None,
+    timeout_s: float = PROGRAM_TIMEOUT_S,
     functions: dict[str, Any] | None = None,
 ) -> ProgramResult:
     """`run_program` off the event loop (the engine's stages are coroutines)."""
@@ -143,12 +157,24 @@ def computes_nothing(source: str) -> bool:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
         return False
-    work = (ast.BinOp, ast.Call, ast.AugAssign, ast.BoolOp, ast.Compare, ast.Subscript, ast.IfExp, ast.While, ast.For,
-            ast.Import, ast.ImportFrom)
+    work = (
+        ast.BinOp,
+        ast.Call,
+        ast.AugAssign,
+        ast.BoolOp,
+        ast.Compare,
+        ast.Subscript,
+        ast.IfExp,
+        ast.While,
+        ast.For,
+        ast.Import,
+        ast.ImportFrom,
+    )
     nodes = list(ast.walk(tree))
     numbers = [n for n in nodes if isinstance(n, ast.Constant)]
     return not any(isinstance(n, work) for n in nodes) and all(
-        isinstance(n.value, (int, float)) and not isinstance(n.value, bool) for n in numbers)
+        isinstance(n.value, (int, float)) and not isinstance(n.value, bool) for n in numbers
+    )
 
 
 _CODE = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.DOTALL)

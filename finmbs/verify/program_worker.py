@@ -13,33 +13,50 @@ The parent's wall-clock limit kills this process group whatever it does.
 from __future__ import annotations
 
 import ctypes
+import datetime  # noqa: F401  (the allowed modules, imported before the limits)
+import decimal  # noqa: F401
+import fractions  # noqa: F401
 import json
 import math
 import os
 import resource
 import signal
+import statistics  # noqa: F401
 import sys
 from decimal import Decimal
-from fractions import Fraction
 from types import ModuleType
 from typing import Any
 
 from RestrictedPython import compile_restricted, safe_builtins
-from RestrictedPython.Guards import full_write_guard, guarded_iter_unpack_sequence, guarded_unpack_sequence, safer_getattr
+from RestrictedPython.Guards import (
+    full_write_guard,
+    guarded_iter_unpack_sequence,
+    guarded_unpack_sequence,
+    safer_getattr,
+)
 from RestrictedPython.PrintCollector import PrintCollector
-
-import datetime  # noqa: F401  (the allowed modules, imported before the limits)
-import decimal  # noqa: F401
-import fractions  # noqa: F401
-import statistics  # noqa: F401
 
 from finmbs.errors import FinmbsError
 from finmbs.verify.quotes import check_quote, exact
 
 ALLOWED_MODULES = ("math", "fractions", "decimal", "statistics", "datetime")
 EXTRA_BUILTINS = (
-    "sum", "min", "max", "sorted", "enumerate", "zip", "list", "tuple", "dict", "set", "frozenset", "map",
-    "filter", "any", "all", "reversed",
+    "sum",
+    "min",
+    "max",
+    "sorted",
+    "enumerate",
+    "zip",
+    "list",
+    "tuple",
+    "dict",
+    "set",
+    "frozenset",
+    "map",
+    "filter",
+    "any",
+    "all",
+    "reversed",
 )
 UNSAFE_BUILTINS = ("setattr", "delattr", "__build_class__", "id", "hash")
 
@@ -55,7 +72,9 @@ def _die_with_parent() -> None:
         pass
 
 
-def _guarded_import(name: str, globals: Any = None, locals: Any = None, fromlist: Any = (), level: int = 0) -> ModuleType:
+def _guarded_import(
+    name: str, globals: Any = None, locals: Any = None, fromlist: Any = (), level: int = 0
+) -> ModuleType:
     if level != 0 or name not in ALLOWED_MODULES:
         raise ImportError(f"import of {name!r} is not allowed (only {', '.join(ALLOWED_MODULES)})")
     return sys.modules[name]
@@ -70,8 +89,15 @@ def _getattr(obj: Any, name: str, default: Any = None) -> Any:
 
 
 def _inplace(op: str, x: Any, y: Any) -> Any:
-    ops = {"+=": lambda: x + y, "-=": lambda: x - y, "*=": lambda: x * y, "/=": lambda: x / y,
-           "//=": lambda: x // y, "%=": lambda: x % y, "**=": lambda: x**y}
+    ops = {
+        "+=": lambda: x + y,
+        "-=": lambda: x - y,
+        "*=": lambda: x * y,
+        "/=": lambda: x / y,
+        "//=": lambda: x // y,
+        "%=": lambda: x % y,
+        "**=": lambda: x**y,
+    }
     if op not in ops:
         raise ProgramError(f"operator {op} is not allowed")
     return ops[op]()
@@ -113,14 +139,27 @@ def answer_text(value: Any) -> str | None:
 
 def restricted_globals(functions: dict[str, Any], quote: Any, limit: int) -> dict[str, Any]:
     builtins = {k: v for k, v in safe_builtins.items() if k not in UNSAFE_BUILTINS}
-    builtins.update({name: __builtins__[name] if isinstance(__builtins__, dict) else getattr(__builtins__, name)
-                     for name in EXTRA_BUILTINS})
+    builtins.update(
+        {
+            name: __builtins__[name] if isinstance(__builtins__, dict) else getattr(__builtins__, name)
+            for name in EXTRA_BUILTINS
+        }
+    )
     builtins["__import__"] = _guarded_import
     return {
-        "__builtins__": builtins, "__name__": "program", "_getattr_": _getattr,
-        "_getitem_": lambda obj, key: obj[key], "_getiter_": iter, "_iter_unpack_sequence_": guarded_iter_unpack_sequence,
-        "_unpack_sequence_": guarded_unpack_sequence, "_write_": full_write_guard, "_inplacevar_": _inplace,
-        "_print_": _printer(limit), "_apply_": lambda f, *a, **k: f(*a, **k), "quote": quote, **functions,
+        "__builtins__": builtins,
+        "__name__": "program",
+        "_getattr_": _getattr,
+        "_getitem_": lambda obj, key: obj[key],
+        "_getiter_": iter,
+        "_iter_unpack_sequence_": guarded_iter_unpack_sequence,
+        "_unpack_sequence_": guarded_unpack_sequence,
+        "_write_": full_write_guard,
+        "_inplacevar_": _inplace,
+        "_print_": _printer(limit),
+        "_apply_": lambda f, *a, **k: f(*a, **k),
+        "quote": quote,
+        **functions,
     }
 
 
@@ -151,6 +190,7 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
             if "answer" not in namespace:
                 raise ProgramError(f"{name}() did not bind answer")
             return namespace["answer"]
+
         return call
 
     def functions_of(specs: dict[str, Any]) -> dict[str, Any]:
@@ -180,11 +220,19 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
     value = namespace["answer"]
     text = answer_text(value)
     if text is None:
-        return {"ok": False, "error": f"answer is not a finite number: {type(value).__name__} {str(value)[:60]!r}",
-                "quotes": quotes}
+        return {
+            "ok": False,
+            "error": f"answer is not a finite number: {type(value).__name__} {str(value)[:60]!r}",
+            "quotes": quotes,
+        }
     output = namespace["_print"]() if "_print" in namespace else ""
-    return {"ok": True, "answer": text, "value": float(value) if not isinstance(value, int) else value,
-            "quotes": quotes, "output": output}
+    return {
+        "ok": True,
+        "answer": text,
+        "value": float(value) if not isinstance(value, int) else value,
+        "quotes": quotes,
+        "output": output,
+    }
 
 
 def _close_in(limits: dict[str, Any]) -> None:
@@ -193,9 +241,14 @@ def _close_in(limits: dict[str, Any]) -> None:
         used = int(handle.read().split()[0]) * resource.getpagesize()
     memory = used + limits["memory_mb"] * 2**20
     cpu = max(1, math.ceil(limits["cpu_s"]))
-    for which, soft, hard in ((resource.RLIMIT_AS, memory, memory), (resource.RLIMIT_CPU, cpu, cpu + 1),
-                              (resource.RLIMIT_FSIZE, 0, 0), (resource.RLIMIT_NOFILE, 0, 0),
-                              (resource.RLIMIT_NPROC, 0, 0), (resource.RLIMIT_CORE, 0, 0)):
+    for which, soft, hard in (
+        (resource.RLIMIT_AS, memory, memory),
+        (resource.RLIMIT_CPU, cpu, cpu + 1),
+        (resource.RLIMIT_FSIZE, 0, 0),
+        (resource.RLIMIT_NOFILE, 0, 0),
+        (resource.RLIMIT_NPROC, 0, 0),
+        (resource.RLIMIT_CORE, 0, 0),
+    ):
         try:  # CPU: SIGXCPU at the soft limit (reported as such), SIGKILL a second later
             resource.setrlimit(which, (soft, hard))
         except (ValueError, OSError):  # a hard limit already lower: it holds anyway
