@@ -7,5 +7,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
-"$PYTHON" -m ruff check finmbs tests bench
-"$PYTHON" -m ruff format --check finmbs tests bench
+"$PYTHON" -m ruff check --no-cache finmbs tests bench
+"$PYTHON" -m ruff format --no-cache --check finmbs tests bench
