@@ -725,7 +725,10 @@ def test_other_seeds_and_held_out_documents_are_never_targets(tmp_path, index, m
     def opened(settings):
         yield index
 
+    import finmbs.runs.grow as run_loop
+
     monkeypatch.setattr(regrounding, "shared_index", opened)
+    monkeypatch.setattr(run_loop, "shared_index", opened)  # the run loop records the exclusions
     config = world_config("http://unused", ["t"], ["s"], "t", str(tmp_path / "c.sqlite"))
     config.index.holdout = ["commercial_metals_2022_sixth_ar_credit_agreement", "Nobody Inc"]
     with RunDir(tmp_path / "run") as run, pytest.warns(UserWarning, match="names no indexed document for: Nobody Inc"):
