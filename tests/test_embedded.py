@@ -4,7 +4,9 @@ constrained output, caching, and the process-wide thread cap, with short outputs
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import json
+import math
 import threading
 import time
 from dataclasses import replace
@@ -302,3 +304,53 @@ def test_weight_repacking_is_on_unless_the_cpu_has_amx(monkeypatch):
     monkeypatch.setattr(embedded, "cpu_has_amx", lambda: False)
     assert embedded.repack_default(None) is True
     assert embedded.repack_default(False) is False and embedded.repack_default(True) is True  # the config wins
+
+
+def test_a_program_string_closes_only_once_it_binds_answer():
+    # The 1.5B wrote `print(f"...")` inside the JSON program string: the grammar took its double quote
+    # as the string's end and cut the program there. The program field now stays open until the
+    # program contains `answer =`; a double quote before that is refused, an escaped one is allowed.
+    import llama_cpp
+
+    from finmbs.mbs.candidates import with_program
+    from finmbs.mbs.leaves import LeafVariants
+    from finmbs.mbs.programs import WrittenProgram
+
+    llama = llama_cpp.Llama(model_path=str(embedded.model_path(SMALL)), vocab_only=True, verbose=False)
+    vocab = llama_cpp.llama_model_get_vocab(llama._model.model)
+    quote = llama.tokenize(b'"', add_bos=False, special=False)
+    assert len(quote) == 1
+
+    def sampler(model: type[BaseModel], prefix: str):
+        rules = embedded.grammar(model.model_json_schema())
+        grammar = llama_cpp.llama_sampler_init_grammar(vocab, rules._grammar.encode(), rules._root.encode())
+        for token in llama.tokenize(prefix.encode(), add_bos=False, special=False):
+            llama_cpp.llama_sampler_accept(grammar, token)
+        return grammar
+
+    def allows(grammar, text: str) -> bool:
+        [token] = llama.tokenize(text.encode(), add_bos=False, special=False)
+        one = (llama_cpp.llama_token_data * 1)()
+        one[0].id, one[0].logit, one[0].p = token, 0.0, 0.0
+        array = llama_cpp.llama_token_data_array(data=one, size=1, selected=-1, sorted=False)
+        llama_cpp.llama_sampler_apply(grammar, ctypes.byref(array))
+        return math.isfinite(one[0].logit)
+
+    item = '{"question": "Q?", "solution": "S.", "answer": "5", "program": "'
+    for model, prefix in (
+        (with_program(LeafVariants), '{"variants": [' + item),
+        (WrittenProgram, '{"program": "'),
+    ):
+        for body, closes in (
+            ("x = 5\\nprint(f", False),  # the quote would end the program mid-call
+            ("x = 5\\nprint(f\\\"{x}\\\")\\n", False),  # escaped quotes: still no answer bound
+            ("x = 5\\nanswer = x", True),
+            ("x = 5\\nanswer=x\\nprint(x)", True),
+        ):
+            grammar = sampler(model, prefix + body)
+            assert allows(grammar, '"') is closes, (model.__name__, body)
+            assert allows(grammar, "x")  # the program may always go on
+            llama_cpp.llama_sampler_free(grammar)
+    # a schema without the annotation is the converter's plain string
+    plain = embedded.grammar(Total.model_json_schema())._grammar
+    assert "closing" not in plain

@@ -442,16 +442,63 @@ def response_schema(response_format: dict[str, Any] | None) -> dict[str, Any] | 
 
 _GRAMMARS: dict[str, Any] = {}
 
+# A JSON-schema annotation for a string property: the string may close only once it contains this literal
+# (a space in it stands for any run of spaces, none included). A program field carries "answer =": a small
+# model writing `print(f"...")` inside a JSON string otherwise ends the string at its first double quote,
+# and the grammar then cuts the program there; held open, the model escapes the quote instead. Backends
+# other than this one read the annotation as an unknown keyword, which JSON Schema ignores.
+CLOSES_AFTER = "x-closes-after"
+
 
 def grammar(schema: dict[str, Any]) -> Any:
     """A llama.cpp grammar for a JSON schema (built once per schema), for plain-completion requests.
 
     The grammar writes an object's properties in the schema's declared order, so the order is kept
-    (never sorted): a worked problem's solution comes before its answer, a verdict's reasoning before it."""
+    (never sorted): a worked problem's solution comes before its answer, a verdict's reasoning before it.
+    A string property annotated `x-closes-after` closes only after its literal (CLOSES_AFTER)."""
     key = json.dumps(schema)
     with _LOAD_LOCK:
         if key not in _GRAMMARS:
             from llama_cpp import LlamaGrammar
+            from llama_cpp.llama_grammar import json_schema_to_gbnf
 
-            _GRAMMARS[key] = LlamaGrammar.from_json_schema(key, verbose=False)
+            plain = json.loads(key)
+            closes = _strip_closes_after(plain)
+            _GRAMMARS[key] = LlamaGrammar.from_string(
+                _close_after(json_schema_to_gbnf(json.dumps(plain)), closes), verbose=False
+            )
         return _GRAMMARS[key]
+
+
+def _strip_closes_after(node: Any) -> dict[str, str]:
+    """The `x-closes-after` literal of every annotated property (by property name), removed from `node`."""
+    found: dict[str, str] = {}
+    if isinstance(node, dict):
+        for name, sub in (node.get("properties") or {}).items():
+            if isinstance(sub, dict) and CLOSES_AFTER in sub:
+                found[name] = str(sub.pop(CLOSES_AFTER))
+        for value in node.values():
+            found |= _strip_closes_after(value)
+    elif isinstance(node, list):
+        for value in node:
+            found |= _strip_closes_after(value)
+    return found
+
+
+def _close_after(gbnf: str, closes: dict[str, str]) -> str:
+    """`gbnf` with the value of each property in `closes` (name -> literal) a string that closes only after
+    its literal: `"\"" char* LITERAL char* "\"" space`."""
+    if not closes:
+        return gbnf
+    lines, added = gbnf.splitlines(), []
+    for i, line in enumerate(lines):
+        rule, sep, body = line.partition(" ::= ")
+        for name, literal in closes.items():
+            kv = f'"\\"{name}\\"" space ":" space '
+            if sep and body.startswith(kv):
+                pieces = " \" \"* ".join(json.dumps(piece) for piece in literal.split())
+                added.append(f'{rule}-closing ::= "\\"" char* {pieces} char* "\\"" space')
+                lines[i] = f"{rule} ::= {kv}{rule}-closing"
+    if added and not any(line.startswith("char ::= ") for line in lines):
+        added.append('char ::= [^"\\\\] | "\\\\" (["\\\\/bfnrt] | "u" [0-9a-fA-F] [0-9a-fA-F] [0-9a-fA-F] [0-9a-fA-F])')
+    return "\n".join(lines + added) + "\n"

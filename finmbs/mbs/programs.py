@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from finmbs.llm.embedded import CLOSES_AFTER
 from finmbs.mbs.context import Context, Ledger
 from finmbs.mbs.stages import Check
 from finmbs.mbs.traces import teacher_trace
@@ -49,7 +50,8 @@ STATED_FIELD = '"answer": "<the final answer alone>"'  # the reply templates' la
 class WrittenProgram(BaseModel):
     """The teacher's reply when asked for a program alone (a problem that carries none; a decomposed parent's)."""
 
-    program: str = Field(min_length=1)  # unbounded in the schema (a llama.cpp grammar limit); the sandbox bounds it
+    # unbounded in the schema (a llama.cpp grammar limit; the sandbox bounds it); held open until it binds answer
+    program: str = Field(min_length=1, json_schema_extra={CLOSES_AFTER: "answer ="})
 
 
 def programs_on(ctx: Context) -> bool:
