@@ -337,13 +337,10 @@ def test_a_program_string_closes_only_once_it_binds_answer():
         return math.isfinite(one[0].logit)
 
     item = '{"question": "Q?", "solution": "S.", "answer": "5", "program": "'
-    for model, prefix in (
-        (with_program(LeafVariants), '{"variants": [' + item),
-        (WrittenProgram, '{"program": "'),
-    ):
+    for model, prefix in ((with_program(LeafVariants), '{"variants": [' + item), (WrittenProgram, '{"program": "')):
         for body, closes in (
             ("x = 5\\nprint(f", False),  # the quote would end the program mid-call
-            ("x = 5\\nprint(f\\\"{x}\\\")\\n", False),  # escaped quotes: still no answer bound
+            ('x = 5\\nprint(f\\"{x}\\")\\n', False),  # escaped quotes: still no answer bound
             ("x = 5\\nanswer = x", True),
             ("x = 5\\nanswer=x\\nprint(x)", True),
         ):

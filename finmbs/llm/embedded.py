@@ -496,7 +496,7 @@ def _close_after(gbnf: str, closes: dict[str, str]) -> str:
         for name, literal in closes.items():
             kv = f'"\\"{name}\\"" space ":" space '
             if sep and body.startswith(kv):
-                pieces = " \" \"* ".join(json.dumps(piece) for piece in literal.split())
+                pieces = ' " "* '.join(json.dumps(piece) for piece in literal.split())
                 added.append(f'{rule}-closing ::= "\\"" char* {pieces} char* "\\"" space')
                 lines[i] = f"{rule} ::= {kv}{rule}-closing"
     if added and not any(line.startswith("char ::= ") for line in lines):
