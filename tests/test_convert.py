@@ -142,6 +142,7 @@ def test_demo_seeds_are_hard_real_and_grounded():
         "seeds-quickstart-more.jsonl",
         "seeds-quickstart-hard.jsonl",
         "seeds-quickstart-default-rate.jsonl",
+        "seeds-quickstart-finance.jsonl",
     ],
 )
 def test_quickstart_seeds_are_grounded_and_measured(name):
@@ -201,3 +202,14 @@ def test_shipped_documents_are_small_and_match_the_manifest():
     assert sum(p.stat().st_size for p in docs.iterdir()) < 3 * 1024 * 1024
     for entry in manifest:
         assert hashlib.sha256((docs / f"{entry['doc_id']}.txt").read_bytes()).hexdigest() == entry["sha256"]
+
+
+def test_the_readme_finance_quickstart_leaves_documents_to_reground_on():
+    # re-grounding never targets a document another seed of the run came from: with one seed per shipped
+    # agreement the README's finance quickstart re-grounded nothing ("no unseen document in the index")
+    readme = (FINANCE.parents[1] / "README.md").read_text(encoding="utf-8")
+    [seeds_file] = re.findall(r"finmbs grow --seeds (corpora/finance/\S+\.jsonl)", readme)
+    seeds = load_seeds(FINANCE.parents[1] / seeds_file)
+    shipped = {p.stem for p in (FINANCE / "docs").glob("*.txt")}
+    used = {seed.snippet.doc_id for seed in seeds}
+    assert used <= shipped and len(shipped - used) >= 2, sorted(shipped - used)
