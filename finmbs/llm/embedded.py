@@ -487,7 +487,7 @@ def _strip_closes_after(node: Any) -> dict[str, str]:
 
 def _close_after(gbnf: str, closes: dict[str, str]) -> str:
     """`gbnf` with the value of each property in `closes` (name -> literal) a string that closes only after
-    its literal: `"\"" char* LITERAL char* "\"" space`."""
+    its literal: `"\"" char* LITERAL char* "\"" space` (`char`: the converter's rule, there for any string)."""
     if not closes:
         return gbnf
     lines, added = gbnf.splitlines(), []
@@ -499,6 +499,4 @@ def _close_after(gbnf: str, closes: dict[str, str]) -> str:
                 pieces = ' " "* '.join(json.dumps(piece) for piece in literal.split())
                 added.append(f'{rule}-closing ::= "\\"" char* {pieces} char* "\\"" space')
                 lines[i] = f"{rule} ::= {kv}{rule}-closing"
-    if added and not any(line.startswith("char ::= ") for line in lines):
-        added.append('char ::= [^"\\\\] | "\\\\" (["\\\\/bfnrt] | "u" [0-9a-fA-F] [0-9a-fA-F] [0-9a-fA-F] [0-9a-fA-F])')
     return "\n".join(lines + added) + "\n"

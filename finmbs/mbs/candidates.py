@@ -9,11 +9,10 @@ from functools import cache
 
 from pydantic import BaseModel, Field, create_model, field_validator
 
-from finmbs.llm.embedded import CLOSES_AFTER
 from finmbs.mbs.context import Context, Ledger
 from finmbs.mbs.novelty import STAGE as NOVELTY
 from finmbs.mbs.novelty import restated, unworkable
-from finmbs.mbs.programs import program_node, programs_on
+from finmbs.mbs.programs import BINDS_ANSWER, program_node, programs_on
 from finmbs.mbs.traces import teacher_trace
 from finmbs.records import Decision, Problem, Provenance, TreeNode
 
@@ -45,13 +44,12 @@ def with_program(reply: type[BaseModel]) -> type[BaseModel]:
     if issubclass(reply, WorkedProblem):
         # no max_length: llama.cpp refuses a grammar that repeats a string rule thousands of times (the whole
         # reply then goes unconstrained); the sandbox bounds a program's length (verify/program.py PROGRAM_CHARS)
-        # the embedded grammar holds the string open until the program binds answer (llm/embedded.py CLOSES_AFTER)
         program = (
             str,
             Field(
                 min_length=1,
                 description="Python that computes the answer and ends by binding answer",
-                json_schema_extra={CLOSES_AFTER: "answer ="},
+                json_schema_extra=BINDS_ANSWER,
             ),
         )
         return create_model(reply.__name__, __base__=reply, __module__=reply.__module__, program=program)

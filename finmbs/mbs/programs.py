@@ -47,11 +47,15 @@ PROGRAM_META = (
 STATED_FIELD = '"answer": "<the final answer alone>"'  # the reply templates' last field, followed by the program's
 
 
+# every program field's schema: the embedded grammar holds the string open until the program binds answer
+BINDS_ANSWER = {CLOSES_AFTER: "answer ="}
+
+
 class WrittenProgram(BaseModel):
     """The teacher's reply when asked for a program alone (a problem that carries none; a decomposed parent's)."""
 
     # unbounded in the schema (a llama.cpp grammar limit; the sandbox bounds it); held open until it binds answer
-    program: str = Field(min_length=1, json_schema_extra={CLOSES_AFTER: "answer ="})
+    program: str = Field(min_length=1, json_schema_extra=BINDS_ANSWER)
 
 
 def programs_on(ctx: Context) -> bool:
