@@ -306,10 +306,10 @@ def test_weight_repacking_is_on_unless_the_cpu_has_amx(monkeypatch):
     assert embedded.repack_default(False) is False and embedded.repack_default(True) is True  # the config wins
 
 
-def test_a_program_list_closes_only_once_a_line_binds_answer():
-    # Programs are asked for as a JSON list of lines: inside one JSON string the 1.5B wrote whole programs
-    # on one line. The list stays open until a line binds `answer`, and a line may not end where a double
-    # quote would cut it (`print(f"`: the 1.5B's f-strings, which once cut a program string there).
+def test_a_program_string_closes_only_once_it_binds_answer():
+    # The 1.5B wrote `print(f"...")` inside the JSON program string: the grammar took its double quote
+    # as the string's end and cut the program there. The program field now stays open until the
+    # program contains `answer =`; a double quote before that is refused, an escaped one is allowed.
     import llama_cpp
 
     from finmbs.mbs.candidates import with_program
@@ -334,33 +334,18 @@ def test_a_program_list_closes_only_once_a_line_binds_answer():
         llama_cpp.llama_sampler_apply(grammar, ctypes.byref(array))
         return math.isfinite(one[0].logit)
 
-    item = '{"question": "Q?", "solution": "S.", "answer": "5", "program": ['
-    for model, prefix in ((with_program(LeafVariants), '{"variants": [' + item), (WrittenProgram, '{"program": [')):
-        for lines, line_closes, list_closes in (
-            ('"x = 5", "print(f', False, False),  # the quote would cut the line mid-call
-            ('"x = 5", "y = x +', False, False),  # a line cut on an operator
-            ('"x = 5", "half = x / 2', True, False),  # a whole line, but no answer bound yet
-            ('"x = 5", "answer = x', True, True),
-            ('"x = 5", "answer=half', True, True),
+    item = '{"question": "Q?", "solution": "S.", "answer": "5", "program": "'
+    for model, prefix in ((with_program(LeafVariants), '{"variants": [' + item), (WrittenProgram, '{"program": "')):
+        for body, closes in (
+            ("x = 5\\nprint(f", False),  # the quote would end the program mid-call
+            ('x = 5\\nprint(f\\"{x}\\")\\n', False),  # escaped quotes: still no answer bound
+            ("x = 5\\nanswer = x", True),
+            ("x = 5\\nanswer=x\\nprint(x)", True),
         ):
-            grammar = sampler(model, prefix + lines)
-            assert allows(grammar, '"') is line_closes, (model.__name__, lines)
-            assert allows(grammar, "x")  # the line may always go on
-            if line_closes:
-                llama_cpp.llama_sampler_accept(grammar, llama.tokenize(b'"', add_bos=False, special=False)[0])
-                assert allows(grammar, "]") is list_closes, (model.__name__, lines)
-                assert allows(grammar, ",")  # another line may always follow
+            grammar = sampler(model, prefix + body)
+            assert allows(grammar, '"') is closes, (model.__name__, body)
+            assert allows(grammar, "x")  # the program may always go on
             llama_cpp.llama_sampler_free(grammar)
     # a schema without the annotation is the converter's plain string
     plain = embedded.grammar(Total.model_json_schema())._grammar
-    assert "lines" not in plain and "closing" not in plain
-
-
-def test_a_program_is_read_from_its_lines_or_one_string():
-    from finmbs.mbs.programs import WrittenProgram
-
-    assert WrittenProgram.model_validate({"program": ["x = 5", "answer = x * 2"]}).program == "x = 5\nanswer = x * 2"
-    assert WrittenProgram.model_validate({"program": "answer = 3"}).program == "answer = 3"
-    for bad in ([], [""], ["<first line of Python>", "answer = <the last step>"]):  # nothing, or the template
-        with pytest.raises(ValueError):
-            WrittenProgram.model_validate({"program": bad})
+    assert "closing" not in plain

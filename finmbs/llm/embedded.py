@@ -442,12 +442,11 @@ def response_schema(response_format: dict[str, Any] | None) -> dict[str, Any] | 
 
 _GRAMMARS: dict[str, Any] = {}
 
-# A JSON-schema annotation for a string property, or a list of strings: the string (the list) may close
-# only once it (one of its items) contains this literal (a space in it stands for any run of spaces, none
-# included). A program field carries "answer =": a small model writing `print(f"...")` inside a JSON
-# string otherwise ends the string at its first double quote, and the grammar then cuts the program
-# there; held open, the model escapes the quote instead. Backends other than this one read the
-# annotation as an unknown keyword, which JSON Schema ignores.
+# A JSON-schema annotation for a string property: the string may close only once it contains this literal
+# (a space in it stands for any run of spaces, none included). A program field carries "answer =": a small
+# model writing `print(f"...")` inside a JSON string otherwise ends the string at its first double quote,
+# and the grammar then cuts the program there; held open, the model escapes the quote instead. Backends
+# other than this one read the annotation as an unknown keyword, which JSON Schema ignores.
 CLOSES_AFTER = "x-closes-after"
 
 
@@ -456,7 +455,7 @@ def grammar(schema: dict[str, Any]) -> Any:
 
     The grammar writes an object's properties in the schema's declared order, so the order is kept
     (never sorted): a worked problem's solution comes before its answer, a verdict's reasoning before it.
-    A property annotated `x-closes-after` closes only after its literal (CLOSES_AFTER)."""
+    A string property annotated `x-closes-after` closes only after its literal (CLOSES_AFTER)."""
     key = json.dumps(schema)
     with _LOAD_LOCK:
         if key not in _GRAMMARS:
@@ -486,39 +485,18 @@ def _strip_closes_after(node: Any) -> dict[str, str]:
     return found
 
 
-HEX = " ".join(["[0-9a-fA-F]"] * 4)
-LINE_END = '[^"\\\\([{,=+*/%<>&|^~ f-]'  # a character a program line may end on ("f" after one of these)
-
-
 def _close_after(gbnf: str, closes: dict[str, str]) -> str:
-    """`gbnf` with the value of each property in `closes` (name -> literal) closing only after its literal:
-    a string `"\"" char* LITERAL char* "\"" space`; a list of strings, one item such a string (`char` and
-    `string`: the converter's rules, there for any string)."""
+    """`gbnf` with the value of each property in `closes` (name -> literal) a string that closes only after
+    its literal: `"\"" char* LITERAL char* "\"" space` (`char`: the converter's rule, there for any string)."""
     if not closes:
         return gbnf
     lines, added = gbnf.splitlines(), []
-    rules = {rule: body for rule, sep, body in (line.partition(" ::= ") for line in lines) if sep}
-    strings = '"[" space string ("," space string)* "]" space'  # the converter's list of strings
     for i, line in enumerate(lines):
         rule, sep, body = line.partition(" ::= ")
         for name, literal in closes.items():
             kv = f'"\\"{name}\\"" space ":" space '
-            if not (sep and body.startswith(kv)):
-                continue
-            pieces = ' " "* '.join(json.dumps(piece) for piece in literal.split())
-            added.append(f'{rule}-closing ::= "\\"" char* {pieces} char* "\\"" space')
-            value = body.removeprefix(kv)
-            if value == "string":
+            if sep and body.startswith(kv):
+                pieces = ' " "* '.join(json.dumps(piece) for piece in literal.split())
+                added.append(f'{rule}-closing ::= "\\"" char* {pieces} char* "\\"" space')
                 lines[i] = f"{rule} ::= {kv}{rule}-closing"
-            elif rules.get(value) == strings:
-                # a line may not end on an opening bracket, a comma, an operator, a space or a string
-                # prefix: what a line cut at a double quote ends on (`print(f"`), there refused, as above
-                added += [
-                    f'{rule}-lines ::= "[" space ({rule}-line "," space)* {rule}-last ("," space {rule}-line)* "]" space',
-                    f'{rule}-line ::= "\\"" {rule}-text? "\\"" space',
-                    f'{rule}-last ::= "\\"" char* {pieces} {rule}-text "\\"" space',
-                    f'{rule}-text ::= char* ({LINE_END} | {LINE_END} "f" | "\\\\" (["\\\\/bfnrt] | "u" {HEX}))',
-                ]
-                added.remove(f'{rule}-closing ::= "\\"" char* {pieces} char* "\\"" space')
-                lines[i] = f"{rule} ::= {kv}{rule}-lines"
     return "\n".join(lines + added) + "\n"

@@ -12,7 +12,7 @@ from pydantic import BaseModel, Field, create_model, field_validator
 from finmbs.mbs.context import Context, Ledger
 from finmbs.mbs.novelty import STAGE as NOVELTY
 from finmbs.mbs.novelty import restated, unworkable
-from finmbs.mbs.programs import ProgramSource, program_node, programs_on
+from finmbs.mbs.programs import BINDS_ANSWER, program_node, programs_on
 from finmbs.mbs.traces import teacher_trace
 from finmbs.records import Decision, Problem, Provenance, TreeNode
 
@@ -42,7 +42,16 @@ def with_program(reply: type[BaseModel]) -> type[BaseModel]:
     """`reply` with every worked problem in it (itself, or the items of its list fields) carrying
     `program` too (`verify.programs`): the Python that computes its answer, ending `answer = ...`."""
     if issubclass(reply, WorkedProblem):
-        program = (ProgramSource, ...)
+        # no max_length: llama.cpp refuses a grammar that repeats a string rule thousands of times (the whole
+        # reply then goes unconstrained); the sandbox bounds a program's length (verify/program.py PROGRAM_CHARS)
+        program = (
+            str,
+            Field(
+                min_length=1,
+                description="Python that computes the answer and ends by binding answer",
+                json_schema_extra=BINDS_ANSWER,
+            ),
+        )
         return create_model(reply.__name__, __base__=reply, __module__=reply.__module__, program=program)
     fields = {}
     for name, info in reply.model_fields.items():

@@ -20,9 +20,9 @@ records the program, what it gave and the figures it quoted (`program`, `program
 from __future__ import annotations
 
 import asyncio
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, Field, WithJsonSchema
+from pydantic import BaseModel, Field
 
 from finmbs.llm.embedded import CLOSES_AFTER
 from finmbs.mbs.context import Context, Ledger
@@ -47,44 +47,15 @@ PROGRAM_META = (
 STATED_FIELD = '"answer": "<the final answer alone>"'  # the reply templates' last field, followed by the program's
 
 
-TEMPLATE_LINES = ("<first line of Python>", "<next line>", "<the last step>")  # prompts/program_field.txt
-
-
-def joined_lines(value: object) -> object:
-    """A program written as a list of lines, as one source text (a plain string passes as it is); lines
-    copied from the reply template fail the reply's parse, so it is asked again."""
-    if isinstance(value, list) and all(isinstance(line, str) for line in value):
-        value = "\n".join(value)
-    if isinstance(value, str) and any(line in value for line in TEMPLATE_LINES):
-        raise ValueError("a program line copied from the reply template")
-    return value
-
-
-# Every program field: asked for as a JSON list of lines, held as one source text. Inside one JSON string
-# the 1.5B wrote whole programs on one line (`answer = 18 + 6 print(answer)`, a `# comment` swallowing
-# the rest): a list item per line puts the line breaks in the JSON structure, where the grammar keeps
-# them. The embedded grammar keeps the list open until a line binds answer (CLOSES_AFTER); no item
-# bound (a llama.cpp grammar limit; the sandbox bounds a program's length). A string is read too.
-ProgramSource = Annotated[
-    str,
-    BeforeValidator(joined_lines),
-    Field(min_length=1),
-    WithJsonSchema(
-        {
-            "type": "array",
-            "items": {"type": "string"},
-            "minItems": 1,
-            "description": "the Python program, one line per item, ending by binding answer",
-            CLOSES_AFTER: "answer =",
-        }
-    ),
-]
+# every program field's schema: the embedded grammar holds the string open until the program binds answer
+BINDS_ANSWER = {CLOSES_AFTER: "answer ="}
 
 
 class WrittenProgram(BaseModel):
     """The teacher's reply when asked for a program alone (a problem that carries none; a decomposed parent's)."""
 
-    program: ProgramSource
+    # unbounded in the schema (a llama.cpp grammar limit; the sandbox bounds it); held open until it binds answer
+    program: str = Field(min_length=1, json_schema_extra=BINDS_ANSWER)
 
 
 def programs_on(ctx: Context) -> bool:

@@ -160,8 +160,7 @@ class World:
         for item in items:
             if isinstance(item, dict) and "question" in item:
                 program = item.get("program") or self.program(expression(item["question"]))
-                program = self.bad_program if self.bad_program is not None else program
-                item["program"] = program.split("\n")  # a list of lines, as the reply templates ask
+                item["program"] = self.bad_program if self.bad_program is not None else program
 
     def program_write(self, agent: Agent, text: str) -> dict:
         if agent.program is not None:
@@ -172,7 +171,7 @@ class World:
         calls = norm(expression(blocks(text, "problem")[0]))
         for k, expr in re.findall(r"^- child_(\d+)\(\) returns \S+; its problem: Compute (.+?)\.$", text, re.MULTILINE):
             calls = calls.replace(norm(expr), f"child_{k}()", 1)
-        return {"program": [f"answer = {calls}" + (" + 1" if self.wrong_parent_programs else "")]}
+        return {"program": f"answer = {calls}" + (" + 1" if self.wrong_parent_programs else "")}
 
     # solving ----------------------------------------------------------------------------------
     def solve(self, agent: Agent, request: Request, text: str) -> Reply:
