@@ -263,6 +263,13 @@ class VerifySettings(Settings):
         "decomposition's parent program, calling its verified children's, must give the parent's "
         "answer (not in the paper: its traces alone verify)",
     )
+    program_line_breaks: bool = Field(
+        True,
+        description="a program that does not parse because its statements share a line (`total = 5 * 15 answer = "
+        "total - 40`, or a # comment that swallows the rest) is run with the missing line breaks added, "
+        "nothing else changed, and records what the teacher wrote as meta.program_as_written (not in the "
+        "paper; with verify.programs)",
+    )
 
 
 class Budget(Settings):
@@ -367,6 +374,7 @@ PAPER_VALUES: dict[str, Any] = {
     "stages.rename": False,  # renaming at re-grounding
     "stages.direct_reground": True,  # SPEC: direct output is re-grounded like MBS output
     "verify.programs": False,  # every answer computed by an executed program (finance figures quoted from d')
+    "verify.program_line_breaks": False,  # line breaks added to a program whose statements share a line
     "index.embed": "full",  # every chunk embedded by MiniLM at ingest (cascade: static + BM25, MiniLM at query time)
     "index.context_tokens": 0,  # hits alone, without their enclosing table or section window (small-to-big)
 }

@@ -197,3 +197,30 @@ def test_one_basis_point_in_words_is_a_unit_not_a_figure() -> None:
     passage = "“Absolute Rate” means a fixed rate of interest expressed in multiples of 1/100th of one basis point."
     assert "states no figure" in check_quote("one basis point", 0.0001, passage)
     assert check_quote("1 basis point", 0.0001, "an increase of 1 basis point") is None  # a numeral still reads
+
+
+def test_line_breaks_only_split_statements_a_model_ran_together():
+    from finmbs.verify.program import line_breaks
+
+    cases = {  # written (each measured from the 1.5B's programs) -> run as
+        "total_spaces = 5 * 15 answer = total_spaces - 40": "total_spaces = 5 * 15\nanswer = total_spaces - 40",
+        "answer = 18 + 6 print(answer)": "answer = 18 + 6\nprint(answer)",
+        "rate = quote('two percent (2.0%)', 0.02): answer = rate * 2": "rate = quote('two percent (2.0%)', 0.02)\nanswer = rate * 2",
+        "rate = 0.03 # applicable rate_overdue = rate + 0.02 # overdue answer = rate_overdue": (
+            "rate = 0.03 # applicable\nrate_overdue = rate + 0.02 # overdue\nanswer = rate_overdue"
+        ),
+        "x = 3 x += 2 answer = x": "x = 3\nx += 2\nanswer = x",
+        "if True:\n    y = 1 answer = y": "if True:\n    y = 1\n    answer = y",
+        "a = [1,\n 2] b = 3 answer = a[0] + b": "a = [1,\n 2]\nb = 3\nanswer = a[0] + b",
+    }
+    for written, fixed in cases.items():
+        assert line_breaks(written) == fixed, written
+        assert run_program(fixed, passage="a rate of two percent (2.0%) a year").ok
+    for whole_or_hopeless in (
+        "x = 5\nanswer = x",  # parses: nothing to do
+        "answer = 5 # answer = 6",  # binds answer already; the comment stays a comment
+        "x = 2 # note: x = 3 is wrong\nanswer = x",
+        "B = C + 4; B + C = 30",  # an equation, not two statements
+        "answer = max(1, 2) y",  # no statement to split off
+    ):
+        assert line_breaks(whole_or_hopeless) is None, whole_or_hopeless

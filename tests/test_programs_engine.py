@@ -155,6 +155,32 @@ def grow_config(server, tmp_path, world: World, **kw):
     )
 
 
+async def test_programs_written_on_one_line_run_with_their_line_breaks(tmp_path, openai_server):
+    # the 1.5B wrote `total = 5 * 15 answer = total - 40` inside a JSON string: one line, a syntax error
+    root, ledger = await decomposed(openai_server, tmp_path / "on", World(agents={}, one_line_programs=True))
+    assert ledger.rejected == [] and len(root.children) == 3
+    for child in root.children:
+        meta = child.problem.meta
+        assert meta["program_as_written"].startswith("value = ") and " answer = value" in meta["program_as_written"]
+        assert meta["program"] == meta["program_as_written"].replace(" answer = ", "\nanswer = ")
+        assert (
+            meta["program_answer"] == child.problem.answer
+            and run_program(meta["program"]).answer == meta["program_answer"]
+        )
+    # the breaks make a wrong program run, not agree: it is rejected as any wrong program is
+    _, ledger = await decomposed(
+        openai_server, tmp_path / "wrong", World(agents={}, one_line_programs=True, wrong_programs=True)
+    )
+    assert len(ledger.rejected) == 3 and all(r.reason.startswith("program gives ") for r in ledger.rejected)
+    # switched off (the paper profile has programs off altogether): a syntax error, rejected
+    off = setup(openai_server, tmp_path / "off", World(agents={}, one_line_programs=True))
+    off.config.verify.program_line_breaks = False
+    root, ledger = TreeNode(problem=SEED, path="0"), Ledger("a")
+    await decompose(off, root, ledger)
+    assert root.children == [] and len(ledger.rejected) == 3
+    assert all("SyntaxError" in r.reason and r.data["check"] == "program" for r in ledger.rejected)
+
+
 async def test_grow_composes_by_child_functions_and_reexecutes(tmp_path, openai_server):
     out = tmp_path / "run"
     metrics = await run_grow(grow_config(openai_server, tmp_path, World(agents={})), [SEED], out)

@@ -31,7 +31,7 @@ from finmbs.mbs.traces import teacher_trace
 from finmbs.records import Decision, Problem, Trace, TreeNode
 from finmbs.resources import render_prompt
 from finmbs.verify import verify_answer
-from finmbs.verify.program import ProgramResult, computes_nothing, run_program_async
+from finmbs.verify.program import ProgramResult, computes_nothing, line_breaks, run_program_async
 
 CHECK = Check.PROGRAM  # the rejection check of this layer
 # what a program run records in a problem's meta (a re-grounded copy drops them: its program is new)
@@ -43,6 +43,7 @@ PROGRAM_META = (
     "quotes",
     "verify_programs",
     "own_program",
+    "program_as_written",
 )
 STATED_FIELD = '"answer": "<the final answer alone>"'  # the reply templates' last field, followed by the program's
 
@@ -103,6 +104,15 @@ def listed_children(children: list[TreeNode], functions: dict[str, Any]) -> str:
     )
 
 
+def with_line_breaks(ctx: Context, problem: Problem) -> Problem:
+    """`problem` with its program's missing line breaks added (`verify.program_line_breaks`; what the
+    teacher wrote kept as meta.program_as_written), unchanged when it needs none or they do not help."""
+    source = problem.meta.get("program")
+    if not (ctx.config.verify.program_line_breaks and isinstance(source, str)) or not (fixed := line_breaks(source)):
+        return problem
+    return problem.model_copy(update={"meta": {**problem.meta, "program": fixed, "program_as_written": source}})
+
+
 def passage(problem: Problem) -> str | None:
     return problem.snippet.text if problem.snippet else None
 
@@ -137,8 +147,14 @@ async def composed_parent(
     (`child_functions`), run in the sandbox. (`problem` with it recorded as meta.program/program_functions,
     None) when its result is the parent's answer; otherwise (`problem` with what it gave, why not). The
     parent's earlier own program, if any, is kept as meta.own_program (it was checked when the parent was)."""
+    written = source
+    if ctx.config.verify.program_line_breaks and (fixed := line_breaks(source)):
+        source = fixed
     result = await run_program_async(source, passage(problem), functions=functions)
-    meta = {**problem.meta, "program": source, "program_functions": functions}
+    meta = {key: v for key, v in problem.meta.items() if key != "program_as_written"}  # the own program's
+    meta |= {"program": source, "program_functions": functions}
+    if written != source:
+        meta["program_as_written"] = written
     if (own := problem.meta.get("program")) and own != source:
         meta["own_program"] = own
     problem = recorded(problem.model_copy(update={"meta": meta}), result)
@@ -186,6 +202,7 @@ async def program_node(
     if not problem.meta.get("program"):
         reject("no program")
         return None
+    problem = with_line_breaks(ctx, problem)
     if computes_nothing(problem.meta["program"]):
         reject("the program computes nothing: it binds the answer to a literal")
         return None

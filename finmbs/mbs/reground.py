@@ -37,7 +37,16 @@ from finmbs.mbs.context import Context, Ledger
 from finmbs.mbs.leakage import Grounding, analogue, entity_name, entity_renames, holds, quoted_terms, rename, term_words
 from finmbs.mbs.leaves import weakest_screen
 from finmbs.mbs.novelty import unworkable
-from finmbs.mbs.programs import PROGRAM_META, program_node, program_prompt, programs_on, quoted, recorded, run_for
+from finmbs.mbs.programs import (
+    PROGRAM_META,
+    program_node,
+    program_prompt,
+    programs_on,
+    quoted,
+    recorded,
+    run_for,
+    with_line_breaks,
+)
 from finmbs.mbs.stages import Check, Stage
 from finmbs.mbs.traces import teacher_trace
 from finmbs.records import Chunk, Decision, Document, Problem, Provenance, Snippet, SyntheticTree, TreeNode, shown_path
@@ -724,6 +733,7 @@ class Regrounder:
             failed = {}
             for path, problem in found.items():
                 if programs_on(self.ctx) and problem.meta.get("program"):  # its quotes decide rule 5
+                    problem = with_line_breaks(self.ctx, problem)
                     problem = recorded(problem, await run_for(problem))
                 if why := self.leak(problem, grounding):
                     self.ledger.reject(problem, STAGE, why, check="leakage", document=ground.document.doc_id)

@@ -131,6 +131,7 @@ class World:
     trace_note: str = ""  # a sentence every solution writes before its answer (a figure its work mentions)
     wrong_programs: bool = False
     bad_program: str | None = None
+    one_line_programs: bool = False  # programs with two statements on one line (`value = ... answer = value`)
     wrong_parent_programs: bool = False
 
     def __call__(self, request: Request) -> Reply:
@@ -152,6 +153,8 @@ class World:
     def program(self, expr: str) -> str:
         if self.bad_program is not None:
             return self.bad_program
+        if self.one_line_programs:
+            return f"value = {norm(expr)} answer = value" + (" + 1" if self.wrong_programs else "")
         return f"answer = {norm(expr)}" + (" + 1" if self.wrong_programs else "")
 
     def with_programs(self, reply: dict) -> None:

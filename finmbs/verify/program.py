@@ -17,13 +17,16 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import io
 import json
+import keyword
 import os
 import re
 import signal
 import subprocess
 import sys
 import textwrap
+import tokenize
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -175,6 +178,125 @@ def computes_nothing(source: str) -> bool:
     return not any(isinstance(n, work) for n in nodes) and all(
         isinstance(n.value, (int, float)) and not isinstance(n.value, bool) for n in numbers
     )
+
+
+# what ends an expression, so that a name right after it (at bracket depth 0) starts a new statement
+_ENDS = {tokenize.NAME, tokenize.NUMBER, tokenize.STRING}
+_CLOSERS = {")", "]", "}"}
+_ASSIGN = {"=", "+=", "-=", "*=", "/=", "//=", "%=", "**="}
+# code a comment swallowed: a name and an assignment, `answer = rate + 0.02` in `# the rate answer = ...`
+_ANSWER_IN_COMMENT = re.compile(r"#[^\n]*(?<![\w.])answer\s*=(?!=)")
+_CODE_IN_COMMENT = re.compile(r"(?<![\w.])[A-Za-z_]\w*\s*(?:\+|-|\*|/|//|%|\*\*)?=(?!=)")
+
+
+def line_breaks(source: str) -> str | None:
+    """`source` with the line breaks a model left out, when it does not parse (or binds no `answer` but a
+    comment holds one) and the breaks make it whole; None otherwise. A small model writing a program
+    inside a JSON string puts statements on one line: `total = 5 * 15 answer = total - 40`, `rate =
+    quote(...): answer = rate * 2`, or a `# comment` that swallows the statements after it. A break goes
+    before a name assigned (or `print`) right after a complete expression at bracket depth 0, in place of
+    a `:` or `;` between such statements, and before an assignment a comment swallowed. Only breaks are
+    added: every token stays as written, so the program computes what it says or fails to run (it is
+    still executed and compared with the stated answer and the traces like any other)."""
+    swallowed = _parses(source) and not _binds_answer(source) and _ANSWER_IN_COMMENT.search(source)
+    if _parses(source) and not swallowed:
+        return None
+    fixed = source
+    for _ in range(8):  # a comment may swallow a statement that itself holds a comment
+        step = _break_comments(_break_statements(fixed))
+        if step == fixed:
+            break
+        fixed = step
+    whole = _parses(fixed) and (_binds_answer(fixed) or not swallowed)
+    return fixed if fixed != source and whole else None
+
+
+def _binds_answer(source: str) -> bool:
+    return any(
+        isinstance(node, ast.Name) and node.id == "answer" and isinstance(node.ctx, ast.Store)
+        for node in ast.walk(ast.parse(source))
+    )
+
+
+def _parses(source: str) -> bool:
+    try:
+        ast.parse(source)
+    except (SyntaxError, ValueError):
+        return False
+    return True
+
+
+def _tokens(source: str) -> list[tokenize.TokenInfo]:
+    found: list[tokenize.TokenInfo] = []
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(source).readline):
+            found.append(token)
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        pass  # an unclosed bracket or string at the end: what was read so far
+    return found
+
+
+def _offsets(source: str) -> list[int]:
+    starts, total = [], 0
+    for line in source.splitlines(keepends=True) or [""]:
+        starts.append(total)
+        total += len(line)
+    return starts + [total]
+
+
+def _break_statements(source: str) -> str:
+    skipped = (tokenize.NL, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT)
+    tokens = [t for t in _tokens(source) if t.type not in skipped]
+    starts = _offsets(source)
+    at = lambda pos: starts[pos[0] - 1] + pos[1]  # noqa: E731
+    cuts: list[tuple[int, int, int]] = []  # (start, end) of the text a line break replaces, the indent after it
+    depth, indent, new_line = 0, 0, True
+    for i, token in enumerate(tokens):
+        if new_line and token.type != tokenize.NEWLINE:
+            indent, new_line = token.start[1], False  # the logical line's own indentation
+        if token.type == tokenize.NEWLINE:
+            new_line = True
+            continue
+        if token.type == tokenize.OP and token.string in "([{":
+            depth += 1
+        elif token.type == tokenize.OP and token.string in _CLOSERS:
+            depth = max(0, depth - 1)
+        if depth or i < 1 or token.type != tokenize.NAME or keyword.iskeyword(token.string):
+            continue
+        after = tokens[i + 1] if i + 1 < len(tokens) else None
+        starts_statement = after is not None and (
+            (after.type == tokenize.OP and after.string in _ASSIGN) or (token.string == "print" and after.string == "(")
+        )
+        before = tokens[i - 1]
+        if not starts_statement or before.type == tokenize.NEWLINE:
+            continue
+        if _ended(before):
+            cuts.append((at(before.end), at(token.start), indent))
+        elif before.string in (":", ";") and i >= 2 and _ended(tokens[i - 2]):
+            cuts.append((at(before.start), at(token.start), indent))
+    for start, end, width in reversed(cuts):
+        source = source[:start] + "\n" + " " * width + source[end:]
+    return source
+
+
+def _ended(token: tokenize.TokenInfo) -> bool:
+    """Whether an expression can end with `token` (a name, number, string or closing bracket)."""
+    return (token.type in _ENDS and not keyword.iskeyword(token.string)) or token.string in _CLOSERS
+
+
+def _break_comments(source: str) -> str:
+    """`source` with the first statement a comment swallowed on a line of its own (the comment's line's
+    indentation)."""
+    for token in _tokens(source):
+        if token.type != tokenize.COMMENT:
+            continue
+        match = _CODE_IN_COMMENT.search(token.string, 1)
+        if match:
+            starts = _offsets(source)
+            line = source[starts[token.start[0] - 1] :]
+            cut = starts[token.start[0] - 1] + token.start[1] + match.start()
+            return source[:cut].rstrip() + "\n" + re.match(r"[ \t]*", line).group(0) + source[cut:]
+    return source
 
 
 _CODE = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.DOTALL)
