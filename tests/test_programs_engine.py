@@ -467,6 +467,11 @@ def test_a_program_that_binds_a_literal_proves_nothing():
     assert not computes_nothing("answer = 'five'") and not computes_nothing(
         "while True:\n    pass"
     )  # the sandbox's too
+    # the 1.5B computed, then bound the stated answer anyway: the literal is the result, so it proves nothing
+    assert computes_nothing("answer = 12 - 5 * 1.5; answer = 4.5") and computes_nothing("x = 2 * 3\nanswer = -6")
+    assert not computes_nothing("answer = 4.5\nanswer = answer * 2")  # the last binding computes
+    assert not computes_nothing("x = 7\nif x > 5:\n    answer = 1\nelse:\n    answer = 2")  # decided by a comparison
+    assert not computes_nothing("answer = 0\nfor i in range(4):\n    answer += i")
 
 
 async def test_verify_rejects_a_label_whose_program_computes_nothing(tmp_path, openai_server):

@@ -154,12 +154,16 @@ async def run_program_async(
 
 
 def computes_nothing(source: str) -> bool:
-    """True for a program that only binds literals (`answer = 0`, `x = 3; answer = x`): its result proves
-    nothing about the answer. A program that does not parse is the sandbox's to reject."""
+    """True for a program that only binds literals (`answer = 0`, `x = 3; answer = x`), or whose last
+    statement binding `answer` binds a number literal whatever came before (`answer = 12 - 5 * 1.5; answer =
+    4.5`): its result proves nothing about the answer. A program that does not parse is the sandbox's to
+    reject."""
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
         return False
+    if _binds_a_number_last(tree):
+        return True
     work = (
         ast.BinOp,
         ast.Call,
@@ -178,6 +182,26 @@ def computes_nothing(source: str) -> bool:
     return not any(isinstance(n, work) for n in nodes) and all(
         isinstance(n.value, (int, float)) and not isinstance(n.value, bool) for n in numbers
     )
+
+
+def _binds_a_number_last(tree: ast.Module) -> bool:
+    """Whether the last top-level statement that binds `answer` is `answer = <number>` (or `-<number>`)."""
+    binding = [
+        statement
+        for statement in tree.body
+        if any(
+            isinstance(n, ast.Name) and n.id == "answer" and isinstance(n.ctx, ast.Store) for n in ast.walk(statement)
+        )
+    ]
+    if not binding or not isinstance(last := binding[-1], ast.Assign) or len(last.targets) != 1:
+        return False
+    target, value = last.targets[0], last.value
+    if isinstance(value, ast.UnaryOp) and isinstance(value.op, (ast.USub, ast.UAdd)):
+        value = value.operand
+    number = (
+        isinstance(value, ast.Constant) and isinstance(value.value, (int, float)) and not isinstance(value.value, bool)
+    )
+    return isinstance(target, ast.Name) and target.id == "answer" and number
 
 
 # what ends an expression, so that a name right after it (at bracket depth 0) starts a new statement
