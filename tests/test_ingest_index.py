@@ -103,7 +103,18 @@ def test_filters_exclude_company_doc_type_period(index):
     }
     assert {h.document.doc_type for h in index.search(query, 10, doc_type="10-k")} == {"10-K"}
     assert {h.document.company for h in index.search(query, 10, period="2004")} == {"TETRA TECH INC"}
-    assert index.search(query, 5, company="nonexistent corp") == []
+    none = index.search(query, 5, company="nonexistent corp")
+    assert none == [] and "no document of 'nonexistent corp' in the index" in none.notes[0]
+
+
+def test_a_company_filter_names_a_company_as_a_query_would(index):
+    # `--company Tetra` found nothing while "Tetra's ..." in the query chose TETRA TECH INC's filing
+    query = "net revenue of the company"
+    tetra = {d.doc_id for d in index.documents() if d.company == "TETRA TECH INC"}
+    short = index.search(query, 5, company="Tetra")
+    assert short and {h.chunk.doc_id for h in short} <= tetra and not short.notes
+    same = index.search(query, 5, company="Tetra Tech, Inc.")
+    assert {h.chunk.chunk_id for h in short} == {h.chunk.chunk_id for h in same}  # equal RRF scores tie in any order
 
 
 def test_similar_documents_unseen(index):

@@ -447,6 +447,15 @@ class Index:
             company=companies[0], period=period, terms=terms, companies=companies, company_spans=spans, year_spans=years
         )
 
+    def company_keys(self, company: str) -> list[str]:
+        """The index's companies an explicit company filter names: its own key where the index holds it, else
+        the companies its words name as a query would (an alias, a ticker, "Alphatec" for "Alphatec Holdings,
+        Inc."), else its key alone (which matches nothing, and the search says so)."""
+        key = company_key(company)
+        if key is None or key in self.catalogue():
+            return [key] if key else []
+        return self.recognise(company).companies or [key]
+
     def search(
         self,
         query: str,
@@ -513,8 +522,14 @@ class Index:
         recognised = Recognised()
         if metadata:
             recognised = self.recognise(query) if not doc_id else Recognised(terms=query_terms(query, self.terms()))
-        filtered_companies = [company_key(company)] if company else recognised.companies
-        named_here = bool(recognised.companies) and (not company or company_key(company) in recognised.companies)
+        filtered_companies = self.company_keys(company) if company else recognised.companies
+        if company and not set(filtered_companies) & set(self.catalogue()):
+            names = sorted(set(self._names.values()))
+            listed = ", ".join(names[:20]) + (" ..." if len(names) > 20 else "")
+            notes.append(f"no document of {company!r} in the index (its companies: {listed})")
+        named_here = bool(recognised.companies) and (
+            not company or bool(set(filtered_companies) & set(recognised.companies))
+        )
         use_period = period or (recognised.period if not company or named_here else None)
         strip = list(recognised.company_spans) if named_here else []
         if use_period and not period:
