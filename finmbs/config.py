@@ -230,8 +230,8 @@ class NoveltySettings(Settings):
     unworkable: bool = Field(
         True,
         description="reject, before any trace, a teacher-written question that gives its own answer or whose "
-        "only figure is its answer (own_answer), and an answer that is a sentence or a formula over "
-        "an unknown (answer_form)",
+        "only figure is its answer (own_answer), and an answer that is a sentence, a formula over "
+        "an unknown, or a negative number for a question that asks how many (answer_form)",
     )
     max_similarity: float = Field(
         0.85, gt=0, le=1, description="share of the shorter question's word tokens the other repeats in order"

@@ -294,6 +294,14 @@ async def test_a_question_giving_its_own_answer_is_rejected_before_any_trace(tmp
     )
     assert unworkable(finance("What rating must the Borrower keep?", "A-1")) is None
     assert unworkable(problem("Simplify (x + 1)^2 - 1.", "x^2 + 2x")) is None  # math answers may be formulas
+    # measured: "9 slices, 6 friends each eat 3: how many are left?" -9 qualified (program and traces agreed)
+    slices = problem("A pizza is cut into 9 slices. 6 friends each eat 3 slices. How many slices are left?", "-9")
+    assert unworkable(slices) == (
+        "answer_form",
+        "the question asks how many and the answer is negative ('-9'): its quantities contradict each other",
+    )
+    assert unworkable(problem("How many degrees does the temperature change from 5 to -3?", "8")) is None
+    assert unworkable(problem("What is the temperature after it falls 8 degrees from 5?", "-3")) is None
     assert unworkable(copied)[0] == "own_answer"
     assert await verified_node(ctx, clause, ledger, stage="leaf", path="0") is None
     assert ledger.rejected[1].data["check"] == "answer_form" and openai_server.request_count == 0

@@ -80,6 +80,9 @@ def math_numbers(text: str) -> list[Fraction]:
     return found
 
 
+_HOW_MANY = re.compile(r"\bhow\s+many\b", re.I)  # a question that asks for a count
+
+
 def math_number(answer: str) -> Fraction | None:
     """The value of a math answer that is one number (dollar signs, \\boxed and spaces aside), else None."""
     text = re.sub(r"\\boxed\{(.*)\}", r"\1", answer.strip().strip("$").strip())
@@ -145,12 +148,28 @@ def sentence_answer(problem: Problem) -> str | None:
     return None
 
 
+def negative_count(problem: Problem) -> str | None:
+    """Why a math answer is no value its question can have, or None: a question that asks "how many"
+    answered by a negative number ("a pizza cut into 9 slices, 6 friends each eat 3: how many are left?"
+    -9, which the 1.5B wrote, and its program and traces agreed on) states quantities that contradict
+    each other. A program computes such an answer faithfully, so only its form gives it away."""
+    if problem.domain != "math" or not _HOW_MANY.search(problem.question):
+        return None
+    value = math_number(problem.answer)
+    if value is not None and value < 0:
+        return (
+            f"the question asks how many and the answer is negative ({problem.answer!r}): "
+            "its quantities contradict each other"
+        )
+    return None
+
+
 def unworkable(problem: Problem) -> tuple[str, str] | None:
     """(check, reason) when a teacher-written problem can be no RLVR problem whatever its traces say:
-    `own_answer` (`gives_own_answer`) or `answer_form` (`sentence_answer`); None otherwise."""
+    `own_answer` (`gives_own_answer`) or `answer_form` (`sentence_answer`, `negative_count`); None otherwise."""
     if why := gives_own_answer(problem):
         return "own_answer", why
-    if why := sentence_answer(problem):
+    if why := sentence_answer(problem) or negative_count(problem):
         return "answer_form", why
     return None
 
