@@ -77,3 +77,25 @@ def test_shared_index_one_store_per_settings_closed_by_its_last_user(tmp_path):
         assert [row["doc_id"] for row in again.store.scroll("c", Where())] == ["a"]
     with shared_index(settings) as fresh:
         assert fresh is not first
+
+
+def test_this_process_probing_for_waiters_twice_at_once_sees_no_waiter(tmp_path):
+    # the idle watcher's probe and an operation's release used to meet on the want file, each reading the
+    # other as another process waiting: the index was given up mid-work and a held shard closed under it
+    import threading
+
+    store = EdgeStore(tmp_path / "edge")
+    store.ensure("c", 4)  # takes the index, starts the watcher
+    seen: list[bool] = []
+
+    def probe() -> None:
+        seen.extend(store.wanted() for _ in range(3000))
+
+    threads = [threading.Thread(target=probe) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(seen) == 9000 and not any(seen)
+    assert store.shards  # still held: nobody else asked
+    store.close()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -138,6 +139,10 @@ def _busy_as_error(open_shard: Any, folder: Path) -> Any:
 
 LOCK_FILE = ".finmbs-index.lock"  # held (exclusive) by the process whose turn it is
 WANT_FILE = ".finmbs-index.want"  # held (shared) by each process waiting for its turn
+# One probe of the want file at a time in this process: a probe holds the file exclusively for a moment,
+# so two of this process's probes at once (the idle watcher's and an operation's release) would each
+# read the other as another process waiting, and give the index up in the middle of this process's work.
+_PROBING = threading.Lock()
 
 
 class EdgeStore(Store):
@@ -152,8 +157,6 @@ class EdgeStore(Store):
     gets one error line naming the index."""
 
     def __init__(self, path: str | Path, lock_timeout_s: float = 600.0):
-        import threading
-
         import qdrant_edge as qe
 
         self.qe, self.path, self.shards = qe, Path(path), {}
@@ -201,7 +204,7 @@ class EdgeStore(Store):
         """Whether another process waits for its turn at the index."""
         import fcntl
 
-        with open(self.path / WANT_FILE, "a+") as probe:
+        with _PROBING, open(self.path / WANT_FILE, "a+") as probe:
             try:
                 fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -211,8 +214,6 @@ class EdgeStore(Store):
 
     def _watch(self) -> None:
         """A daemon thread that gives the index up while this process is idle and another one waits."""
-        import threading
-
         if self._watcher is not None and self._watcher.is_alive():
             return
 
