@@ -104,11 +104,16 @@ def listed_children(children: list[TreeNode], functions: dict[str, Any]) -> str:
     )
 
 
+def lined(ctx: Context, source: str) -> str:
+    """`source` with the line breaks it lacks added (`verify.program_line_breaks`), else as written."""
+    return (ctx.config.verify.program_line_breaks and line_breaks(source)) or source
+
+
 def with_line_breaks(ctx: Context, problem: Problem) -> Problem:
-    """`problem` with its program's missing line breaks added (`verify.program_line_breaks`; what the
-    teacher wrote kept as meta.program_as_written), unchanged when it needs none or they do not help."""
+    """`problem` with its program's missing line breaks added (what the teacher wrote kept as
+    meta.program_as_written), unchanged when it needs none or they do not help."""
     source = problem.meta.get("program")
-    if not (ctx.config.verify.program_line_breaks and isinstance(source, str)) or not (fixed := line_breaks(source)):
+    if not isinstance(source, str) or (fixed := lined(ctx, source)) == source:
         return problem
     return problem.model_copy(update={"meta": {**problem.meta, "program": fixed, "program_as_written": source}})
 
@@ -147,9 +152,7 @@ async def composed_parent(
     (`child_functions`), run in the sandbox. (`problem` with it recorded as meta.program/program_functions,
     None) when its result is the parent's answer; otherwise (`problem` with what it gave, why not). The
     parent's earlier own program, if any, is kept as meta.own_program (it was checked when the parent was)."""
-    written = source
-    if ctx.config.verify.program_line_breaks and (fixed := line_breaks(source)):
-        source = fixed
+    written, source = source, lined(ctx, source)
     result = await run_program_async(source, passage(problem), functions=functions)
     meta = {key: v for key, v in problem.meta.items() if key != "program_as_written"}  # the own program's
     meta |= {"program": source, "program_functions": functions}

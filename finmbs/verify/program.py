@@ -186,13 +186,7 @@ def computes_nothing(source: str) -> bool:
 
 def _binds_a_number_last(tree: ast.Module) -> bool:
     """Whether the last top-level statement that binds `answer` is `answer = <number>` (or `-<number>`)."""
-    binding = [
-        statement
-        for statement in tree.body
-        if any(
-            isinstance(n, ast.Name) and n.id == "answer" and isinstance(n.ctx, ast.Store) for n in ast.walk(statement)
-        )
-    ]
+    binding = [statement for statement in tree.body if _binds_answer(statement)]
     if not binding or not isinstance(last := binding[-1], ast.Assign) or len(last.targets) != 1:
         return False
     target, value = last.targets[0], last.value
@@ -222,8 +216,9 @@ def line_breaks(source: str) -> str | None:
     a `:` or `;` between such statements, and before an assignment a comment swallowed. Only breaks are
     added: every token stays as written, so the program computes what it says or fails to run (it is
     still executed and compared with the stated answer and the traces like any other)."""
-    swallowed = _parses(source) and not _binds_answer(source) and _ANSWER_IN_COMMENT.search(source)
-    if _parses(source) and not swallowed:
+    parses = _parses(source)
+    swallowed = parses and not _binds_answer(ast.parse(source)) and _ANSWER_IN_COMMENT.search(source)
+    if parses and not swallowed:
         return None
     fixed = source
     for _ in range(8):  # a comment may swallow a statement that itself holds a comment
@@ -231,15 +226,13 @@ def line_breaks(source: str) -> str | None:
         if step == fixed:
             break
         fixed = step
-    whole = _parses(fixed) and (_binds_answer(fixed) or not swallowed)
+    whole = _parses(fixed) and (not swallowed or _binds_answer(ast.parse(fixed)))
     return fixed if fixed != source and whole else None
 
 
-def _binds_answer(source: str) -> bool:
-    return any(
-        isinstance(node, ast.Name) and node.id == "answer" and isinstance(node.ctx, ast.Store)
-        for node in ast.walk(ast.parse(source))
-    )
+def _binds_answer(node: ast.AST) -> bool:
+    """Whether `node` (a module or one statement) assigns `answer` anywhere inside it."""
+    return any(isinstance(n, ast.Name) and n.id == "answer" and isinstance(n.ctx, ast.Store) for n in ast.walk(node))
 
 
 def _parses(source: str) -> bool:
