@@ -270,6 +270,15 @@ class VerifySettings(Settings):
         "nothing else changed, and records what the teacher wrote as meta.program_as_written (not in the "
         "paper; with verify.programs)",
     )
+    quote_spans: bool = Field(
+        True,
+        description="a finance program takes document figures only by choosing among the passage's candidate "
+        "figures (finmbs/verify/spans.py: each figure's verbatim text, context and value, listed for the teacher; "
+        "the reply's choice constrained to their texts by its JSON schema), and the engine writes the quote() "
+        "for each choice, still checked verbatim and by value; a passage with no figure gets no finance program "
+        "request (a counted skip). Off: the program quotes the passage's words itself (not in the paper; with "
+        "verify.programs)",
+    )
 
 
 class Budget(Settings):
@@ -375,6 +384,7 @@ PAPER_VALUES: dict[str, Any] = {
     "stages.direct_reground": True,  # SPEC: direct output is re-grounded like MBS output
     "verify.programs": False,  # every answer computed by an executed program (finance figures quoted from d')
     "verify.program_line_breaks": False,  # line breaks added to a program whose statements share a line
+    "verify.quote_spans": False,  # finance programs choose document figures among the passage's extracted spans
     "index.embed": "full",  # every chunk embedded by MiniLM at ingest (cascade: static + BM25, MiniLM at query time)
     "index.context_tokens": 0,  # hits alone, without their enclosing table or section window (small-to-big)
 }

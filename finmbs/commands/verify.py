@@ -71,6 +71,7 @@ def verify(
         **{k: counts[k] for k in ("verified", "relabeled", "rejected")},
         "rejected_by_program": sum(c.check == "program" for c in checks),
         "programs_written": sum(c.program_written for c in checks),
+        "programs_skipped": sum(bool(c.program_skipped) for c in checks),  # finance passages with no figure
         "programs": resolved.verify.programs,
         "relabel": resolved.stages.relabel,
         "tokens": sum(u.prompt_tokens + u.completion_tokens for u in gateway.usage.values()),

@@ -2,7 +2,9 @@
 checked by the same rule as a synthetic candidate (finmbs/mbs/programs.py with `verify.programs`,
 the teacher-trace rule alone without). A problem that carries no program (meta.program) gets one
 from the teachers, written without seeing the stated answer: the first teacher, then the next while a
-program fails to run (up to every configured teacher); each failed attempt is recorded."""
+program fails to run (up to every configured teacher); each failed attempt is recorded. With
+`verify.quote_spans`, a finance program takes the passage's figures by choosing among its candidate spans
+(finmbs/verify/spans.py), and a passage with none gets no request: the problem is rejected as skipped."""
 
 from __future__ import annotations
 
@@ -13,14 +15,25 @@ from pydantic import BaseModel, Field
 
 from finmbs.mbs.candidates import verified_node
 from finmbs.mbs.context import Context, Ledger
-from finmbs.mbs.programs import programs_on, render_program_finance, run_for
+from finmbs.mbs.programs import (
+    CHECK,
+    passage,
+    programs_on,
+    quote_spans_on,
+    render_program_finance,
+    run_for,
+    span_program_reply,
+    span_source,
+)
 from finmbs.mbs.solve import document_block
 from finmbs.mbs.stages import Progress, Stage
 from finmbs.records import Problem
 from finmbs.resources import render_prompt
 from finmbs.verify.program import program_in
+from finmbs.verify.spans import candidate_spans, listing
 
 STAGE = Stage.VERIFY
+NO_FIGURES = "the passage states no figure, so no finance program was requested (verify.quote_spans)"
 Outcome = Literal["verified", "relabeled", "rejected"]
 
 
@@ -37,6 +50,7 @@ class LabelCheck(BaseModel):
     program_written: bool = False
     program_writer: str | None = None  # the teacher whose written program was kept
     program_attempts: list[str] = Field(default_factory=list)  # each written program that failed, and why
+    program_skipped: str | None = None  # why no program was requested (a finance passage with no figure)
     program_answer: str | None = None
     program_error: str | None = None
     quotes: list[dict[str, Any]] = Field(default_factory=list)
@@ -52,19 +66,32 @@ async def write_program(ctx: Context, problem: Problem) -> Problem:
     business, never a reason to ask the next teacher."""
     if problem.meta.get("program"):
         return problem
+    spans = candidate_spans(passage(problem)) if quote_spans_on(ctx, problem) else []
+    if quote_spans_on(ctx, problem) and not spans:  # nothing to quote: no request (check_label rejects it)
+        return problem.model_copy(update={"meta": {**problem.meta, "program_skipped": NO_FIGURES}})
     text = render_prompt(
-        "program_write",
-        finance=render_program_finance(problem.domain),
+        "program_write_spans" if spans else "program_write",
+        finance="" if spans else render_program_finance(problem.domain),
         document=document_block(problem),
         question=problem.question,
+        figures=listing(spans),
     )
+    messages = [{"role": "user", "content": text}]
     written, failed = problem, []
     for teacher in ctx.teachers:
-        # a plain-text reply with a ```python block: inside a JSON string, the program's own quotes ended it
-        [reply] = await ctx.gateway.generate(teacher, role="teacher", messages=[{"role": "user", "content": text}])
+        if spans:  # the figures chosen among the passage's spans, the quote() lines written by the engine
+            [reply] = await ctx.gateway.structured(
+                teacher, span_program_reply(spans), role="teacher", messages=messages
+            )
+            source, why = span_source(reply, spans) if reply is not None else (None, "reply did not parse")
+        else:
+            # a plain-text reply with a ```python block: inside a JSON string, the program's own quotes ended it
+            [sample] = await ctx.gateway.generate(teacher, role="teacher", messages=messages)
+            source = program_in(sample.text)
+            why = None if source is not None else "reply holds no ```python block"
         ctx.tick(STAGE)
-        if (source := program_in(reply.text)) is None:
-            failed.append(f"{teacher.name}: reply holds no ```python block")
+        if source is None:
+            failed.append(f"{teacher.name}: {why}")
             continue
         written = problem.model_copy(
             update={
@@ -84,7 +111,11 @@ async def check_label(ctx: Context, problem: Problem) -> LabelCheck:
     if programs_on(ctx):
         problem = await write_program(ctx, problem)
     ledger = Ledger(problem.id)
-    node = await verified_node(ctx, problem, ledger, stage=STAGE, path="0")
+    if skipped := problem.meta.get("program_skipped"):
+        ledger.reject(problem, STAGE, f"skipped: {skipped}", check=CHECK)
+        node = None
+    else:
+        node = await verified_node(ctx, problem, ledger, stage=STAGE, path="0")
     final = node.problem if node else ledger.rejected[-1].problem
     meta = final.meta
     check = ledger.rejected[-1].data.get("check") if node is None else None
@@ -104,6 +135,7 @@ async def check_label(ctx: Context, problem: Problem) -> LabelCheck:
         program_written=bool(meta.get("program_written")),
         program_writer=meta.get("program_writer"),
         program_attempts=meta.get("program_attempts") or [],
+        program_skipped=meta.get("program_skipped"),
         program_answer=meta.get("program_answer"),
         program_error=meta.get("program_error"),
         quotes=meta.get("quotes") or [],

@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, create_model
 
 from finmbs.llm.embedded import CLOSES_AFTER
 from finmbs.mbs.context import Context, Ledger
@@ -32,6 +32,7 @@ from finmbs.records import Decision, Problem, Trace, TreeNode
 from finmbs.resources import render_prompt
 from finmbs.verify import verify_answer
 from finmbs.verify.program import ProgramResult, computes_nothing, line_breaks, run_program_async
+from finmbs.verify.spans import NAME, Span, bind
 
 CHECK = Check.PROGRAM  # the rejection check of this layer
 # what a program run records in a problem's meta (a re-grounded copy drops them: its program is new)
@@ -82,6 +83,46 @@ def program_prompt(ctx: Context, text: str, domain: str, functions: dict[str, st
 def render_program_finance(domain: str) -> str:
     """The quote() instructions, for finance."""
     return render_prompt("program_finance").rstrip("\n") if domain == "finance" else ""
+
+
+def quote_spans_on(ctx: Context, problem: Problem) -> bool:
+    """Whether `problem`'s program takes document figures by choosing among its passage's spans
+    (`verify.quote_spans`, finance with programs)."""
+    return programs_on(ctx) and ctx.config.verify.quote_spans and problem.domain == "finance"
+
+
+class ChosenFigure(BaseModel):
+    """One document figure a program uses: the variable it gets and the figure's text as listed."""
+
+    name: str = Field(pattern=NAME.pattern, description="a lower-case Python variable name")
+    figure: str = Field(description="one figure's text, exactly as listed")
+
+
+class SpanProgram(BaseModel):
+    """A finance program over chosen document figures (`verify.quote_spans`)."""
+
+    figures: list[ChosenFigure] = Field(min_length=1)
+    program: str = Field(min_length=1, json_schema_extra=BINDS_ANSWER)
+
+
+def span_program_reply(spans: list[Span]) -> type[SpanProgram]:
+    """`SpanProgram` whose `figure` is constrained to the texts of `spans` (a JSON-schema enum: a constrained
+    decoder can write no other text, and a reply from an unconstrained one with another text does not parse)."""
+    texts = tuple(span.text for span in spans)
+    chosen = create_model(
+        "ChosenFigure",
+        __base__=ChosenFigure,
+        figure=(Literal[texts], Field(description="one figure's text, exactly as listed")),  # type: ignore[valid-type]
+    )
+    return create_model(
+        "SpanProgram", __base__=SpanProgram, figures=(list[chosen], Field(min_length=1))  # type: ignore[valid-type]
+    )
+
+
+def span_source(reply: SpanProgram, spans: list[Span]) -> tuple[str | None, str | None]:
+    """(the program with a `name = quote('text', value)` line for each chosen figure before it, None), or
+    (None, why not)."""
+    return bind([(c.name, c.figure) for c in reply.figures], spans, reply.program)
 
 
 def child_functions(children: list[TreeNode]) -> dict[str, Any]:
