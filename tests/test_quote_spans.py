@@ -47,6 +47,7 @@ def test_spans_of_real_passages_are_verbatim_with_their_values_and_context():
     rate = spans["two percent (2.0%)"]  # words and digits as one span, its parenthesis closed
     assert rate.value == Fraction(2, 100) and rate.kind == "percent" and rate.literal == "0.02"
     assert rate.before.endswith("interest at rates that are") and rate.after.startswith("per annum in excess")
+    assert spans["10.1"].before.endswith("Section 10.1(e) or")  # where it is read: "Section 10.1" is a reference
     margins = paragraph(AVIDX, "two hundred seventy-five (275.00) basis points", lines=2)
     texts = {s.text: s.value for s in candidate_spans(margins)}
     assert texts["two hundred seventy-five (275.00) basis points"] == Fraction(275, 10000)  # word number, bps, a rate

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from fractions import Fraction
 
-from finmbs.verify.finance import _WORD_NUMBERS, Figure, figures
+from finmbs.verify.finance import _REFERENCE, _REFERENCE_LOOKBACK, _WORD_NUMBERS, Figure, figures
 from finmbs.verify.quotes import check_quote
 
 MAX_SPANS = 40  # a passage's spans offered to the teacher (an excerpt of an agreement holds far fewer)
@@ -57,6 +57,8 @@ def _located(passage: str) -> list[tuple[int, int, Figure]]:
     found, cursor = [], 0
     for figure in figures(passage):
         start = passage.find(figure.text, cursor)
+        while start >= 0 and _REFERENCE.search(passage[max(0, start - _REFERENCE_LOOKBACK) : start]):
+            start = passage.find(figure.text, start + 1)  # where figures() read it: not a section reference
         if start < 0:
             continue
         end = start + len(figure.text)
