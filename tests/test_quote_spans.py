@@ -86,6 +86,7 @@ def test_the_schema_allows_only_the_listed_figures():
     schema = reply.model_json_schema()
     figure = schema["$defs"]["ChosenFigure"]["properties"]["figure"]
     assert set(figure["enum"]) == {"two percent (2.0%)", "10.1"}
+    assert (schema["properties"]["figures"]["minItems"], schema["properties"]["figures"]["maxItems"]) == (1, 2)
     ok = {"figures": [{"name": "margin", "figure": "two percent (2.0%)"}], "program": "answer = margin"}
     assert reply.model_validate(ok).figures[0].figure == "two percent (2.0%)"
     with pytest.raises(ValueError):

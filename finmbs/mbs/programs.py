@@ -107,7 +107,8 @@ class SpanProgram(BaseModel):
 
 def span_program_reply(spans: list[Span]) -> type[SpanProgram]:
     """`SpanProgram` whose `figure` is constrained to the texts of `spans` (a JSON-schema enum: a constrained
-    decoder can write no other text, and a reply from an unconstrained one with another text does not parse)."""
+    decoder can write no other text, and a reply from an unconstrained one with another text does not parse),
+    at most one choice per span (a small model cannot loop in the list)."""
     texts = tuple(span.text for span in spans)
     chosen = create_model(
         "ChosenFigure",
@@ -115,7 +116,9 @@ def span_program_reply(spans: list[Span]) -> type[SpanProgram]:
         figure=(Literal[texts], Field(description="one figure's text, exactly as listed")),  # type: ignore[valid-type]
     )
     return create_model(
-        "SpanProgram", __base__=SpanProgram, figures=(list[chosen], Field(min_length=1))  # type: ignore[valid-type]
+        "SpanProgram",
+        __base__=SpanProgram,
+        figures=(list[chosen], Field(min_length=1, max_length=len(spans))),  # type: ignore[valid-type]
     )
 
 
