@@ -196,3 +196,22 @@ async def test_switched_off_the_program_quotes_the_passage_itself(tmp_path, open
     assert asked and LISTED not in asked[0].text and "response_format" not in asked[0].body
     assert "quote(" in asked[0].text  # prompts/program_finance.txt, as before the switch
     assert PAPER_VALUES["verify.quote_spans"] is False and load_config().verify.quote_spans is True
+
+
+def test_the_verify_summary_counts_the_skips(tmp_path, openai_server):
+    from test_programs_engine import write_config
+    from typer.testing import CliRunner
+
+    from finmbs.cli import app
+    from finmbs.testing.world import World
+
+    plain = finance("11.50%", text="The Borrower shall pay interest in arrears on each Interest Payment Date.")
+    problems = tmp_path / "labels.jsonl"
+    problems.write_text(plain.model_dump_json() + "\n")
+    out = tmp_path / "out.jsonl"
+    config = write_config(openai_server, tmp_path, World(agents={}))
+    result = CliRunner().invoke(app, ["verify", str(problems), "--config", config, "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(out.with_suffix(".summary.json").read_text())
+    assert (summary["rejected"], summary["rejected_by_program"], summary["programs_skipped"]) == (1, 1, 1)
+    assert openai_server.request_count == 0
