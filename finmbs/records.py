@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 Domain = Literal["math", "finance"]
 Band = Literal["hard", "goldilocks", "stale"]
@@ -134,6 +134,44 @@ class DifficultyReport(Record):
     @property
     def qualified(self) -> bool:
         return self.band == "goldilocks" and self.in_budget
+
+
+PASS_RATE_SCHEMA = 1  # the version of PassRate this finmbs writes; an entry with a higher one is refused
+
+
+class PassRate(Record):
+    """One entry of a problem's pass-rate history (`finmbs requalify`, appended, never rewritten): one policy's
+    DifficultyReport on the problem, with who that policy was and when it was measured."""
+
+    schema_version: int = PASS_RATE_SCHEMA
+    problem_id: str
+    policy: str  # the endpoint's name
+    model: str = ""  # the endpoint's model string
+    weights_sha256: str | None = None  # the policy's weights file, where it is local (embedded, --weights)
+    n: int
+    k: int
+    band: Band
+    in_budget: bool
+    verified_hard: bool = False
+    budget: int  # L, the rollout budget in tokens
+    date: str  # ISO 8601, UTC
+    source: Literal["calibrate", "requalify"] = "requalify"  # calibrate: the pool's own calibration, read back
+
+    @model_validator(mode="before")
+    @classmethod
+    def _not_newer(cls, data: Any) -> Any:
+        """An entry a newer finmbs wrote is refused as such (not as an entry with unknown fields)."""
+        version = data.get("schema_version") if isinstance(data, dict) else None
+        if isinstance(version, int) and version > PASS_RATE_SCHEMA:
+            raise ValueError(
+                f"a pass-rate entry written by a newer finmbs (schema {version}, this finmbs reads up to "
+                f"{PASS_RATE_SCHEMA}); upgrade finmbs to read this history"
+            )
+        return data
+
+    @property
+    def report(self) -> DifficultyReport:
+        return DifficultyReport.model_validate(self.model_dump(include=set(DifficultyReport.model_fields)))
 
 
 class Decision(Record):

@@ -15,6 +15,7 @@ runner = CliRunner()
 WRITERS = [
     ["grow"],
     ["calibrate"],
+    ["requalify"],
     ["eval", "run"],
     ["eval", "compare"],
     ["audit"],
@@ -26,6 +27,7 @@ WRITERS = [
 CONFIG_READERS = [
     ["grow"],
     ["calibrate"],
+    ["requalify"],
     ["eval", "run"],
     ["audit"],
     ["models"],
@@ -90,6 +92,7 @@ def test_stage_symbols_are_explained_with_their_values():
         ("stages.keep", "roots"),
     ):
         assert re.search(rf"│ {re.escape(key)}\s+│ {value}\s+│ \w", result.output), key
+    assert "commands beyond the paper" in " ".join(result.output.split()) and "requalify" in result.output
     assert "finmbs config explain" in help_text("grow")
     shown = runner.invoke(app, ["config", "show", "--set", "stages.L=512"])
     assert shown.exit_code == 0 and "L: 512" in shown.output

@@ -26,6 +26,14 @@ SYMBOLS = {
 }
 
 
+# commands finmbs adds beside the paper's method: they read no config key of their own and change nothing grow does,
+# so the paper profile is unaffected by them
+ADDED_COMMANDS = (
+    "commands beyond the paper (finmbs; no config key, the paper profile is unaffected): requalify re-screens a "
+    "pool against a new policy with final calibration's screen (stages.N, stages.L, roles.target) and keeps each "
+    "problem's pass-rate history (docs/requalify.md)"
+)
+
 # symbols the paper uses but gives no value for: finmbs chose them (docs/engine.md "Parameters the paper does not give")
 UNGIVEN = {"Nt", "N_leaf"}
 
@@ -79,6 +87,7 @@ def explain(options: RunOptions = RunOptions()) -> None:
     resolved = options.load_quietly()
     console.print(symbols_table(resolved.stages.model_dump()))
     console.print(options_table(resolved))
+    console.print(ADDED_COMMANDS, highlight=False)
 
 
 def show(options: RunOptions = RunOptions()) -> None:

@@ -107,6 +107,15 @@ def export(
         bool,
         typer.Option("--allow-empty", help="Write empty files instead of failing when there is nothing to export."),
     ] = False,
+    policy: Annotated[
+        str | None,
+        typer.Option(
+            "--policy",
+            metavar="NAME",
+            help="Export the problems in the band for this policy by their latest `finmbs requalify` entry "
+            "(default out: RUN/export/FORMAT-NAME).",
+        ),
+    ] = None,
     push_to_hub: Annotated[
         str | None,
         typer.Option(
@@ -134,6 +143,7 @@ def export(
             min_coverage=min_coverage,
             allow_empty=allow_empty,
             nodes=nodes.value,
+            band_policy=policy,
             track=lambda items, what: track(items, description=what, console=console, transient=True),
         )
     except FinmbsError:

@@ -19,8 +19,8 @@ from finmbs.export.files import MARKER, replacing_dir
 from finmbs.export.rows import rows_table, training_row
 from finmbs.export.splits import DEFAULT_SPLIT, assign_splits, parse_splits
 from finmbs.records import Problem
-from finmbs.runs.folder import QUALIFIED
-from finmbs.runs.load import RunReadError, load_run
+from finmbs.runs.folder import QUALIFIED, safe_name
+from finmbs.runs.load import Run, RunReadError, load_run
 
 Format = Literal["verl", "trl", "hf", "jsonl"]
 Policy = Literal["drop", "flag"]
@@ -93,14 +93,18 @@ def export_run(
     track: Track = _no_progress,
     allow_empty: bool = False,
     nodes: Nodes = "roots",
+    band_policy: str | None = None,
 ) -> ExportReport:
     """Export a run's qualified problems, split by seed lineage, with a dataset card; the output folder is
-    replaced atomically. No problem to export raises EmptyExport (nothing written) unless `allow_empty`."""
+    replaced atomically. No problem to export raises EmptyExport (nothing written) unless `allow_empty`.
+    `band_policy` (`--policy NAME`): the problems in the band for that policy by their latest `finmbs requalify`
+    entry instead (`run_dir` a run folder, or a requalify folder)."""
     if fmt not in WRITERS:
         raise ValueError(f"unknown format {fmt!r}; choose one of {', '.join(WRITERS)}")
     fractions = parse_splits(split)
-    run = load_run(run_dir)
-    out = Path(out) if out is not None else run.root / "export" / fmt
+    run = _band_run(Path(run_dir), band_policy) if band_policy else load_run(run_dir)
+    default = f"{fmt}-{safe_name(band_policy)}" if band_policy else fmt
+    out = Path(out) if out is not None else run.root / "export" / default
     candidates = [p for p in run.qualified if nodes == "all" or is_root(p)]
     report = ExportReport(
         run=str(run.root),
@@ -161,6 +165,17 @@ def export_run(
         report.files.append(str(out / CARD))
         (staging / MARKER).write_text(json.dumps(report.model_dump(), indent=2) + "\n", encoding="utf-8")
     return report
+
+
+def _band_run(path: Path, policy: str) -> Run:
+    """The run (or the requalify folder) at `path` with its qualified problems replaced by the latest band of
+    `policy` from its requalify history."""
+    from finmbs.runs.requalify import latest_band, requalify_folder
+
+    folder = requalify_folder(path)
+    run = load_run(path)
+    run.qualified = latest_band(folder, policy)
+    return run
 
 
 def is_root(problem: Problem) -> bool:

@@ -33,13 +33,20 @@ def difficulty(samples: list[Rollout], policy: str, budget: int) -> DifficultyRe
 
 
 async def calibrate(
-    ctx: Context, problem: Problem, *, target: Endpoint | None = None, n: int | None = None, budget: int | None = None
+    ctx: Context,
+    problem: Problem,
+    *,
+    target: Endpoint | None = None,
+    n: int | None = None,
+    budget: int | None = None,
+    purpose: str = CALIBRATE_PURPOSE,
 ) -> DifficultyReport:
     """The target policy's DifficultyReport on one problem (N rollouts at max_tokens = L), asked with the
-    training prompt and drawn fresh: never the samples a student screen of the same model already drew."""
+    training prompt and drawn fresh: never the samples a student screen of the same model already drew.
+    `purpose` (a calibration purpose, `solve.calibration_purpose`) keeps a re-screen's draws apart too."""
     target = target or ctx.config.roles.target
     n, budget = n or ctx.stages.N, budget or ctx.stages.L
-    samples = await rollouts(ctx, target, "target", problem, n, max_tokens=budget, purpose=CALIBRATE_PURPOSE)
+    samples = await rollouts(ctx, target, "target", problem, n, max_tokens=budget, purpose=purpose)
     ctx.tick(STAGE)
     return difficulty(samples, target.name, budget)
 
@@ -58,10 +65,11 @@ async def calibrate_work(
     target: Endpoint | None,
     n: int | None,
     budget: int | None,
+    purpose: str = CALIBRATE_PURPOSE,
 ) -> Problem:
     """One problem as a unit of executor work (module level, so it pickles for Ray)."""
     ctx = Context(config=config, gateway=gateway, tick=tick)
-    return annotate(problem, await calibrate(ctx, problem, target=target, n=n, budget=budget))
+    return annotate(problem, await calibrate(ctx, problem, target=target, n=n, budget=budget, purpose=purpose))
 
 
 async def calibrate_all(

@@ -28,6 +28,12 @@ COMPLETION_STOP = ["\nProblem:"]
 CALIBRATE_PURPOSE = "calibrate"  # the gateway's sampling namespace of final calibration: fresh draws
 
 
+def calibration_purpose(purpose: str | None) -> bool:
+    """Whether `purpose` names a calibration's draws (final calibration, or a re-screen of it such as
+    `finmbs requalify`'s "calibrate/requalify..."): asked with the training prompt."""
+    return purpose is not None and (purpose == CALIBRATE_PURPOSE or purpose.startswith(CALIBRATE_PURPOSE + "/"))
+
+
 def train_prompt(problem: Problem) -> str:
     """The prompt a problem is trained on (`finmbs export`) and calibrated with, so the band measured
     is the band the policy meets in training; a finance problem carries its snippet inside it."""
@@ -84,7 +90,7 @@ async def rollouts(
         first_index=first_index,
         max_tokens=max_tokens,
         purpose=purpose,
-        **solve_request(endpoint, problem, examples, train=purpose == CALIBRATE_PURPOSE),
+        **solve_request(endpoint, problem, examples, train=calibration_purpose(purpose)),
     )
     result = []
     for sample in samples:

@@ -8,6 +8,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoes
 
 from finmbs.report.assets import assets
 from finmbs.report.charts import Chart, bar_chart
+from finmbs.report.drift import drift_charts
 from finmbs.report.view import BANDS, ReportView, band_of, build_view
 from finmbs.runs.folder import atomic_write_text
 from finmbs.runs.load import load_run
@@ -42,7 +43,9 @@ def render_report(run_dir: str | Path) -> str:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    return env.get_template("report.html.j2").render(view=view, charts=charts(view), bands=BANDS, assets=assets())
+    return env.get_template("report.html.j2").render(
+        view=view, charts=charts(view), drift_charts=drift_charts(view.drift), bands=BANDS, assets=assets()
+    )
 
 
 def write_report(run_dir: str | Path, out: str | Path | None = None) -> Path:

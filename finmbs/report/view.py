@@ -11,6 +11,7 @@ from typing import Any
 from finmbs.export.rows import difficulty
 from finmbs.mbs.stages import Stage, in_order
 from finmbs.records import DifficultyReport, Problem, RoleUsage, SeedTrees, TreeNode
+from finmbs.report.drift import DriftView, drift_view
 from finmbs.runs.folder import CONTAMINATION
 from finmbs.runs.load import Run
 
@@ -91,6 +92,7 @@ class ReportView:
     seeds: list[SeedView]
     status: dict[str, Status]
     contamination: dict[str, Any] | None = None  # contamination.json: documents re-grounding never targeted
+    drift: DriftView | None = None  # `finmbs requalify`: the pool across policies
 
 
 def _pct(part: float, whole: float) -> str:
@@ -379,6 +381,7 @@ def build_view(run: Run) -> ReportView:
         seeds=seed_views(run),
         status=status,
         contamination=contamination(run),
+        drift=drift_view(run.root),
     )
 
 
