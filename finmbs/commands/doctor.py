@@ -1,6 +1,6 @@
 """`finmbs doctor`: what this environment holds, for a bug report: versions against the lock, the
-optional extras, the embedded models' cache; `--smoke` also imports every integration and ingests and
-searches one shipped agreement."""
+optional extras, the embedded models' cache, the program sandbox's layers; `--smoke` also imports every
+integration and ingests and searches one shipped agreement."""
 
 from __future__ import annotations
 
@@ -99,6 +99,24 @@ def models_table() -> Table:
     return table
 
 
+def sandbox_table() -> Table:
+    """Which layers of the program sandbox hold on this machine (a missing one is also warned about once per
+    run that executes programs)."""
+    from finmbs.verify.program import OS_LAYERS, sandbox_layers
+
+    layers = sandbox_layers()
+    table = Table(title="program sandbox (docs/programs.md)")
+    table.add_column("layer")
+    table.add_column("what")
+    table.add_column("active")
+    language = {
+        "language": "RestrictedPython; imports as read-only views of math, fractions, decimal, statistics, datetime"
+    }
+    for name, what in {**language, **OS_LAYERS}.items():
+        table.add_row(name, what, "[green]yes[/]" if layers.get(name) else "[red]no[/]")
+    return table
+
+
 def smoke(console: Console) -> None:
     """Import every integration, then ingest one shipped agreement into a scratch index and search it."""
     from finmbs.config import load_config
@@ -148,6 +166,7 @@ def doctor(
     out.print(table)
     out.print(extras_table())
     out.print(models_table())
+    out.print(sandbox_table())
     differs = drift()
     for item in differs:
         out.print(f"[red]differs from the lock:[/] {item.line()}", highlight=False)

@@ -4,11 +4,15 @@ A candidate's program is a small pure Python computation that ends by binding `a
 programs bind document figures with `quote("verbatim text of the passage", value)`
 (`finmbs.verify.quotes`). `run_program` executes one in a separate process
 (`finmbs.verify.program_worker`): a fresh interpreter of this Python, in its own process group,
-with CPU-time, memory, file-descriptor and file-size limits set inside it, RestrictedPython's
-compile-time restrictions, imports limited to math, fractions, decimal, statistics and datetime,
-and a wall-clock limit here that kills the group. Whatever the program does (loops, allocates,
-forks, opens, imports, raises, prints too much, binds a string) comes back as a `ProgramResult`
-with `ok=False` and a one-line `error`; nothing is raised to the caller and nothing hangs.
+closed in by two layers that each hold alone: the OS layer (its own mount and network namespaces
+with a read-only, no-exec view of the file system; from root it drops to nobody; CPU-time, memory,
+file-descriptor, file-size and process limits) and the language layer (RestrictedPython's
+compile-time restrictions; imports limited to read-only views of math, fractions, decimal,
+statistics and datetime), and a wall-clock limit here that kills the group. Whatever the program
+does (loops, allocates, forks, opens, imports, raises, prints too much, binds a string) comes back
+as a `ProgramResult` with `ok=False` and a one-line `error`; nothing is raised to the caller and
+nothing hangs. Parts of the OS layer this machine does not allow are warned about once per process
+and shown by `finmbs doctor` (`sandbox_layers`); the threat model is in docs/programs.md.
 
     FINMBS_PROGRAM_TIMEOUT_S   wall-clock limit per program, seconds (default 10; CPU limit the same)
 """
@@ -27,6 +31,8 @@ import subprocess
 import sys
 import textwrap
 import tokenize
+import warnings
+from functools import cache
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -37,6 +43,13 @@ MEMORY_MB = 256  # address space the program may add to the worker's own
 OUTPUT_CHARS = 65_536  # print() output one program may write
 REPLY_BYTES = 1_048_576  # what is read back from the worker at most
 PROGRAM_CHARS = 20_000  # a longer "program" is no small computation
+OS_LAYERS = {
+    "namespaces": "own mount and network namespaces",
+    "read_only": "a read-only, no-exec view of the file system",
+    "unprivileged": "an unprivileged user (nobody, no groups, no capabilities)",
+    "limits": "CPU, memory, file-size and process limits; no new file descriptors",
+}
+_warned: set[str] = set()  # OS layers already warned about as missing in this process
 
 
 class Quote(BaseModel):
@@ -76,11 +89,16 @@ def run_program(
     passage: str | None = None,
     timeout_s: float = PROGRAM_TIMEOUT_S,
     functions: dict[str, Any] | None = None,
+    *,
+    restricted: bool = True,
+    confined: bool = True,
 ) -> ProgramResult:
     """Run `source` in the sandbox; `passage`: the text quote() checks against (finance d');
     `functions`: name -> program of a function the program may call (a composed parent's children:
     `child_1()` runs child 1's program and returns its answer), a source or {"source", "functions"}
-    for a child with children of its own."""
+    for a child with children of its own. `restricted=False` bypasses the language layer (only the
+    sandbox's own tests, to prove that the OS layer alone holds); `confined=False` skips the namespaces
+    and the privilege drop (only bench/bench_sandbox.py, to measure what they cost)."""
     if not isinstance(source, str) or not source.strip():
         return ProgramResult(ok=False, error="no program")
     if len(source) > PROGRAM_CHARS:
@@ -90,6 +108,8 @@ def run_program(
         "passage": passage,
         "functions": functions or {},
         "limits": {"cpu_s": timeout_s, "memory_mb": MEMORY_MB, "output_chars": OUTPUT_CHARS},
+        "restricted": restricted,
+        "confine": confined,
     }
     try:
         proc = subprocess.Popen(
@@ -137,10 +157,54 @@ def _result(out: bytes, returncode: int | None, timeout_s: float) -> ProgramResu
         data: dict[str, Any] = json.loads(out.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError):
         return ProgramResult(ok=False, error=f"the sandbox gave no result (exit status {returncode})")
+    _warn_missing(data.pop("layers", None) or {})
     if not data.get("ok"):
         data.pop("value", None)
         data["error"] = " ".join(str(data.get("error") or "failed").split())[:300]
     return ProgramResult.model_validate(data)
+
+
+def _warn_missing(layers: dict[str, bool]) -> None:
+    """Warn once per process for each part of the OS layer this machine did not allow (the language
+    layer and the limits still hold; the run goes on)."""
+    missing = [name for name in OS_LAYERS if name in layers and not layers[name] and name not in _warned]
+    if missing:
+        _warned.update(missing)
+        warnings.warn(
+            "program sandbox: this machine does not allow "
+            + "; ".join(OS_LAYERS[name] for name in missing)
+            + " (the other layers hold; `finmbs doctor` lists them)",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+
+
+@cache
+def sandbox_layers() -> dict[str, bool]:
+    """Which layers of the sandbox hold on this machine, probed by running one program that tries to
+    leave (`finmbs doctor`): each OS layer as the worker reports it, and `language` (the probe's escape,
+    `from statistics import sys`, refused)."""
+    request = {
+        "source": "from statistics import sys\nanswer = 1",
+        "passage": None,
+        "functions": {},
+        "limits": {"cpu_s": 5, "memory_mb": MEMORY_MB, "output_chars": OUTPUT_CHARS},
+    }
+    out = subprocess.run(
+        [sys.executable, "-B", "-m", "finmbs.verify.program_worker"],
+        input=json.dumps(request).encode(),
+        capture_output=True,
+        env=_worker_env(),
+        cwd="/",
+        timeout=START_S + 5,
+        check=False,
+    ).stdout
+    try:
+        data = json.loads(out.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return {name: False for name in (*OS_LAYERS, "language")}
+    layers = {name: bool((data.get("layers") or {}).get(name)) for name in OS_LAYERS}
+    return layers | {"language": not data.get("ok") and "sys" in str(data.get("error"))}
 
 
 async def run_program_async(

@@ -1,30 +1,41 @@
 """The program sandbox's worker process: runs one answer program and prints one JSON result.
 
 Started by `finmbs.verify.program.run_program` (never by hand), one process per program. It reads
-the request ({"source", "passage", "functions", "limits"}) from stdin, pays every import, then closes
-itself in: memory (RLIMIT_AS), CPU seconds (RLIMIT_CPU), no new file descriptors (RLIMIT_NOFILE 0:
-no file, socket or pipe can be opened), no file writes (RLIMIT_FSIZE 0), no processes (RLIMIT_NPROC 0).
-Inside that, the program is compiled by RestrictedPython (no names or attributes starting with "_",
-no `exec`/`eval`/`open`), runs with a small set of builtins, may import only ALLOWED_MODULES, may not
-reach a module through another's attribute (`fractions.sys`), and prints into a capped buffer.
-The parent's wall-clock limit kills this process group whatever it does.
+the request ({"source", "passage", "functions", "limits"}) from stdin and pays every import; then two
+layers close it in, each meant to hold alone (the threat model: docs/programs.md).
+
+The OS layer (`confine`, before anything is compiled): new mount and network namespaces (a user
+namespace too when the parent is not root) with every mount read-only, no-exec, no-suid; the worker
+drops from root to `nobody` with no supplementary groups (so RLIMIT_NPROC binds and no file of
+another user can be touched), sets no_new_privs and clears its capabilities; then the limits:
+memory (RLIMIT_AS), CPU seconds (RLIMIT_CPU), no new file descriptors (RLIMIT_NOFILE 0: no file,
+socket or pipe can be opened), no file writes (RLIMIT_FSIZE 0), no processes (RLIMIT_NPROC 0). What
+the machine does not allow is reported back in `layers`, never silently assumed.
+
+The language layer: the program is compiled by RestrictedPython (no names or attributes starting
+with "_", no `exec`/`eval`/`open`), runs with a small set of builtins, and `import` hands it a
+read-only `ModuleView` of an allowed module's public API, never a module object (`from statistics
+import sys` finds no `sys`); item access and iteration refuse modules; print goes into a capped
+buffer. The parent's wall-clock limit kills this process group whatever it does.
 """
 
 from __future__ import annotations
 
+import builtins
 import ctypes
-import datetime  # noqa: F401  (the allowed modules, imported before the limits)
-import decimal  # noqa: F401
-import fractions  # noqa: F401
+import datetime
+import decimal
+import fractions
 import json
 import math
 import os
 import resource
 import signal
-import statistics  # noqa: F401
+import statistics
 import sys
+from collections.abc import Iterator
 from decimal import Decimal
-from types import ModuleType
+from types import CodeType, FrameType, MappingProxyType, ModuleType, TracebackType
 from typing import Any
 
 from RestrictedPython import compile_restricted, safe_builtins
@@ -40,6 +51,9 @@ from finmbs.errors import FinmbsError
 from finmbs.verify.quotes import check_quote, exact
 
 ALLOWED_MODULES = ("math", "fractions", "decimal", "statistics", "datetime")
+NOBODY = 65534  # the uid and gid a root parent's worker drops to (Debian's nobody / nogroup)
+# objects that lead out of the program's world: never handed over by item access or iteration
+UNREACHABLE = (ModuleType, FrameType, CodeType, TracebackType)
 EXTRA_BUILTINS = (
     "sum",
     "min",
@@ -72,20 +86,79 @@ def _die_with_parent() -> None:
         pass
 
 
+class ModuleView:
+    """What `import M` and `from M import x` hand a program: M's public API (its `__all__`, or its
+    public names where it has none), read-only, with every module-valued name left out. The real
+    module never reaches the program, so neither do the modules it imported (`statistics.sys`)."""
+
+    __slots__ = ("_api", "_label")
+
+    def __init__(self, module: ModuleType) -> None:
+        names = getattr(module, "__all__", None) or [n for n in dir(module) if not n.startswith("_")]
+        api = {
+            name: getattr(module, name)
+            for name in names
+            if not name.startswith("_") and hasattr(module, name) and not isinstance(getattr(module, name), UNREACHABLE)
+        }
+        object.__setattr__(self, "_api", MappingProxyType(api))
+        object.__setattr__(self, "_label", module.__name__)
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self._api[name]
+        except KeyError:
+            raise AttributeError(f"module {self._label!r} offers no public name {name!r}") from None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"module {self._label!r} is read-only")
+
+    __delattr__ = __setattr__  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"<module {self._label!r}>"
+
+
+VIEWS = {module.__name__: ModuleView(module) for module in (math, fractions, decimal, statistics, datetime)}
+
+
 def _guarded_import(
     name: str, globals: Any = None, locals: Any = None, fromlist: Any = (), level: int = 0
-) -> ModuleType:
-    if level != 0 or name not in ALLOWED_MODULES:
+) -> ModuleView:
+    if level != 0 or name not in VIEWS:
         raise ImportError(f"import of {name!r} is not allowed (only {', '.join(ALLOWED_MODULES)})")
-    return sys.modules[name]
+    return VIEWS[name]
 
 
-def _getattr(obj: Any, name: str, default: Any = None) -> Any:
-    """RestrictedPython's safer getattr, and no module reached through another (`statistics.sys`)."""
-    value = safer_getattr(obj, name)
-    if isinstance(value, ModuleType):
-        raise AttributeError(f"attribute {name!r} is a module; import it instead")
+def _reachable(value: Any, what: str) -> Any:
+    if isinstance(value, UNREACHABLE):
+        raise ProgramError(f"{what} is a {type(value).__name__}, which a program may not hold")
     return value
+
+
+_MISSING = object()
+
+
+def _getattr(obj: Any, name: str, default: Any = _MISSING) -> Any:
+    """RestrictedPython's safer getattr (which answers a missing attribute with None: here it raises, as
+    Python does), and no module or frame reached through an attribute."""
+    value = safer_getattr(obj, name, default)
+    if value is _MISSING:
+        getattr(obj, name)  # raises the AttributeError that says why (a module view names the module)
+    return _reachable(value, f"attribute {name!r}")
+
+
+def _getitem(obj: Any, key: Any) -> Any:
+    """`obj[key]`, refusing private keys and anything that leads out (a module, a frame)."""
+    if isinstance(key, str) and key.startswith("_"):
+        raise ProgramError(f"item {key!r}: names starting with '_' are not allowed")
+    return _reachable(obj[key], "an item")
+
+
+def _getiter(obj: Any) -> Iterator[Any]:
+    """`iter(obj)` for loops and comprehensions, refusing modules and anything that leads out as items."""
+    if isinstance(obj, (ModuleView, *UNREACHABLE)):
+        raise ProgramError(f"a {type(obj).__name__} cannot be iterated")
+    return (_reachable(item, "an item") for item in obj)
 
 
 def _inplace(op: str, x: Any, y: Any) -> Any:
@@ -138,20 +211,15 @@ def answer_text(value: Any) -> str | None:
 
 
 def restricted_globals(functions: dict[str, Any], quote: Any, limit: int) -> dict[str, Any]:
-    builtins = {k: v for k, v in safe_builtins.items() if k not in UNSAFE_BUILTINS}
-    builtins.update(
-        {
-            name: __builtins__[name] if isinstance(__builtins__, dict) else getattr(__builtins__, name)
-            for name in EXTRA_BUILTINS
-        }
-    )
-    builtins["__import__"] = _guarded_import
+    allowed = {k: v for k, v in safe_builtins.items() if k not in UNSAFE_BUILTINS}
+    allowed.update({name: getattr(builtins, name) for name in EXTRA_BUILTINS})
+    allowed["__import__"] = _guarded_import
     return {
-        "__builtins__": builtins,
+        "__builtins__": allowed,
         "__name__": "program",
         "_getattr_": _getattr,
-        "_getitem_": lambda obj, key: obj[key],
-        "_getiter_": iter,
+        "_getitem_": _getitem,
+        "_getiter_": _getiter,
         "_iter_unpack_sequence_": guarded_iter_unpack_sequence,
         "_unpack_sequence_": guarded_unpack_sequence,
         "_write_": full_write_guard,
@@ -163,10 +231,18 @@ def restricted_globals(functions: dict[str, Any], quote: Any, limit: int) -> dic
     }
 
 
+def plain_globals(functions: dict[str, Any], quote: Any, limit: int) -> dict[str, Any]:
+    """The language layer bypassed (`"restricted": false`, the sandbox's own tests only): full Python with
+    every builtin, so that the tests prove the OS layer alone holds."""
+    return {"__builtins__": builtins, "__name__": "program", "quote": quote, **functions}
+
+
 def run(request: dict[str, Any]) -> dict[str, Any]:
     """Compile and run the program (and its helper functions' programs) under the restrictions."""
     limits = request["limits"]
     passage, quotes, failed = request.get("passage"), [], []
+    restricted = request.get("restricted", True) is not False
+    scope = restricted_globals if restricted else plain_globals
 
     def quote(text: Any, value: Any) -> Any:
         if why := check_quote(text, value, passage):
@@ -176,6 +252,8 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
         return value
 
     def compiled(source: str, name: str) -> Any:
+        if not restricted:
+            return compile(source, f"<{name}>", "exec")
         return compile_restricted(source, f"<{name}>", "exec")  # SyntaxError: forbidden construct
 
     def as_function(name: str, spec: Any) -> Any:
@@ -185,7 +263,7 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
         code, own = compiled(source, name), functions_of(below)
 
         def call() -> Any:
-            namespace = restricted_globals(own, quote, limits["output_chars"])
+            namespace = scope(own, quote, limits["output_chars"])
             exec(code, namespace)  # noqa: S102  (restricted code, inside the limits)
             if "answer" not in namespace:
                 raise ProgramError(f"{name}() did not bind answer")
@@ -203,7 +281,7 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
         said = exc.args[0] if exc.args else exc
         said = "; ".join(map(str, said)) if isinstance(said, (tuple, list)) else str(said)
         return {"ok": False, "error": f"forbidden or invalid code: {said}"[:500]}
-    namespace = restricted_globals(helpers, quote, limits["output_chars"])
+    namespace = scope(helpers, quote, limits["output_chars"])
     _close_in(limits)
     try:
         exec(code, namespace)  # noqa: S102  (restricted code, inside the limits)
@@ -235,6 +313,65 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWNET = 0x00020000, 0x10000000, 0x40000000
+MS_REC, MS_PRIVATE = 0x4000, 0x40000
+MOUNT_ATTR_LOCKDOWN = 0x1 | 0x2 | 0x4 | 0x8  # read-only, no setuid, no devices, no exec
+AT_FDCWD, AT_RECURSIVE, SYS_MOUNT_SETATTR = -100, 0x8000, 442  # x86_64 and aarch64 share 442
+PR_SET_NO_NEW_PRIVS = 38
+
+
+class _MountAttr(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_uint64) for name in ("attr_set", "attr_clr", "propagation", "userns_fd")]
+
+
+def confine() -> dict[str, bool]:
+    """The OS layer, as far as this machine allows, before the program is compiled; which parts hold:
+    `namespaces` (mount + network, and user when not root: no network at all), `read_only` (every mount
+    read-only, no-exec, no-suid in this worker's view), `unprivileged` (not root: a root parent's worker
+    is nobody with no groups and no capabilities, so RLIMIT_NPROC binds and other users' files and
+    processes are out of reach)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    root = os.geteuid() == 0
+    layers = {"namespaces": libc.unshare(CLONE_NEWNS | CLONE_NEWNET | (0 if root else CLONE_NEWUSER)) == 0}
+    layers["read_only"] = layers["namespaces"] and _read_only(libc)
+    if root:
+        try:
+            os.setgroups([])
+            os.setresgid(NOBODY, NOBODY, NOBODY)
+            os.setresuid(NOBODY, NOBODY, NOBODY)  # the kernel clears root's capabilities with it
+        except OSError:
+            pass
+    _drop_capabilities(libc)
+    libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    _die_with_parent()  # a change of user clears the parent-death signal
+    layers["unprivileged"] = os.geteuid() != 0 and os.getegid() != 0 and not os.getgroups()
+    return layers
+
+
+def _read_only(libc: ctypes.CDLL) -> bool:
+    """Every mount in this (new) mount namespace read-only, no-exec, no-suid, no-dev, recursively."""
+    if libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None) != 0:
+        return False
+    attr = _MountAttr(MOUNT_ATTR_LOCKDOWN, 0, 0, 0)
+    return libc.syscall(SYS_MOUNT_SETATTR, AT_FDCWD, b"/", AT_RECURSIVE, ctypes.byref(attr), ctypes.sizeof(attr)) == 0
+
+
+def _drop_capabilities(libc: ctypes.CDLL) -> None:
+    """No capability left in any set (those a new user namespace grants, in particular)."""
+
+    class Header(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+    class Data(ctypes.Structure):
+        _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+    header, data = Header(0x20080522, 0), (Data * 2)()  # _LINUX_CAPABILITY_VERSION_3: two 32-bit words
+    libc.capset(ctypes.byref(header), data)
+
+
+LIMITS_SET: list[bool] = []  # whether every limit took hold, for the reply's `layers`
+
+
 def _close_in(limits: dict[str, Any]) -> None:
     """The process limits, set after every import (so the imports themselves need no files)."""
     with open("/proc/self/statm") as handle:  # virtual size now, in pages
@@ -251,8 +388,10 @@ def _close_in(limits: dict[str, Any]) -> None:
     ):
         try:  # CPU: SIGXCPU at the soft limit (reported as such), SIGKILL a second later
             resource.setrlimit(which, (soft, hard))
-        except (ValueError, OSError):  # a hard limit already lower: it holds anyway
-            pass
+        except (ValueError, OSError):  # a hard limit already lower holds anyway
+            held = resource.getrlimit(which)[1]
+            LIMITS_SET.append(held != resource.RLIM_INFINITY and held <= hard)
+    LIMITS_SET.append(True)
     sys.setrecursionlimit(200)
 
 
@@ -261,7 +400,10 @@ def main() -> None:
     replies = os.fdopen(os.dup(1), "w", encoding="utf-8")
     os.dup2(2, 1)  # nothing the program or a library prints can corrupt the reply
     request = json.loads(sys.stdin.read())
+    layers = confine() if request.get("confine", True) is not False else {}
     result = run(request)
+    ran = {"limits": all(LIMITS_SET)} if LIMITS_SET else {}  # a program that did not compile set none
+    result["layers"] = layers | ran
     replies.write(json.dumps(result, default=str))
     replies.flush()
 
