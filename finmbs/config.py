@@ -188,6 +188,13 @@ class StageParams(Settings):
         "the next teacher of the pool in turn (not in the paper: it names rotation for leaf rounds "
         "alone; off, they ask T1 for fresh samples)",
     )
+    leaf_operators: bool = Field(
+        False,
+        description="each leaf variant is asked for by one named mutation operator of prompts/operators/DOMAIN.yaml "
+        "(a concrete change with a worked example: the inverse problem, a step reusing an intermediate "
+        "result, a threshold crossed...), rotated so no leaf gets one operator twice, and recorded as "
+        "meta.operator (not in the paper, which asks for harder variants; configs/default.yaml turns it on)",
+    )
     leaf_grounded: bool = Field(
         True,
         description="finance: a grounded leaf is told how a lookup becomes harder while its passage still "
@@ -243,6 +250,13 @@ class NoveltySettings(Settings):
         "its answer) is a copy of the seed, as `finmbs export` would drop it (its --ngram)",
     )
     seed_coverage: float = Field(0.5, gt=0, le=1, description="see seed_ngram (export's --min-coverage)")
+    structure: bool = Field(
+        False,
+        description="a leaf variant whose program has its source's skeleton (finmbs/verify/skeleton.py: operations "
+        "and data flow, figures and names abstracted) is rejected as the same structure; a source with no "
+        "program gets one written by the teachers; qualified problems record meta.structure (not in the "
+        "paper; with verify.programs; configs/default.yaml turns it on)",
+    )
 
 
 class QualitySettings(Settings):
@@ -384,6 +398,8 @@ PAPER_VALUES: dict[str, Any] = {
     "stages.direct_reground": True,  # SPEC: direct output is re-grounded like MBS output
     "verify.programs": False,  # every answer computed by an executed program (finance figures quoted from d')
     "verify.program_line_breaks": False,  # line breaks added to a program whose statements share a line
+    "stages.leaf_operators": False,  # named mutation operators (prompts/operators/) instead of "harder"
+    "novelty.structure": False,  # a leaf variant with its source's program skeleton rejected
     "verify.quote_spans": False,  # finance programs choose document figures among the passage's extracted spans
     "index.embed": "full",  # every chunk embedded by MiniLM at ingest (cascade: static + BM25, MiniLM at query time)
     "index.context_tokens": 0,  # hits alone, without their enclosing table or section window (small-to-big)

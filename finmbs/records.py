@@ -258,6 +258,7 @@ class SeedCounts(Record):
     reground_unverified: int = 0  # re-grounded problems with no verified teacher trace
     reground_too_easy: int = 0  # re-grounded problems failing their stage's weakest-student screen
     program_rejected: int = 0  # candidates rejected by the program check
+    same_structure: int = 0  # novelty.structure: leaf variants whose program has their source's skeleton
     gated_roots: int = 0  # synthetic roots the novelty guard or quality control rejected before calibration
     decompositions_effective: int = 0
     decompositions_attempted: int = 0
@@ -332,6 +333,13 @@ class RunMetrics(Record):
     reground_too_easy: int = 0  # re-grounded problems failing their stage's weakest-student screen
     program_rejected: int = 0  # verify.programs: candidates rejected by the program check (failed, disagreed)
     relabeled: int = 0  # qualified synthetic roots whose stated answer was relabeled (meta.relabeled_from)
+    same_structure: int = 0  # novelty.structure: leaf variants rejected for their source's program skeleton
+    # novelty.structure: qualified synthetic roots whose program differs in structure from their source's
+    # (meta.structure "new"); the share is over every qualified root (a composed one is not measured)
+    new_structure: int = 0
+    # stages.leaf_operators / novelty.structure: per operator (meta.operator; "none" for a root made by no
+    # operator), its qualified roots and how many of them are new in structure
+    by_operator: dict[str, dict[str, int]] = Field(default_factory=dict)
     other_descendants: int = 0  # keep=all: calibrated non-root synthetic nodes, apart from the above
     other_goldilocks: int = 0
     other_qualified: int = 0
@@ -374,6 +382,11 @@ class RunMetrics(Record):
         return self.construction_tokens / self.qualified if self.qualified else None
 
     @property
+    def new_structure_rate(self) -> float:
+        """The share of the qualified roots that are new in structure (novelty.structure)."""
+        return self.new_structure / self.qualified if self.qualified else 0.0
+
+    @property
     def cache_hits(self) -> int:
         return sum(u.cache_hits for u in self.usage.values())
 
@@ -388,5 +401,6 @@ class RunMetrics(Record):
             construction_tokens_per_seed=self.construction_tokens_per_seed,
             construction_tokens_per_qualified=self.construction_tokens_per_qualified,
             cache_hits=self.cache_hits,
+            new_structure_rate=self.new_structure_rate,
         )
         return data

@@ -43,6 +43,17 @@ def summary_table(metrics: RunMetrics, out: Path) -> Table:
         *(
             [
                 (
+                    "qualified new in structure (skeleton) / variants of their source's structure",
+                    f"{metrics.new_structure} of {metrics.qualified} ({metrics.new_structure_rate:.1%}) / "
+                    f"{metrics.same_structure}",
+                )
+            ]
+            if metrics.by_operator or metrics.same_structure
+            else []
+        ),
+        *(
+            [
+                (
                     "other nodes (keep all): calibrated / qualified",
                     f"{metrics.other_descendants} / {metrics.other_qualified}",
                 )

@@ -140,6 +140,7 @@ class Ledger:
         counts.reground_unverified += stage == Stage.REGROUND and check == Check.VERIFY
         counts.reground_too_easy += stage == Stage.REGROUND and check == Check.SCREEN
         counts.program_rejected += check == Check.PROGRAM
+        counts.same_structure += check == Check.STRUCTURE
 
     def mark_roots(self, since: int, roots: set[str] | None = None) -> None:
         """Mark the rejections recorded since `since` with `data.root`: whether each was a synthetic root

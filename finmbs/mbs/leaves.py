@@ -6,7 +6,16 @@ A round after one that kept nothing is a fresh sample of the next teacher, as in
 with why (restated the leaf, unverified, too easy), as negative context, the way a decomposition retry is
 told its failed attempts (section 3.3): off by default, since a teacher shown the copies of its leaf it
 had written can write them again. A grounded leaf (finance) is told how a lookup becomes harder while
-staying answerable from its passage: a hypothetical input the passage's term is applied to."""
+staying answerable from its passage: a hypothetical input the passage's term is applied to.
+
+finmbs's own, off in the paper profile: with `stages.leaf_operators` each variant is asked for by one
+named mutation operator (finmbs/mbs/operators.py, prompts/operators/DOMAIN.yaml), one teacher call per
+variant, never the same operator twice for one leaf, and the variant records it as meta.operator. With
+`novelty.structure` (and `verify.programs`) a variant whose program has its source's skeleton
+(finmbs/verify/skeleton.py) is rejected before any trace, counted as the same structure: the source is
+the leaf's own program, or one the teachers write for it (a seed kept as a leaf has none); a variant
+that passes records meta.structure: "new", or "unmeasured" when either program has no skeleton. A
+teacher that ignores its operator is not asked again for it: the rejection is the outcome."""
 
 from __future__ import annotations
 
@@ -15,6 +24,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, Field, field_validator
 
+from finmbs.config import Endpoint
 from finmbs.mbs.candidates import (
     WorkedProblem,
     asking_for,
@@ -26,19 +36,28 @@ from finmbs.mbs.candidates import (
     written_items,
 )
 from finmbs.mbs.context import Context, Ledger
-from finmbs.mbs.programs import program_prompt
+from finmbs.mbs.labels import write_program
+from finmbs.mbs.novelty import STAGE as NOVELTY
+from finmbs.mbs.operators import Operator, catalogue, operator_block, rotation
+from finmbs.mbs.programs import lined, program_prompt, programs_on, run_for, same
 from finmbs.mbs.solve import document_block, student_accuracy
-from finmbs.mbs.stages import Stage
+from finmbs.mbs.stages import Check, Stage
 from finmbs.records import Decision, Problem, TreeNode
 from finmbs.resources import render_prompt
+from finmbs.verify.skeleton import skeleton
 
 STAGE = Stage.LEAF
+NEW, UNMEASURED = "new", "unmeasured"  # meta.structure of a variant that passed the structure check
 
 
 class LeafVariants(BaseModel):
     variants: list[WorkedProblem] = Field(min_length=1)
 
     _written = field_validator("variants", mode="before")(written_items)
+
+
+class OperatorVariant(WorkedProblem):
+    """The teacher's reply to one operator: one variant of the leaf."""
 
 
 async def weakest_screen(
@@ -77,10 +96,9 @@ def rejected_variants(leaf: TreeNode, ledger: Ledger) -> str:
     return render_prompt("leaf_failed", variants="\n".join(lines)) if lines else ""
 
 
-def leaf_prompt(ctx: Context, leaf: TreeNode, ledger: Ledger) -> str:
-    return render_prompt(
-        "leaf_harder",
-        n=ctx.stages.N_leaf,
+def leaf_prompt(ctx: Context, leaf: TreeNode, ledger: Ledger, operator: Operator | None = None) -> str:
+    """The leaf prompt: N_leaf harder variants (the paper), or one variant by `operator`."""
+    fields = dict(
         document=document_block(leaf.problem),
         question=leaf.problem.question,
         solution=leaf.trace.text if leaf.trace else "",
@@ -88,27 +106,102 @@ def leaf_prompt(ctx: Context, leaf: TreeNode, ledger: Ledger) -> str:
         grounded=render_prompt("leaf_grounded") if leaf.problem.snippet and ctx.stages.leaf_grounded else "",
         failed=rejected_variants(leaf, ledger) if ctx.stages.leaf_feedback else "",
     )
+    if operator is not None:
+        return render_prompt("leaf_operator", operator=operator_block(operator, programs_on(ctx)), **fields)
+    return render_prompt("leaf_harder", n=ctx.stages.N_leaf, **fields)
 
 
 @dataclass
 class LeafRound:
     """One round's variants of a leaf: the teacher asked, all it wrote, those the novelty guard let through
-    (before any trace), and whether the reply parsed."""
+    (before any trace), and how many of its replies did not parse."""
 
     teacher: str
     written: list[Problem]
     fresh: list[Problem]
-    parsed: bool
+    unparsed: int
 
 
-async def leaf_round(ctx: Context, leaf: TreeNode, ledger: Ledger, r: int) -> LeafRound:
-    """Round r of `leaf`: teacher r writes N_leaf variants (sample r: with one teacher a round is a fresh
-    sample), and the restatements among them are rejected onto `ledger`."""
-    params = ctx.stages
-    teacher = ctx.teachers[r % len(ctx.teachers)]
+@dataclass
+class LeafPlan:
+    """What a leaf's rounds share: the operators in the order its variants take them (None: the paper's
+    "harder" prompt), and the structure check's source skeleton (`checked`: novelty.structure is on;
+    `source` None: the leaf's program has no skeleton, so nothing is measured)."""
+
+    operators: list[Operator] | None = None
+    checked: bool = False
+    source: str | None = None
+
+
+def structure_on(ctx: Context) -> bool:
+    return ctx.config.novelty.structure and programs_on(ctx)
+
+
+async def source_skeleton(ctx: Context, leaf: TreeNode) -> str | None:
+    """The skeleton of `leaf`'s program: its own (a verified child's), else one the teachers write for it
+    (`labels.write_program`, as `finmbs verify` does), used only when it runs and gives the leaf's answer.
+    How it was had is a decision on the leaf."""
+    problem, how = leaf.problem, "its own program"
+    if not problem.meta.get("program"):
+        problem, how = await write_program(ctx, problem), "a program the teachers wrote for it"
+    source = problem.meta.get("program")
+    shape, why = None, None
+    if not source:
+        why = "no program was written"
+    elif not (result := await run_for(problem)).ok:
+        why = f"its program failed: {result.error}"
+    elif not await same(ctx, problem, result.answer or "", leaf.problem.answer):
+        why = f"its program gives {result.answer}, not its answer {leaf.problem.answer!r}"
+    else:
+        shape = skeleton(lined(ctx, source)) or None
+        why = None if shape else "its program has no skeleton"
+    reason = f"structure check: source {how}" + (f", not used: {why}; variants unmeasured" if why else "")
+    leaf.decisions.append(
+        Decision(stage=STAGE, outcome="info", reason=reason, data={"source_program": source, "skeleton": shape})
+    )
+    return shape
+
+
+async def leaf_plan(ctx: Context, leaf: TreeNode) -> LeafPlan:
+    operators = rotation(leaf.problem.id, catalogue(leaf.problem.domain)) if ctx.stages.leaf_operators else None
+    if not structure_on(ctx):
+        return LeafPlan(operators=operators)
+    return LeafPlan(operators=operators, checked=True, source=await source_skeleton(ctx, leaf))
+
+
+def structure_checked(
+    ctx: Context, leaf: TreeNode, problems: list[Problem], plan: LeafPlan, ledger: Ledger
+) -> list[Problem]:
+    """The variants whose program differs in structure from the source's (`novelty.structure`); each
+    other one is a counted rejection (check `structure`). A kept variant records meta.structure."""
+    if not plan.checked:
+        return problems
+    kept = []
+    for problem in problems:
+        shape = skeleton(lined(ctx, problem.meta.get("program") or ""))
+        if plan.source is not None and shape == plan.source:
+            ledger.reject(
+                problem,
+                NOVELTY,
+                f"same structure as its source {leaf.problem.id}: its program computes the answer by the same "
+                f"operations and data flow, only its figures or names differ ({shape})",
+                check=Check.STRUCTURE,
+                operator=problem.meta.get("operator"),
+            )
+            continue
+        structure = NEW if plan.source is not None and shape is not None else UNMEASURED
+        kept.append(problem.model_copy(update={"meta": {**problem.meta, "structure": structure, "skeleton": shape}}))
+    return kept
+
+
+async def harder_variants(
+    ctx: Context, leaf: TreeNode, ledger: Ledger, r: int, teacher: Endpoint
+) -> tuple[list[WorkedProblem | None], list[str | None]]:
+    """Round r's variants as the paper asks for them: N_leaf harder ones in one reply."""
+    n = ctx.stages.N_leaf
     [reply] = await ctx.gateway.structured(
         teacher,
-        asking_for(reply_model(ctx, LeafVariants), "variants", params.N_leaf, params.N_leaf),
+        asking_for(reply_model(ctx, LeafVariants), "variants", n, n),
         role="teacher",
         messages=[
             {"role": "user", "content": program_prompt(ctx, leaf_prompt(ctx, leaf, ledger), leaf.problem.domain)}
@@ -116,32 +209,83 @@ async def leaf_round(ctx: Context, leaf: TreeNode, ledger: Ledger, r: int) -> Le
         first_index=r,
     )
     ctx.tick(STAGE)
-    written = [
-        derive(
+    variants = list(reply.variants[:n]) if reply else [None]
+    return variants, [None] * len(variants)
+
+
+async def operator_variants(
+    ctx: Context, leaf: TreeNode, ledger: Ledger, r: int, teacher: Endpoint, operators: list[Operator]
+) -> tuple[list[WorkedProblem | None], list[str | None]]:
+    """Round r's variants by operators: one teacher call per operator, each naming its operator."""
+
+    async def one(operator: Operator) -> WorkedProblem | None:
+        prompt = program_prompt(ctx, leaf_prompt(ctx, leaf, ledger, operator), leaf.problem.domain)
+        [reply] = await ctx.gateway.structured(
+            teacher,
+            reply_model(ctx, OperatorVariant),
+            role="teacher",
+            messages=[{"role": "user", "content": prompt}],
+            first_index=r,
+        )
+        ctx.tick(STAGE)
+        return reply
+
+    return list(await asyncio.gather(*(one(o) for o in operators))), [o.name for o in operators]
+
+
+async def leaf_round(ctx: Context, leaf: TreeNode, ledger: Ledger, r: int, plan: LeafPlan | None = None) -> LeafRound:
+    """Round r of `leaf`: teacher r writes N_leaf variants (sample r: with one teacher a round is a fresh
+    sample), by the plan's operators for this round when it has them; the restatements among them, and
+    with the structure check the variants of the source's structure, are rejected onto `ledger`."""
+    plan = plan or LeafPlan()
+    n = ctx.stages.N_leaf
+    teacher = ctx.teachers[r % len(ctx.teachers)]
+    if plan.operators is None:
+        variants, names = await harder_variants(ctx, leaf, ledger, r, teacher)
+    else:
+        variants, names = await operator_variants(ctx, leaf, ledger, r, teacher, plan.operators[r * n : (r + 1) * n])
+    written = []
+    for s, (variant, name) in enumerate(zip(variants, names)):
+        if variant is None:
+            continue
+        problem = derive(
             leaf.problem,
-            v,
+            variant,
             id=f"{leaf.problem.id}.h{r}v{s}",
             stage=STAGE,
             tree_path=leaf.path,
             parent_ids=[leaf.problem.id],
         )
-        for s, v in enumerate(reply.variants[: params.N_leaf] if reply else [])
-    ]
+        if name is not None:
+            problem.meta["operator"] = name
+        written.append(problem)
     fresh = novel_problems(ctx, written, lambda _: [("source", leaf.problem)], ledger)
-    return LeafRound(teacher=teacher.name, written=written, fresh=fresh, parsed=reply is not None)
+    fresh = structure_checked(ctx, leaf, fresh, plan, ledger)
+    return LeafRound(teacher=teacher.name, written=written, fresh=fresh, unparsed=sum(v is None for v in variants))
 
 
 async def harder_leaves(ctx: Context, leaf: TreeNode, ledger: Ledger) -> list[TreeNode]:
-    """Synthetic versions of one leaf; round r asks teacher r, until a round keeps a variant."""
+    """Synthetic versions of one leaf; round r asks teacher r, until a round keeps a variant (or, by
+    operators, until every operator of the catalogue was asked once)."""
+    plan = await leaf_plan(ctx, leaf)
     for r in range(ctx.stages.R):
-        round_ = await leaf_round(ctx, leaf, ledger, r)
+        if plan.operators is not None and r * ctx.stages.N_leaf >= len(plan.operators):
+            reason = f"round {r}: not asked, each of the {len(plan.operators)} operators was asked once"
+            leaf.decisions.append(Decision(stage=STAGE, outcome="info", reason=reason, data={"round": r}))
+            break
+        round_ = await leaf_round(ctx, leaf, ledger, r, plan)
         nodes = await asyncio.gather(
             *(verified_node(ctx, c, ledger, stage=STAGE, path=leaf.path, mirrors=leaf.problem.id) for c in round_.fresh)
         )
         kept = await screened(ctx, list(nodes), ctx.stages.alpha_leaf, STAGE, ledger)
         reason = f"round {r} ({round_.teacher}): kept {len(kept)} of {len(round_.written)} variants"
-        if not round_.parsed:
-            reason += " (reply did not parse)"
+        if round_.unparsed:
+            reason += (
+                " (reply did not parse)" if plan.operators is None else f" ({round_.unparsed} replies did not parse)"
+            )
+        if plan.operators is not None:
+            asked = plan.operators[r * ctx.stages.N_leaf : (r + 1) * ctx.stages.N_leaf]
+            reason += f"; operators {', '.join(o.name for o in asked)}"
         leaf.decisions.append(Decision(stage=STAGE, outcome="info", reason=reason, data={"round": r}))
         if kept:
             return kept

@@ -45,6 +45,22 @@ def fresh_draws(metrics: RunMetrics, roots: list[TreeNode], screened_by: str | N
             metrics.screen_goldilocks_out += node.target.band != "goldilocks"
 
 
+NO_OPERATOR = "none"  # by_operator's row for qualified roots no operator made (composed, or the paper's prompt)
+
+
+def structures(metrics: RunMetrics, qualified: list[Problem]) -> None:
+    """Count the qualified roots new in structure (meta.structure, novelty.structure), in all and per
+    operator (meta.operator, stages.leaf_operators); nothing when neither switch left a mark."""
+    if not any("structure" in p.meta or "operator" in p.meta for p in qualified):
+        return
+    for problem in qualified:
+        new = problem.meta.get("structure") == "new"
+        metrics.new_structure += new
+        row = metrics.by_operator.setdefault(str(problem.meta.get("operator") or NO_OPERATOR), {})
+        row["qualified"] = row.get("qualified", 0) + 1
+        row["new_structure"] = row.get("new_structure", 0) + new
+
+
 def add_seed(metrics: RunMetrics, trees: SeedTrees, screened_by: str | None) -> None:
     """Add one finished seed's tree file to the run's metrics."""
     tree = trees.decomposition
@@ -65,6 +81,7 @@ def add_seed(metrics: RunMetrics, trees: SeedTrees, screened_by: str | None) -> 
         for n in seen.values()
     )
     metrics.seeds_converted += any(r.qualified for r in roots)
+    structures(metrics, [n.problem for n in seen.values() if n.target and n.target.qualified and is_root(n)])
     metrics.other_descendants += len(others)
     metrics.other_goldilocks += sum(r.band == "goldilocks" for r in others)
     metrics.other_qualified += sum(r.qualified for r in others)

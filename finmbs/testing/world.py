@@ -14,7 +14,8 @@ own last step, whose answer is the parent's; with `restate_parent`, the parent i
 "Compute 2 - 1." while fewer than
 `bad_decompositions` failed attempts are in the prompt; wrong answers with `wrong_child_answers`);
 harder leaf variants (variant s adds s+1 operations; a `lazy` teacher only renumbers, a `parrot` one
-restates the leaf as its first variant); composition by
+restates the leaf as its first variant; asked by a named operator, one variant that multiplies the leaf
+by a factor its operator's name gives, or for a `lazy` teacher the leaf renumbered); composition by
 substituting the synthetic children into the original parent; direct synthesis by renumbering the
 seed (a `parrot` teacher restates the seed: "Now, Compute EXPR."). Tasks in `malformed` first get unparseable JSON.
 The judge finds every problem well-posed but those whose expression is in `ill_posed`.
@@ -31,6 +32,7 @@ import ast
 import json
 import math
 import re
+import zlib
 from dataclasses import dataclass, field
 
 from finmbs.config import RunConfig
@@ -40,6 +42,7 @@ from finmbs.testing.server import Reply, Request
 TASK_MARKERS = {
     "compose": "Combine the synthetic children",
     "leaf": "harder than the leaf",
+    "leaf_operator": "by applying the change below",
     "decompose": "easier, independent, self-contained subproblems",
     "direct": "novel and not a simple rewrite",
     "conditioned": "Study the solved child problems",
@@ -223,6 +226,14 @@ class World:
         if agent.parrot:  # the first "variant" restates the leaf
             variants[0] = {**worked(expr), "question": f"Now, {question(expr)}"}
         return {"variants": variants}
+
+    def leaf_operator(self, agent: Agent, text: str) -> dict:
+        """One variant by the named operator: the leaf times a factor taken from the operator's name (a
+        `lazy` teacher ignores the operator and only adds that factor to each number: the leaf's structure)."""
+        expr = norm(expression(blocks(text, "problem")[0]))
+        name = re.search(r"Change to apply \((\w+)\)", text).group(1)  # type: ignore[union-attr]
+        factor = zlib.crc32(name.encode()) % 97 + 2  # distinct for each shipped math operator
+        return worked(renumber(expr, factor) if agent.lazy else f"({expr}) * {factor}")
 
     def compose(self, agent: Agent, text: str) -> dict:
         pattern = blocks(text, "pattern")[0]

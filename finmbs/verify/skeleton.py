@@ -1,0 +1,188 @@
+"""A program's structure with its figures and names abstracted away (`novelty.structure`, finmbs's).
+
+Two programs have the same skeleton when they compute their answer by the same operations over the
+same data flow, whatever their numbers, variable names and line breaks. A harder variant whose program
+has its source's skeleton is the source with new numbers, however its question is worded.
+
+- Straight-line programs (assignments, imports, bare expressions): the skeleton is the expression that
+  computes `answer`, every assigned name replaced by the expression it was bound to (so splitting a
+  line in two, or merging two, changes nothing; a step the answer does not use is not part of it),
+  every number and string a placeholder `C`, a `quote(...)` (finance: a figure of the passage) an input
+  `C` too, and the operands of + and * (associative and commutative) flattened and sorted.
+- Any other program (a branch, a loop, a function): the canonical AST dump (`ast.dump`, no positions),
+  bound names replaced by their order of binding (`v0`, `v1`, ...) and constants by `C`.
+
+Names a program never binds (math, round, min) are operations and stay as written. Imports and
+docstrings are dropped. A program that does not parse or never binds `answer` has no skeleton (None).
+"""
+
+from __future__ import annotations
+
+import ast
+
+ANSWER = "answer"
+CONSTANT = "C"
+MAX_CHARS = 20_000  # an inlined expression longer than this (a name used many times) falls back to the dump
+_FLAT = (ast.Add, ast.Mult)  # associative and commutative: operand order is no structure
+_STRAIGHT = (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Import, ast.ImportFrom, ast.Expr, ast.Pass)
+
+
+def skeleton(source: str) -> str | None:
+    """The program's skeleton (module docstring), or None when it does not parse or binds no answer."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return None
+    if not _binds(tree, ANSWER):
+        return None
+    tree = _Abstracted(_bound_names(tree), constants=False).visit(tree)
+    if all(isinstance(s, _STRAIGHT) for s in tree.body):
+        flow = _flow(tree)
+        if flow is not None:
+            return f"flow: {flow}"
+    return f"ast: {_dump(tree)}"
+
+
+def same_structure(a: str, b: str) -> bool | None:
+    """Whether two programs share a skeleton; None when either has none."""
+    x, y = skeleton(a), skeleton(b)
+    return None if x is None or y is None else x == y
+
+
+def _binds(tree: ast.AST, name: str) -> bool:
+    return any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store) for n in ast.walk(tree))
+
+
+class _TooLong(Exception):
+    pass
+
+
+def _flow(tree: ast.Module) -> str | None:
+    """The answer's expression with every binding inlined, or None when a binding is not one the
+    inlining follows (a starred or attribute target, unpacking a non-tuple)."""
+    env: dict[str, Shape | str] = {}
+    try:
+        for stmt in tree.body:
+            if isinstance(stmt, ast.Assign):
+                for target in stmt.targets:
+                    if not _assign(env, target, stmt.value):
+                        return None
+            elif isinstance(stmt, ast.AnnAssign):
+                if stmt.value is None or not _assign(env, stmt.target, stmt.value):
+                    return None
+            elif isinstance(stmt, ast.AugAssign):
+                if not isinstance(stmt.target, ast.Name):
+                    return None
+                augmented = ast.BinOp(left=ast.Name(id=stmt.target.id, ctx=ast.Load()), op=stmt.op, right=stmt.value)
+                env[stmt.target.id] = _render(augmented, env)
+    except _TooLong:
+        return None
+    return repr(env[ANSWER]) if ANSWER in env else None
+
+
+def _assign(env: dict[str, Shape | str], target: ast.expr, value: ast.expr) -> bool:
+    if isinstance(target, ast.Name):
+        env[target.id] = _render(value, env)
+        return True
+    if isinstance(target, ast.Tuple | ast.List) and isinstance(value, ast.Tuple | ast.List):
+        if len(target.elts) != len(value.elts):
+            return False
+        rendered = [_render(v, env) for v in value.elts]  # right side first: `a, b = b, a`
+        for t, r in zip(target.elts, rendered):
+            if not isinstance(t, ast.Name):
+                return False
+            env[t.id] = r
+        return True
+    return False
+
+
+Shape = tuple  # a rendered expression: (operation, operand, ...), nested; CONSTANT and free names as strings
+
+
+def _render(node: ast.AST, env: dict[str, Shape | str]) -> Shape | str:
+    """One expression with names inlined and constants abstracted (see the module docstring)."""
+    if isinstance(node, ast.Constant) or (isinstance(node, ast.UnaryOp) and isinstance(node.operand, ast.Constant)):
+        return CONSTANT
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "quote":
+        return CONSTANT
+    if isinstance(node, ast.Name):
+        return env.get(node.id, node.id)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, _FLAT):
+        op = type(node.op).__name__
+        parts: list[Shape | str] = []
+        for side in (node.left, node.right):  # a + (b + c): one chain of operands, in no order
+            shape = _render(side, env)
+            parts += shape[1:] if isinstance(shape, tuple) and shape[0] == op else [shape]
+        shape: Shape | str = (op, *sorted(parts, key=repr))
+    elif isinstance(node, ast.AST):
+        fields: list[Shape | str] = [type(node).__name__]
+        for name, value in ast.iter_fields(node):
+            if name == "ctx":
+                continue
+            if isinstance(value, list):
+                fields.append(("list", *(_render(v, env) for v in value)))
+            elif isinstance(value, ast.AST):
+                fields.append(_render(value, env))
+            elif value is not None:
+                fields.append(repr(value))
+        shape = tuple(fields)
+    else:
+        shape = repr(node)
+    if len(repr(shape)) > MAX_CHARS:
+        raise _TooLong
+    return shape
+
+
+class _Abstracted(ast.NodeTransformer):
+    """Bound names to their order of first binding, imports and docstrings dropped, and with `constants`
+    every constant to `C`."""
+
+    def __init__(self, bound: dict[str, str], constants: bool = True):
+        self.bound, self.constants = bound, constants
+
+    def visit_Constant(self, node: ast.Constant) -> ast.AST:
+        return ast.Name(id=CONSTANT, ctx=ast.Load()) if self.constants else node
+
+    def visit_Name(self, node: ast.Name) -> ast.AST:
+        return ast.Name(id=self.bound.get(node.id, node.id), ctx=node.ctx)
+
+    def visit_arg(self, node: ast.arg) -> ast.AST:
+        return ast.arg(arg=self.bound.get(node.arg, node.arg))
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.AST:
+        node.name = self.bound.get(node.name, node.name)
+        return self.generic_visit(node)
+
+    def visit_Import(self, node: ast.Import) -> None:
+        return None
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        return None
+
+    def visit_Expr(self, node: ast.Expr) -> ast.AST | None:
+        return None if isinstance(node.value, ast.Constant) else self.generic_visit(node)
+
+
+def _bound_names(tree: ast.Module) -> dict[str, str]:
+    """Every name the program binds but `answer` (assignment targets, loop and comprehension variables,
+    function names and arguments) to v0, v1, ... in the order a walk of the tree meets them (the same
+    for two programs of one structure, whatever their names)."""
+    order: dict[str, str] = {}
+    for node in ast.walk(tree):
+        name = (
+            node.id
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)
+            else node.arg
+            if isinstance(node, ast.arg)
+            else node.name
+            if isinstance(node, ast.FunctionDef)
+            else None
+        )
+        if name is not None and name != ANSWER:
+            order.setdefault(name, f"v{len(order)}")
+    return order
+
+
+def _dump(tree: ast.Module) -> str:
+    """The canonical dump of a program whose bound names are already abstracted: constants to `C`."""
+    return ast.dump(_Abstracted({}).visit(tree), annotate_fields=False)
