@@ -266,6 +266,20 @@ class QualitySettings(Settings):
     enabled: bool = Field(True, description="judge every math candidate for well-posedness before calibration")
 
 
+class MineSettings(Settings):
+    """`finmbs seeds mine` (finmbs/mine/)."""
+
+    from_facts: bool = Field(
+        True,
+        description="the engine chooses what a mined question computes: a fact set of the passage (its extracted "
+        "figures, or a filing's iXBRL facts) and an operation over it (interest, a fee on unused commitments, "
+        "a ratio level's headroom, a year-on-year change, a margin) with the hypothetical inputs it needs; the "
+        "teacher writes only the question and a program over the named facts, which the engine binds by "
+        "quote(); the program's result is the answer (finmbs/mine/facts.py; not in the paper; off: the "
+        "teacher writes question, answer and evidence from the passage)",
+    )
+
+
 class VerifySettings(Settings):
     """finmbs's verification layers on top of the paper's teacher traces."""
 
@@ -398,6 +412,7 @@ PAPER_VALUES: dict[str, Any] = {
     "stages.direct_reground": True,  # SPEC: direct output is re-grounded like MBS output
     "verify.programs": False,  # every answer computed by an executed program (finance figures quoted from d')
     "verify.program_line_breaks": False,  # line breaks added to a program whose statements share a line
+    "mine.from_facts": False,  # seeds mine: engine-chosen facts and operation, the teacher writes question and program
     "stages.leaf_operators": False,  # named mutation operators (prompts/operators/) instead of "harder"
     "novelty.structure": False,  # a leaf variant with its source's program skeleton rejected
     "verify.quote_spans": False,  # finance programs choose document figures among the passage's extracted spans
@@ -455,6 +470,7 @@ class RunConfig(Settings):
     novelty: NoveltySettings = Field(default_factory=NoveltySettings)
     quality: QualitySettings = Field(default_factory=QualitySettings)
     verify: VerifySettings = Field(default_factory=VerifySettings)
+    mine: MineSettings = Field(default_factory=MineSettings)
     embedded: EmbeddedSettings = Field(default_factory=EmbeddedSettings)
 
     @model_validator(mode="before")

@@ -88,7 +88,9 @@ def config_for(
         relabel=relabel,
         Kd=2,
     )
-    return config.model_copy(update={"index": settings, "domain": "finance", "seed_concurrency": concurrency})
+    config = config.model_copy(update={"index": settings, "domain": "finance", "seed_concurrency": concurrency})
+    # the teacher writes question, answer and evidence (mine.from_facts off; tests/test_mine_facts.py has it on)
+    return config.model_copy(update={"mine": config.mine.model_copy(update={"from_facts": False})})
 
 
 def mine(

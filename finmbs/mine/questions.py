@@ -58,6 +58,10 @@ CHECKS = (
     "judge",
     NOVELTY,
     "not_hard",
+    "no_facts",  # mine.from_facts (finmbs/mine/from_facts.py): the rejections of a question over chosen facts
+    "facts",
+    "program",
+    "operation",
 )
 
 
@@ -304,6 +308,11 @@ class DocumentMiner:
         if reply is None:
             self.reject(problem, "reply", "the teacher's reply did not parse")
             return None
+        grounded = await self.grounded(problem, reply, passage)
+        return None if grounded is None else await self.checks(grounded)
+
+    async def grounded(self, problem: Problem, reply: Any, passage: Passage) -> Problem | None:
+        """The candidate with its evidence located in the document, or None (the rejection recorded)."""
         quotes: list[str] = reply.evidence  # type: ignore[assignment]
         if isinstance(reply, MinedSelection):
             lines = passage_lines(passage)
@@ -320,6 +329,11 @@ class DocumentMiner:
             self.reject(problem, "evidence", why)
             return None
         problem.meta["evidence"] = evidence
+        return problem
+
+    async def checks(self, problem: Problem) -> Problem | None:
+        """A candidate with its evidence located through every check after it but novelty and hardness:
+        entity, own answer and answer form, contamination, verify, judge (None: the rejection recorded)."""
         if not (names_its_entity(problem) or self.name.lower() in problem.question.lower()):
             self.reject(
                 problem,

@@ -36,6 +36,7 @@ from finmbs.llm import Gateway
 from finmbs.llm.gateway import budget_check
 from finmbs.mbs.context import TARGET_ROLE, Context
 from finmbs.mine.company import document_company
+from finmbs.mine.from_facts import mine_facts_document
 from finmbs.mine.passages import TYPES, plan
 from finmbs.mine.questions import DocumentMiner, DocumentOutcome, Options, seed_row
 from finmbs.records import Document, Record, RoleUsage, merge_usage
@@ -197,8 +198,11 @@ async def mine_document(
     ctx = ctx.for_seed()
     start = time.monotonic()
     text, chunks = index.document_text(doc.doc_id), index.chunks(doc.doc_id)
-    planned = plan(doc, text, chunks, options.per_document, options.types, first=position * options.per_document)
-    outcome = await DocumentMiner(ctx, doc, text, chunks, options, decontaminator).mine(planned)
+    if ctx.config.mine.from_facts:  # finmbs's: the engine chooses the facts and the operation (mine/facts.py)
+        outcome = await mine_facts_document(ctx, index, doc, text, chunks, options, decontaminator)
+    else:
+        planned = plan(doc, text, chunks, options.per_document, options.types, first=position * options.per_document)
+        outcome = await DocumentMiner(ctx, doc, text, chunks, options, decontaminator).mine(planned)
     outcome.seconds = round(time.monotonic() - start, 3)
     return outcome
 

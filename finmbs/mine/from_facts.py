@@ -1,0 +1,286 @@
+"""Mined questions over engine-chosen facts (`mine.from_facts`, finmbs's; finmbs/mine/facts.py).
+
+For each planned fact set the teacher writes the question and a program over the named facts and givens
+(prompt `prompts/mine_facts.txt`); the engine writes the program's first lines (each fact quoted from the
+passage, each given bound), so a quote cannot be invented and a name cannot be undefined. Checks before
+the usual ones (finmbs/mine/questions.py), each a counted rejection:
+
+    program     the teacher's lines do not parse, use a name the engine did not define, rebind a fact or a
+                given, quote a figure themselves, leave a fact or a given out, or fail in the sandbox
+    operation   the program's result is not the value of the operation the engine chose
+    facts       the question does not state a given with its value, or states a fact's value itself
+
+The program's result is the answer (money to the cent, percentages to two decimals; the question ends
+with the sentence saying so), and its evidence is the facts' own places in the document.
+"""
+
+from __future__ import annotations
+
+import ast
+from fractions import Fraction
+from typing import Any
+
+from pydantic import BaseModel, Field, field_validator
+
+from finmbs.ingest.index import Index
+from finmbs.mbs.candidates import placeholder
+from finmbs.mbs.programs import BINDS_ANSWER, lined
+from finmbs.mine.facts import (
+    Fact,
+    FactSet,
+    Given,
+    answer_text,
+    fiscal_year,
+    ixbrl_fact_sets,
+    ixbrl_facts,
+    locate_facts,
+    pick,
+    raw_filing,
+    rounding,
+    scaled_meaning,
+    span_fact_sets,
+)
+from finmbs.mine.passages import MAX_PASSAGE_CHARS, Passage, body, single_passages
+from finmbs.mine.questions import STAGE, DocumentMiner, DocumentOutcome, home_chunk
+from finmbs.records import Chunk, Document, Problem
+from finmbs.resources import render_prompt
+from finmbs.verify.finance import figures
+from finmbs.verify.program import run_program_async
+from finmbs.verify.quotes import same_value
+
+HELPERS = {"abs", "round", "min", "max", "sum", "math"}  # names a program may use besides the bound ones
+PASSAGES_PER_QUESTION = 6  # passages scanned for fact sets per question asked
+
+
+class FactQuestion(BaseModel):
+    """The teacher's reply: the question over the named facts, and the program over their names."""
+
+    question: str = Field(min_length=1)
+    program: str = Field(min_length=1, json_schema_extra=BINDS_ANSWER)
+
+    @field_validator("question", "program")
+    @classmethod
+    def _written(cls, value: str) -> str:
+        if placeholder(value):
+            raise ValueError(f"a placeholder, not content: {value.strip()[:40]!r}")
+        return value
+
+
+def fact_plan(doc: Document, text: str, chunks: list[Chunk], count: int) -> list[tuple[FactSet, Passage]]:
+    """Up to `count` (fact set, passage) pairs for one document: a filing's iXBRL fact sets (each with the
+    table rows that show its facts), else, or when none is located in the text, the best passages' figure
+    spans; one fact set per passage, an operation not chosen yet preferred."""
+    planned: list[tuple[FactSet, Passage]] = []
+    raw = raw_filing(doc)
+    if raw:
+        for fact_set in ixbrl_fact_sets(ixbrl_facts(raw)):
+            snippet = locate_facts(fact_set, doc, text, chunks, MAX_PASSAGE_CHARS)
+            if snippet is not None and len(planned) < count:
+                planned.append((fact_set, Passage(doc.doc_id, [snippet], 0.0)))
+        if planned:
+            return planned
+    used: list[str] = []
+    for i, passage in enumerate(single_passages(doc, text, body(text, chunks), count * PASSAGES_PER_QUESTION)):
+        if len(planned) >= count:
+            break
+        sets = span_fact_sets(passage.text, key=f"{doc.doc_id}/{i}")
+        if not sets:
+            continue
+        fresh = [s for s in sets if s.operation not in used] or sets
+        alike = tuple(s for s in fresh if s.operation == fresh[0].operation)  # a grid's rows: one drawn, not the first
+        chosen = pick(alike, f"{doc.doc_id}/{i}", "fact")
+        used.append(chosen.operation)
+        planned.append((chosen, passage))
+    return planned
+
+
+def described(fact: Fact) -> str:
+    """A fact as the teacher sees it: its name, its text in the passage, and what it is."""
+    if fact.concept:
+        return (
+            f"- {fact.name}: the figure {fact.text!r} of the line {fact.context!r} for the "
+            f"{fiscal_year(fact.period or '')} ({scaled_meaning(fact)})"
+        )
+    shown = fact.literal()
+    if fact.kind == "percent":
+        shown = f"{float(fact.value):g} (that is {float(fact.value * 100):g}%)"
+    return f"- {fact.name} = {shown}: the figure {fact.text!r} of the passage, in: ...{fact.context}..."
+
+
+def described_given(given: Given) -> str:
+    return f"- {given.name} = {given.literal()}: {given.meaning}; state it as {given.stated()}"
+
+
+def xbrl(fact: Fact) -> dict[str, Any]:
+    return {"concept": fact.concept, "period": fact.period, "unit": fact.unit, "scale": fact.scale}
+
+
+def body_error(source: str, fact_set: FactSet) -> str | None:
+    """Why the teacher's program lines cannot stand after the engine's bindings, or None."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as exc:
+        return f"the program does not parse: {exc.msg} (line {exc.lineno})"
+    bound = set(fact_set.names)
+    stored: set[str] = set()
+    loaded: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "quote":
+            return "the program quotes a figure itself: the engine binds the passage's figures"
+        if isinstance(node, ast.Name):
+            (stored.add if isinstance(node.ctx, ast.Store) else loaded.append)(node.id)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            stored.update((a.asname or a.name).split(".")[0] for a in node.names)
+    if rebound := sorted(stored & bound):
+        return f"the program rebinds {', '.join(rebound)}: the engine binds them"
+    if undefined := sorted(set(loaded) - bound - stored - HELPERS):
+        return f"the program uses undefined name(s) {', '.join(undefined)}"
+    if unused := [n for n in fact_set.names if n not in loaded]:
+        return f"the program leaves out {', '.join(unused)}"
+    if "answer" not in stored:
+        return "the program does not bind answer"
+    return None
+
+
+def _states(question: str, value: Fraction, kind: str) -> bool:
+    """Whether the question states `value` (a rate as its percentage, an amount or count as read)."""
+    for figure in figures(question):
+        read = figure.value / 100 if figure.kind == "percent" and kind == "percent" else figure.value
+        if same_value(read, value):
+            return True
+    return False
+
+
+def stating_error(question: str, fact_set: FactSet) -> str | None:
+    """Why the question fails its facts: a given it does not state with its value, or a fact it states."""
+    for given in fact_set.givens:
+        if not _states(question, given.value, given.kind):
+            return f"the question does not state {given.name} = {given.stated()}"
+    for fact in fact_set.facts:
+        if fact.text in question or (not fact.concept and _states(question, fact.value, fact.kind)):
+            return f"the question states the passage's figure {fact.text!r} ({fact.name}) itself"
+    return None
+
+
+class FactMiner(DocumentMiner):
+    """A DocumentMiner whose candidates are questions over planned fact sets (`fact_plan`)."""
+
+    def __init__(self, *args: Any, sets: list[FactSet], **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.sets = sets
+
+    async def ask(self, number: int, kind: str, passage: Passage) -> FactQuestion | None:  # type: ignore[override]
+        fact_set = self.sets[number]
+        teacher = self.ctx.teachers[number % len(self.ctx.teachers)]
+        filing = any(f.concept for f in fact_set.facts)
+        prompt = render_prompt(
+            "mine_facts",
+            company=self.company,
+            short=self.name,
+            title=self.doc.title or self.doc.doc_id,
+            passage=passage.text,
+            facts="\n".join(described(f) for f in fact_set.facts),
+            givens="\n".join(described_given(g) for g in fact_set.givens) or "- none",
+            description=fact_set.description,
+            formula=fact_set.formula,
+            kind_of_document="annual report" if filing else "credit agreement",
+        )
+        [reply] = await self.ctx.gateway.structured(
+            teacher, FactQuestion, role="teacher", messages=[{"role": "user", "content": prompt}]
+        )
+        self.ctx.tick(STAGE)
+        return reply
+
+    def candidate(self, number: int, kind: str, passage: Passage, reply: Any) -> Problem:
+        """The candidate: the question (with the sentence on its answer's form), the facts, givens and
+        operation, and the facts' places in the document as its evidence."""
+        problem = super().candidate(number, kind, passage, None)
+        if not passage.parts:  # a document-level rejection (no facts, no company)
+            return problem
+        fact_set = self.sets[number]
+        snippet = passage.parts[0]
+        evidence = []
+        for fact in fact_set.facts:
+            start = (snippet.char_start or 0) + (fact.char_start or 0)
+            home = home_chunk(self.chunks, start)
+            evidence.append(
+                {
+                    "text": fact.text,
+                    "char_start": start,
+                    "char_end": start + len(fact.text),
+                    "section_path": home.section_path if home else "",
+                    "page": home.page if home else None,
+                }
+            )
+        meta = {
+            **problem.meta,
+            "operation": fact_set.operation,
+            "formula": fact_set.formula,
+            "facts": [
+                {
+                    "name": f.name,
+                    "text": f.text,
+                    "value": f.literal(),
+                    "context": f.context,
+                    **(xbrl(f) if f.concept else {}),
+                }
+                for f in fact_set.facts
+            ],
+            "givens": {g.name: g.literal() for g in fact_set.givens},
+            "evidence": evidence,
+        }
+        question = reply.question.strip() if reply else ""
+        if question and "round" not in question.lower():
+            question = f"{question} {rounding(fact_set.unit)}"
+        return problem.model_copy(update={"question": question, "meta": meta})
+
+    async def grounded(self, problem: Problem, reply: Any, passage: Passage) -> Problem | None:
+        """The candidate with the engine's bindings and the teacher's lines run as its program, and its
+        result as the answer, or None (the rejection recorded): the checks `program`, `operation`, `facts`."""
+        fact_set = self.sets[int(problem.id.rsplit(".q", 1)[1])]
+        written = lined(self.ctx, reply.program.strip())
+        problem.meta["program_as_written"] = reply.program
+        if why := body_error(written, fact_set):
+            self.reject(problem, "program", why)
+            return None
+        source = f"{fact_set.prelude()}\n{written}"
+        problem.meta["program"] = source
+        result = await run_program_async(source, passage.text)
+        if not result.ok or result.value is None:
+            self.reject(problem, "program", f"program failed: {result.error}")
+            return None
+        if not same_value(Fraction(result.value), fact_set.value):
+            self.reject(
+                problem,
+                "operation",
+                f"the program gives {result.value}, the chosen operation ({fact_set.formula}) "
+                f"{float(fact_set.value)!r}",
+            )
+            return None
+        answer = answer_text(result.value, fact_set.unit)
+        problem = problem.model_copy(update={"answer": answer})
+        if why := stating_error(problem.question, fact_set):
+            self.reject(problem, "facts", why)
+            return None
+        return problem
+
+
+async def mine_facts_document(
+    ctx: Any, index: Index, doc: Document, text: str, chunks: list[Chunk], options: Any, decontaminator: Any
+) -> DocumentOutcome:
+    """One document mined from its facts: its fact plan, then the FactMiner over it; a document with no
+    fact set is one counted `no_facts` rejection."""
+    planned = fact_plan(doc, text, chunks, options.per_document)
+    miner = FactMiner(ctx, doc, text, chunks, options, decontaminator, sets=[s for s, _ in planned])
+    if not planned and miner.company:
+        outcome = DocumentOutcome(doc_id=doc.doc_id)
+        miner.reject(
+            miner.candidate(0, "none", Passage(doc.doc_id, [], 0.0), None),
+            "no_facts",
+            f"document {doc.doc_id} has no fact set to compute over (no rate, fee or ratio level in its best "
+            "passages, no iXBRL statement facts)",
+        )
+        outcome.rejected = list(miner.ledger.rejected)
+        outcome.tokens, outcome.stages = ctx.tokens(), ctx.stage_usage()
+        return outcome
+    return await miner.mine([(s.kind, p) for s, p in planned])

@@ -1,0 +1,273 @@
+"""Seeds from facts (`mine.from_facts`): the engine's fact sets on the shipped agreements' real passages,
+iXBRL facts of a real 10-K excerpt (tests/fixtures/ixbrl), the fallback to extracted spans for a filing
+without iXBRL, and `finmbs seeds mine` end to end on a real index with a scripted teacher, judge and
+target on the OpenAI-compatible server: what is kept, and each rejection the engine adds."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from fractions import Fraction
+from pathlib import Path
+
+import pytest
+
+from finmbs.config import IndexSettings, RunConfig
+from finmbs.ingest.pipeline import prepare
+from finmbs.mine.facts import ixbrl_fact_sets, ixbrl_facts, raw_filing, span_fact_sets
+from finmbs.mine.from_facts import body_error, fact_plan
+from finmbs.mine.questions import Options
+from finmbs.mine.run import run_mine
+from finmbs.records import Document
+from finmbs.runs import read_jsonl
+from finmbs.testing.finance_world import agreements_index
+from finmbs.testing.server import Reply, Request
+from finmbs.testing.world import world_config
+from finmbs.verify.program import run_program
+from finmbs.verify.quotes import check_quote
+
+ROOT = Path(__file__).resolve().parents[1]
+SHIPPED = ROOT / "corpora" / "finance" / "docs"
+IXBRL = ROOT / "tests" / "fixtures" / "ixbrl" / "aapl_2024_statements_of_operations.xhtml"
+FACTS_MARKER = "The figures and the computation are chosen for you"
+
+
+def prepared(path: Path) -> tuple[Document, str, list]:
+    """(Document, text, chunks) of a file, parsed and chunked as ingest does (no vectors)."""
+    [doc] = prepare(path, IndexSettings())
+    return Document(doc_id=path.stem, source_path=str(path), sha256="-"), doc.parsed.text, doc.chunks
+
+
+# fact sets on the shipped agreements ----------------------------------------------------------------------
+@pytest.mark.parametrize("stem", sorted(p.stem for p in SHIPPED.glob("*.txt")))
+def test_fact_sets_of_shipped_agreements_are_quoted_and_computed(stem):
+    doc, text, chunks = prepared(SHIPPED / f"{stem}.txt")
+    planned = fact_plan(doc, text, chunks, 4)
+    assert len(planned) >= 2, f"{stem}: {len(planned)} fact sets"
+    for fact_set, passage in planned:
+        snippet = passage.parts[0]
+        assert text[snippet.char_start : snippet.char_end] == snippet.text  # verbatim by construction
+        for fact in fact_set.facts:
+            # the fact's text is where the engine says, and quote() holds for its value on the passage
+            assert snippet.text[fact.char_start : fact.char_start + len(fact.text)] == fact.text
+            assert check_quote(fact.text, float(fact.value), snippet.text) is None
+        # the engine's value is the operation over the facts, and a program of the formula gives it
+        result = run_program(f"{fact_set.prelude()}\nanswer = {fact_set.formula}", snippet.text)
+        assert result.ok, result.error
+        assert abs(result.value - float(fact_set.value)) <= 1e-6 * max(1.0, abs(float(fact_set.value)))
+    # no rate of a share of something ("more than 50% of the Commitments"), none above 15% per annum
+    rates = [f for s, _ in planned for f in s.facts if f.kind == "percent"]
+    assert all(0 < f.value <= Fraction(15, 100) for f in rates)
+
+
+def test_brown_forman_pricing_grid_margin_gives_interest_over_a_benchmark():
+    doc, text, chunks = prepared(SHIPPED / "brown_forman_2023_credit_agreement.txt")
+    grid = text[text.index("Ratings (S&P/Moody’s/Fitch)") :][:400]
+    [first, *_] = span_fact_sets(grid, key="bf")
+    assert first.operation == "interest" and [f.name for f in first.facts] == ["margin"]
+    margin, givens = first.facts[0], {g.name: g.value for g in first.givens}
+    assert margin.text == "0.50%" and margin.value == Fraction(1, 200) and "Category 1" in margin.context
+    expected = givens["principal"] * (givens["benchmark"] + margin.value) * givens["days"] / 360
+    assert first.value == expected
+
+
+def test_a_share_of_something_is_no_rate_and_a_ratio_level_gives_headroom():
+    passage = (
+        "provided that the Indebtedness does not at any time exceed 25% of Consolidated Assets. The Borrower "
+        "shall not permit the Consolidated Leverage Ratio to exceed 3.50 to 1.00 at the end of any fiscal quarter."
+    )
+    sets = span_fact_sets(passage, key="x")
+    assert [s.operation for s in sets] == ["headroom"]
+    level = sets[0].facts[0]
+    assert level.text == "3.50 to 1.00" and level.value == Fraction(7, 2)
+    givens = {g.name: g.value for g in sets[0].givens}
+    assert sets[0].value == level.value * givens["denominator"] - givens["numerator"] > 0
+
+
+# iXBRL -------------------------------------------------------------------------------------------------------
+def test_ixbrl_facts_of_a_real_10k_excerpt():
+    raw = IXBRL.read_text(encoding="utf-8")
+    facts = ixbrl_facts(raw)
+    revenue = {f.period: f for f in facts if f.concept == "us-gaap:RevenueFromContractWithCustomerExcludingAssessedTax"}
+    # the totals (no product/service dimension), each fiscal year: displayed in millions (scale 6)
+    assert {p: (f.text, f.value, f.scale, f.unit) for p, f in revenue.items()} == {
+        "2023-10-01..2024-09-28": ("391,035", 391035, 6, "usd"),
+        "2022-09-25..2023-09-30": ("383,285", 383285, 6, "usd"),
+        "2021-09-26..2022-09-24": ("394,328", 394328, 6, "usd"),
+    }
+    assert "Total net sales" in revenue["2023-10-01..2024-09-28"].context
+    net = next(f for f in facts if f.concept == "us-gaap:NetIncomeLoss" and f.period.endswith("2024-09-28"))
+    assert net.value == 93736
+    sets = {(s.operation, s.facts[0].name): s for s in ixbrl_fact_sets(facts)}
+    change = sets[("change", "revenue_current")]
+    assert change.value == Fraction(391035 - 383285, 383285) * 100  # 2.02%, from the two latest years
+    margin = sets[("ratio", "net_income")]
+    assert margin.value == Fraction(93736, 391035) * 100
+
+
+def test_a_filing_in_ixbrl_is_mined_from_its_facts(tmp_path):
+    doc, text, chunks = prepared(IXBRL)
+    assert raw_filing(doc) is not None
+    planned = fact_plan(doc, text, chunks, 3)
+    assert len(planned) == 3 and planned[0][0].operation == "change"
+    for fact_set, passage in planned:
+        snippet = passage.parts[0]
+        assert text[snippet.char_start : snippet.char_end] == snippet.text
+        assert "2024" in snippet.text  # the table's headings (the years) come with its rows
+        result = run_program(f"{fact_set.prelude()}\nanswer = {fact_set.formula}", snippet.text)
+        assert result.ok and abs(result.value - float(fact_set.value)) < 1e-9, result.error
+
+
+def test_a_filing_without_ixbrl_falls_back_to_extracted_spans(tmp_path):
+    plain = re.sub(r"</?ix:[^>]*>", "", IXBRL.read_text(encoding="utf-8"))
+    plain = plain.replace(
+        "</div></body>",
+        "<p>Revolving credit facility. Borrowings under the facility bear interest at Term SOFR plus an applicable "
+        "margin of 1.125% per annum; the Company pays a commitment fee of 0.10% per annum on unused commitments."
+        "</p></div></body>",
+    )
+    path = tmp_path / "aapl_no_ixbrl.html"
+    path.write_text(plain, encoding="utf-8")
+    doc, text, chunks = prepared(path)
+    assert raw_filing(doc) is None
+    planned = fact_plan(doc, text, chunks, 4)
+    assert [s.operation for s, _ in planned] == ["fee"]  # one fact set per passage, the fee first
+    assert all(f.concept is None for s, _ in planned for f in s.facts)
+    margin = next(s for s in span_fact_sets(planned[0][1].text, "k") if s.operation == "interest")
+    assert margin.facts[0].text == "1.125%" and "benchmark" in margin.formula
+
+
+def test_the_teachers_lines_may_use_only_the_engines_names():
+    doc, text, chunks = prepared(SHIPPED / "brown_forman_2023_credit_agreement.txt")
+    fact_set, _ = fact_plan(doc, text, chunks, 1)[0]
+    assert body_error(f"answer = {fact_set.formula}", fact_set) is None
+    fact = fact_set.facts[0].name
+    assert "undefined name(s) rate_x" in body_error(f"answer = {fact_set.formula} + rate_x", fact_set)
+    assert "rebinds" in body_error(f"{fact} = 0.02\nanswer = {fact_set.formula}", fact_set)
+    assert "quotes" in body_error("x = quote('2%', 0.02)\nanswer = x", fact_set)
+    assert "leaves out" in body_error("answer = principal * 0.05", fact_set)
+    assert "does not bind answer" in body_error(f"result = {fact_set.formula}", fact_set)
+
+
+# the engine through the scripted server ------------------------------------------------------------------------
+class FactsWorld:
+    """Teacher, judge and target for fact-set prompts: the teacher states every given and describes the
+    facts (`leak`: writes a fact's value; `wrong`: its program adds 1; `undefined`: uses a name of its own)
+    and solves its questions right; the judge finds them answerable; the target answers $1.00."""
+
+    def __init__(self, **knobs: set[str]):
+        self.knobs = knobs
+        self.answers: dict[str, str] = {}
+
+    def __call__(self, request: Request) -> Reply:
+        text = request.messages[0]["content"] if request.messages else request.text
+        if FACTS_MARKER in text:
+            return Reply(texts=[json.dumps(self.write(text))])
+        if "the passage alone must suffice" in text:
+            return Reply(texts=[json.dumps({"reason": "scripted", "answerable": True, "supported": True})])
+        question = next((q for q in self.answers if q in text), None)
+        right = request.model.endswith("teacher") and question is not None
+        answer = self.answers[question] if right else "$1.00"  # type: ignore[index]
+        return Reply(texts=[f"Work. Final answer: \\boxed{{{answer}}}"])
+
+    def knob(self, name: str, company: str) -> bool:
+        return any(m in company for m in self.knobs.get(name, set()))
+
+    def write(self, text: str) -> dict:
+        name = re.search(r"Name (.+?) in the question", text).group(1)  # type: ignore[union-attr]
+        formula = re.search(r"^answer = (.+)$", text, re.M).group(1)  # type: ignore[union-attr]
+        scope: dict[str, float] = {}
+        shown: dict[str, str] = {}
+        for fact, value, quoted in re.findall(
+            r"^- (\w+) = ([-\d.e]+)(?: \(that is [^)]*\))?: the figure '([^']*)'", text, re.M
+        ):
+            scope[fact], shown[fact] = float(value), quoted
+        stated = []
+        for given, value, how in re.findall(r"^- (\w+) = ([-\d.e]+): .*?; state it as (.+)$", text, re.M):
+            scope[given] = float(value)
+            stated.append(f"the {given} is {how}")
+        value = eval(formula, {"__builtins__": {}}, scope)  # noqa: S307 (the test's own arithmetic)
+        question = f"Under {name}'s credit agreement, where {', '.join(stated)}, what is the result for the provision?"
+        if self.knob("leak", name):
+            question = question.replace("the provision", f"the provision at {next(iter(shown.values()))}")
+        program = f"answer = {formula}"
+        if self.knob("wrong", name):
+            program += " + 1"
+        if self.knob("undefined", name):
+            program = f"answer = {formula} * adjustment"
+        self.answers[question] = f"${value:,.2f}"
+        return {"question": question, "program": program}
+
+
+@pytest.fixture(scope="module")
+def index_settings(tmp_path_factory):
+    from conftest import SHARED_DATA
+
+    if not (SHARED_DATA / "credit_agreements" / "docs").is_dir():
+        pytest.skip(f"shared agreements not found under {SHARED_DATA}")
+    return agreements_index(tmp_path_factory.getbasetemp() / "facts-index", SHARED_DATA)
+
+
+def facts_config(server, tmp_path: Path, settings: IndexSettings, **knobs: set[str]) -> RunConfig:
+    server.handler = FactsWorld(**knobs)
+    config = world_config(server.base_url, ["teacher"], ["student"], "target", str(tmp_path / "c.sqlite"), N=4, Nt=2)
+    return config.model_copy(update={"index": settings, "domain": "finance"})
+
+
+def mine_facts(config: RunConfig, tmp_path: Path, documents: list[str]):
+    out = tmp_path / "seeds.jsonl"
+    options = Options(per_document=2, types=["multi_step"], hard_only=True)
+    metrics = asyncio.run(run_mine(config, options, out, tmp_path / "run", documents=documents))
+    rejected = list(read_jsonl(tmp_path / "run" / "rejected.jsonl"))
+    return metrics, [json.loads(line) for line in out.read_text().splitlines()], rejected
+
+
+BF, CMC, HOST = (
+    "brown_forman_2023_credit_agreement",
+    "commercial_metals_2022_sixth_ar_credit_agreement",
+    "host_hotels_2023_sixth_ar_credit_agreement",  # its opening, cut for the test index, states no rate
+)
+
+
+def test_seeds_from_facts_are_computed_by_their_program(tmp_path, openai_server, index_settings):
+    config = facts_config(openai_server, tmp_path, index_settings)
+    metrics, seeds, rejected = mine_facts(config, tmp_path, [BF, CMC, HOST])
+    assert metrics.kept == len(seeds) >= 3, rejected
+    assert {s["snippet"]["doc_id"] for s in seeds} == {BF, CMC}
+    [none] = rejected  # the document without a fact set, counted
+    assert none["data"]["check"] == "no_facts" and none["data"]["document"] == HOST
+    for seed in seeds:
+        meta = seed["meta"]
+        assert meta["operation"] in ("interest", "fee", "headroom") and meta["measured"]["k"] == 0
+        result = run_program(meta["program"], seed["snippet"]["text"])  # the engine's bindings, then the teacher's line
+        assert result.ok and f"${result.value:,.2f}" == seed["answer"]
+        assert seed["question"].endswith("rounded to the nearest cent.")
+        for fact, where in zip(meta["facts"], meta["evidence"], strict=True):
+            assert fact["text"] in seed["snippet"]["text"] and where["text"] == fact["text"]
+    asked = [r.text for r in openai_server.requests if FACTS_MARKER in r.text]
+    assert asked and all("quote(" not in a for a in asked)
+
+
+@pytest.mark.parametrize(
+    ("knob", "check", "why"),
+    [
+        ("wrong", "operation", "the chosen operation"),
+        ("undefined", "program", "undefined name(s) adjustment"),
+        ("leak", "facts", "states the passage's figure"),
+    ],
+)
+def test_each_fact_rule_is_a_counted_rejection(tmp_path, openai_server, index_settings, knob, check, why):
+    config = facts_config(openai_server, tmp_path, index_settings, **{knob: {"Commercial Metals"}})
+    metrics, seeds, rejected = mine_facts(config, tmp_path, [CMC])
+    assert not seeds and rejected and all(r["data"]["check"] == check for r in rejected)
+    assert all(why in r["reason"] for r in rejected)
+    assert metrics.rejected_by_check == {check: len(rejected)}
+
+
+def test_with_the_switch_off_the_teacher_writes_the_evidence(tmp_path, openai_server, index_settings):
+    config = facts_config(openai_server, tmp_path, index_settings)
+    config = config.model_copy(update={"mine": config.mine.model_copy(update={"from_facts": False})})
+    mine_facts(config, tmp_path, [CMC])
+    assert not [r for r in openai_server.requests if FACTS_MARKER in r.text]
+    assert [r for r in openai_server.requests if "a set of hard finance questions" in r.text]
