@@ -195,6 +195,14 @@ class StageParams(Settings):
         "result, a threshold crossed...), rotated so no leaf gets one operator twice, and recorded as "
         "meta.operator (not in the paper, which asks for harder variants; configs/default.yaml turns it on)",
     )
+    decompose_from_program: bool = Field(
+        True,
+        description="decomposition cuts the node's verified program into slices by data flow (each intermediate "
+        "variable the answer depends on, with the statements it needs; finmbs/mbs/slices.py) and asks the teacher "
+        "only to state each slice as a problem whose answer is the slice's value, checked by running it; a "
+        "node without a program or a usable slice is decomposed from prose (not in the paper; with "
+        "verify.programs)",
+    )
     leaf_grounded: bool = Field(
         True,
         description="finance: a grounded leaf is told how a lookup becomes harder while its passage still "
@@ -403,6 +411,7 @@ PAPER_VALUES: dict[str, Any] = {
     "stages.leaf_feedback": False,  # rejected variants shown to the next leaf round
     "stages.leaf_grounded": False,  # prompts/leaf_grounded.txt
     "stages.rotate_teachers": False,  # next teacher per decomposition retry, compose trial, direct call, re-grounding
+    "stages.decompose_from_program": False,  # children stated from slices of the parent's program
     "stages.compose_all_trials": False,  # all Nc trials, every passing one kept
     "stages.keep": "roots",  # keep: all calibrates non-root nodes too
     "stages.extract": "copy",  # the teacher copies d' (select / retrieve are finmbs's)

@@ -262,6 +262,9 @@ class SeedCounts(Record):
     gated_roots: int = 0  # synthetic roots the novelty guard or quality control rejected before calibration
     decompositions_effective: int = 0
     decompositions_attempted: int = 0
+    decompositions_from_program: int = 0  # of the attempted: built from slices of the node's program
+    from_program_effective: int = 0  # of the effective: built from slices of the node's program
+    prose_fallbacks: int = 0  # nodes decomposed from prose for want of a program or a usable slice
 
     def add(self, other: SeedCounts) -> None:
         for name in type(self).model_fields:
@@ -321,6 +324,9 @@ class RunMetrics(Record):
     seeds_too_easy: int = 0  # roots the weakest student already solves (nothing to scaffold)
     decompositions_effective: int = 0
     decompositions_attempted: int = 0
+    decompositions_from_program: int = 0  # stages.decompose_from_program: attempts built from program slices
+    from_program_effective: int = 0  # effective decompositions built from program slices
+    prose_fallbacks: int = 0  # nodes decomposed from prose for want of a program or a usable slice (why: trees)
     answer_leaks: int = 0  # subproblems rejected for revealing their parent's answer
     descendants: int = 0  # calibrated synthetic roots (the paper's count)
     gated_roots: int = 0  # synthetic roots the novelty guard or quality control rejected before calibration

@@ -66,6 +66,8 @@ ZERO = {
     "other_qualified": 0,
     "program_rejected": 0,
     "relabeled": 0,
+    "decompositions_from_program": 0,
+    "from_program_effective": 0,
 }
 
 
@@ -90,6 +92,7 @@ async def test_mbs_run_folder_and_exact_metrics(tmp_path, openai_server):
         "seeds_with_trace": 1,
         "decompositions_effective": 1,
         "decompositions_attempted": 1,
+        "prose_fallbacks": 1,  # the seed's program is one expression
         "descendants": 1,
         "gated_roots": 0,
         "root_candidates": 1,
@@ -219,6 +222,7 @@ async def test_direct_baseline_single_call_per_seed(tmp_path, openai_server):
         "seeds_with_trace": 1,
         "decompositions_effective": 0,
         "decompositions_attempted": 0,
+        "prose_fallbacks": 0,
         "descendants": 4,
         "gated_roots": 0,
         "root_candidates": 4,

@@ -357,7 +357,8 @@ async def test_parent_program_is_one_decompose_call_and_none_without_programs(tm
     for programs in (True, False):
         openai_server.reset()
         world = World(agents={})
-        ctx = setup(openai_server, tmp_path / str(programs), world).for_seed()
+        # the prose decomposition's parent program (from the program the engine writes it: test_decompose_slices.py)
+        ctx = setup(openai_server, tmp_path / str(programs), world, decompose_from_program=False).for_seed()
         ctx.config.verify.programs = programs
         with in_stage("decompose"):
             assert await decompose(ctx, TreeNode(problem=SEED, path="0"), Ledger("a")) is True

@@ -29,6 +29,10 @@ def summary_table(metrics: RunMetrics, out: Path) -> Table:
             "effective / attempted decompositions",
             f"{metrics.decompositions_effective} / {metrics.decompositions_attempted}",
         ),
+        (
+            "from program slices: effective / attempted, nodes decomposed from prose",
+            f"{metrics.from_program_effective} / {metrics.decompositions_from_program}, {metrics.prose_fallbacks}",
+        ),
         ("seeds too easy (weakest student solves the root)", metrics.seeds_too_easy),
         ("descendants (calibrated synthetic roots)", metrics.descendants),
         ("roots rejected by novelty / quality before calibration (in the rates)", metrics.gated_roots),

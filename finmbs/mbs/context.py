@@ -154,7 +154,8 @@ class Ledger:
 
     def count_decompositions(self, tree: DecompositionTree | None) -> None:
         """Count the effective and attempted decomposition proposals recorded on the seed's tree and on
-        the children dropped from it."""
+        the children dropped from it (those built from program slices apart), and the nodes decomposed
+        from prose for want of a program or a usable slice."""
         dropped = [
             TreeNode.model_validate(r.data["node"])
             for r in self.first.values()
@@ -164,3 +165,9 @@ class Ledger:
         attempts = [d for n in nodes for d in n.decisions if d.stage == Stage.DECOMPOSE and "attempt" in d.data]
         self.counts.decompositions_effective = sum(d.outcome == "accepted" for d in attempts)
         self.counts.decompositions_attempted = len(attempts)
+        sliced = [d for d in attempts if d.data.get("from_program")]
+        self.counts.decompositions_from_program = len(sliced)
+        self.counts.from_program_effective = sum(d.outcome == "accepted" for d in sliced)
+        self.counts.prose_fallbacks = sum(
+            any("prose_fallback" in d.data for d in n.decisions if d.stage == Stage.DECOMPOSE) for n in nodes
+        )

@@ -12,6 +12,13 @@ the teacher is re-prompted with the failed attempts as negative context, up to N
 whose decomposition stays ineffective is dropped. Recurse on each child up to depth D; a node whose
 children are all dropped there is dropped too (it would otherwise stand as a leaf the weakest student
 fails, and at the root its harder variants would count as the seed's MBS descendants).
+
+With `stages.decompose_from_program` (finmbs's, with `verify.programs`) the subproblems come from the
+node's program rather than from prose: one per slice of it (finmbs/mbs/slices.py), each stated by the
+teacher as a problem whose answer is the slice's value; a child whose answer is not that value is
+rejected (check `slice`), and the parent's program over its children is its own program with each
+slice replaced by its child's function. A node with no program or no usable slice is decomposed from
+prose, each attempt's decision saying why (`data.prose_fallback`).
 """
 
 from __future__ import annotations
@@ -42,6 +49,17 @@ from finmbs.mbs.programs import (
     program_prompt,
     programs_on,
     render_program_finance,
+)
+from finmbs.mbs.slices import CHECK as SLICE_CHECK
+from finmbs.mbs.slices import (
+    Slice,
+    from_program,
+    node_program,
+    off_slice,
+    parent_over_children,
+    slice_data,
+    slice_problem,
+    usable_slices,
 )
 from finmbs.mbs.solve import document_block, student_accuracy
 from finmbs.mbs.stages import Check, Stage
@@ -142,6 +160,32 @@ async def propose(ctx: Context, node: TreeNode, attempt: int, failed: list) -> D
     return parsed
 
 
+async def propose_slices(
+    ctx: Context, node: TreeNode, slices: list[Slice], attempt: int
+) -> tuple[Decomposition | None, list[Slice]]:
+    """`stages.decompose_from_program`: one subproblem per slice of the node's program, each stated by the
+    attempt's teacher, with the slices they state in the same order (a slice whose reply did not parse
+    is left out); (None, []) when no reply parsed."""
+    teacher = attempt_teacher(ctx, attempt)
+    replies = await asyncio.gather(*(slice_problem(ctx, teacher, node.problem, s, attempt) for s in slices))
+    stated = [(reply, piece) for reply, piece in zip(replies, slices) if reply is not None]
+    if not stated:
+        return None, []
+    return Decomposition(subproblems=[r for r, _ in stated]), [piece for _, piece in stated]
+
+
+async def on_slice(ctx: Context, children: list[Problem], slices: dict[str, Slice], ledger: Ledger) -> list[Problem]:
+    """The children whose answer is their slice's value (`slices`: child id -> its slice); each other one
+    is rejected, saying which value it missed (check `slice`)."""
+    kept = []
+    for child in children:
+        if child.id in slices and (why := await off_slice(ctx, child, slices[child.id])):
+            ledger.reject(child, STAGE, why, check=SLICE_CHECK)
+            continue
+        kept.append(child)
+    return kept
+
+
 def without_leaks(
     node: TreeNode,
     candidates: list[Problem],
@@ -168,7 +212,22 @@ def child_id(node: TreeNode, attempt: int, k: int) -> str:
     return f"{node.problem.id}.d{attempt}c{k}"
 
 
-async def verified_children(ctx: Context, node: TreeNode, proposal: Decomposition, attempt: int, ledger: Ledger):
+def sliced_ids(node: TreeNode, attempt: int, slices: list[Slice]) -> dict[str, Slice]:
+    """Child id -> the slice its subproblem states (subproblem k states slice k)."""
+    return {child_id(node, attempt, k): piece for k, piece in enumerate(slices)}
+
+
+async def verified_children(
+    ctx: Context,
+    node: TreeNode,
+    proposal: Decomposition,
+    attempt: int,
+    ledger: Ledger,
+    slices: list[Slice] | None = None,
+):
+    """The proposal's subproblems that do not reveal the parent's answer and are verified, at most K. From
+    the program (`slices`, one per subproblem), a child's answer must also be its slice's value: its stated
+    answer before any trace, its verified answer after."""
     candidates = [
         derive(
             node.problem,
@@ -182,11 +241,15 @@ async def verified_children(ctx: Context, node: TreeNode, proposal: Decompositio
     ]
     # K children, leaks skipped. With relabel a stated answer is no label yet (small teachers state wrong
     # ones): before any trace only the question is checked, and every child's answer once it is verified
+    of_slice = sliced_ids(node, attempt, slices or [])
+    candidates = await on_slice(ctx, candidates, of_slice, ledger)
     candidates = without_leaks(node, candidates, ledger, limit=ctx.stages.K, by_answer=not ctx.stages.relabel)
     nodes = await asyncio.gather(
         *(verified_node(ctx, c, ledger, stage=STAGE, path=c.provenance.tree_path) for c in candidates)
     )
     verified = [n for n in nodes if n is not None]
+    on = {p.id for p in await on_slice(ctx, [n.problem for n in verified], of_slice, ledger)}  # relabeled ones
+    verified = [n for n in verified if n.problem.id in on]
     # before any student sees them: the children, and the traces shown with them as worked examples
     traces = {n.problem.id: n.trace.text for n in verified if n.trace}
     kept = {p.id for p in without_leaks(node, [n.problem for n in verified], ledger, shown=traces)}
@@ -219,6 +282,28 @@ async def parent_program(
     if reply is None:
         return node.problem, "parent program: the teacher's reply did not parse"
     return await composed_parent(ctx, node.problem, reply.program, functions)
+
+
+async def sliced_parent(
+    ctx: Context, parent: Problem, children: list[TreeNode], slices: dict[str, Slice]
+) -> tuple[Problem, str | None]:
+    """From the program: the parent's program (meta.program) with each verified child's slice replaced by a
+    call of its function, run with the children's programs (no teacher call); as `parent_program`, (the
+    parent with it recorded, None) when it computes the parent's answer, else (the parent, why not)."""
+    source = parent_over_children(parent.meta["program"], [slices[c.problem.id] for c in children])
+    return await composed_parent(ctx, parent, source, child_functions(children))
+
+
+async def program_plan(ctx: Context, node: TreeNode) -> tuple[Problem, list[Slice], str | None]:
+    """`stages.decompose_from_program`: (the node's problem with its program, the slices to offer, None), or
+    (its problem, [], why it is decomposed from prose); switched off, (its problem, [], None)."""
+    if not from_program(ctx):
+        return node.problem, [], None
+    problem, why = await node_program(ctx, node.problem)
+    slices: list[Slice] = []
+    if why is None:
+        slices, why = await usable_slices(ctx, problem)
+    return (problem, slices, None) if why is None else (node.problem, [], why)
 
 
 def parent_program_data(parent: Problem) -> dict:
@@ -270,6 +355,7 @@ async def decompose(ctx: Context, node: TreeNode, ledger: Ledger, depth: int = 0
         node.decisions.append(solved_leaf(ctx, node, depth))
         return True
     base = {s.name: node.student_accuracy[s.name] for s in students}
+    programmed, slices, fallback = await program_plan(ctx, node)
     failed: list[Failed] = []
     for attempt in range(ctx.stages.Nd + 1):
         data = {
@@ -278,10 +364,18 @@ async def decompose(ctx: Context, node: TreeNode, ledger: Ledger, depth: int = 0
             "students": list(base),
             "unconditioned": base[students[-1].name],
         }
-        proposal = await propose(ctx, node, attempt, failed)
-        children = await verified_children(ctx, node, proposal, attempt, ledger) if proposal else []
+        if slices:  # finmbs's: one subproblem per slice of the node's program
+            proposal, offered = await propose_slices(ctx, node, slices, attempt)
+            data.update(from_program=True, slices=slice_data(offered))
+        else:
+            proposal, offered = await propose(ctx, node, attempt, failed), []
+            data.update({"prose_fallback": fallback} if fallback else {})
+        children = await verified_children(ctx, node, proposal, attempt, ledger, offered) if proposal else []
         parent, why = node.problem, None
-        if children and programs_on(ctx):  # finmbs's: the children compose to the parent's answer
+        if children and offered:  # the parent's program over its children, from the program's own text
+            parent, why = await sliced_parent(ctx, programmed, children, sliced_ids(node, attempt, offered))
+            data.update(parent_program_data(parent))
+        elif children and programs_on(ctx):  # finmbs's: the children compose to the parent's answer
             parent, why = await parent_program(ctx, node, children, attempt)
             data.update(parent_program_data(parent))
         if proposal is None:

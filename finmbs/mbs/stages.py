@@ -39,6 +39,7 @@ class Check(StrEnum):
 
     ANSWER_LEAK = "answer_leak"  # a subproblem revealing its parent's answer (decompose)
     PROGRAM = "program"  # verify.programs: the program failed or disagreed (programs.py)
+    SLICE = "slice"  # a child of a decomposition from the program whose answer is not its slice's value
     STRUCTURE = "structure"  # novelty.structure: a leaf variant whose program has its source's skeleton (leaves.py)
     VERIFY = "verify"  # a re-grounded problem with no verified teacher trace
     SCREEN = "screen"  # a re-grounded problem its stage's weakest student solves

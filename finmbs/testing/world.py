@@ -23,7 +23,9 @@ Asked for programs (`verify.programs`), a teacher adds to every worked problem "
 composed parent calls `child_k()` for its synthetic children where the prompt offers them); with
 `wrong_programs` a program adds 1, with `bad_program` every program is that text instead. Asked for a
 decomposed parent's program, a teacher writes the parent's expression with each child's expression it
-contains replaced by `child_k()` (plus 1 with `wrong_parent_programs`).
+contains replaced by `child_k()` (plus 1 with `wrong_parent_programs`). Asked to state one step of a
+program (`stages.decompose_from_program`), a teacher writes "Compute EXPR." with EXPR the step's
+statements inlined (plus 1, stated with its own right answer, for a step whose variable is in `off_slices`).
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ TASK_MARKERS = {
     "well_posed": "is the problem well-posed?",
     "program_write": "Write a short Python program that solves",
     "program_parent": "using its subproblems where it needs their results",
+    "decompose_slice": "asks for exactly this step",
 }
 PROGRAM_MARKER = '"program":'  # a reply template asking for programs (verify.programs)
 REPAIR_MARKER = "could not be used"
@@ -136,6 +139,7 @@ class World:
     bad_program: str | None = None
     one_line_programs: bool = False  # programs with two statements on one line (`value = ... answer = value`)
     wrong_parent_programs: bool = False
+    off_slices: set[str] = field(default_factory=set)  # steps stated as a problem one more than their value
 
     def __call__(self, request: Request) -> Reply:
         task_text = request.messages[0]["content"] if request.messages else request.text
@@ -216,6 +220,18 @@ class World:
         if self.restate_parent:  # the parent itself first, as small teachers write it
             children.insert(0, worked(ast.unparse(tree)))
         return {"skills": sorted(set(operators(ast.unparse(tree)))), "subproblems": children}
+
+    def decompose_slice(self, agent: Agent, text: str) -> dict:
+        """One step of a program (`x = 2 * 3\nanswer = x`) stated as "Compute EXPR." with its names inlined."""
+        inlined: dict[str, str] = {}
+        for statement in ast.parse(blocks(text, "step")[0]).body:
+            assert isinstance(statement, ast.Assign), "world steps are assignments"
+            expr = ast.unparse(statement.value)
+            for name, value in inlined.items():
+                expr = re.sub(rf"\b{name}\b", f"({value})", expr)
+            inlined[statement.targets[0].id] = expr  # type: ignore[attr-defined]
+        step = re.search(r"the step computes (\w+)", text).group(1)  # type: ignore[union-attr]
+        return worked(inlined["answer"] + (" + 1" if step in self.off_slices else ""))
 
     def leaf(self, agent: Agent, text: str) -> dict:
         expr = norm(expression(blocks(text, "problem")[0]))

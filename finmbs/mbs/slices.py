@@ -1,0 +1,313 @@
+"""Decomposition from the program (`stages.decompose_from_program`, finmbs's, not in the paper).
+
+A node's verified program already holds a decomposition: its intermediate results. The program is cut
+by data flow (Python `ast`, top-level statements): for each intermediate variable the final `answer`
+depends on, its backward slice is the statements it needs (the inputs and the steps before it), in
+program order, ending `answer = <variable>`. A slice is offered only when it computes something (a
+given such as `price = 9` or `rate = quote(...)`, or a copy `x = y`, is no step), when it is not the
+whole computation (what is left after it only copies or rounds the variable: `answer = round(total)`),
+and, once run in the sandbox, when its value is not the parent's answer. Each offered slice becomes one
+child: the teacher only states it as a self-contained problem whose answer is the slice's value
+(prompts/decompose_slice.txt), and the child's verified answer must be that value.
+
+A node with no program, a program that does not compute its answer, or no usable slice is decomposed
+from prose (prompts/decompose.txt), with the reason recorded on its decision (`data.prose_fallback`).
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+from typing import Any
+
+from pydantic import BaseModel
+
+from finmbs.config import Endpoint
+from finmbs.mbs.candidates import WorkedProblem, reply_model
+from finmbs.mbs.context import Context
+from finmbs.mbs.labels import write_program
+from finmbs.mbs.programs import passage, program_prompt, programs_on, same
+from finmbs.mbs.solve import document_block
+from finmbs.mbs.stages import Check, Stage
+from finmbs.records import Problem
+from finmbs.resources import render_prompt
+from finmbs.verify.program import computes_nothing, run_program_async
+
+STAGE = Stage.DECOMPOSE
+CHECK = Check.SLICE  # the rejection check of a child whose answer is not its slice's value
+ANSWER = "answer"
+# calls that only convert or round a value: `answer = round(total, 2)` computes no new step
+FORMATTING = frozenset({"int", "float", "round", "abs", "floor", "ceil", "trunc", "Fraction", "Decimal"})
+SIMPLE = (ast.Assign, ast.AnnAssign, ast.AugAssign)
+
+
+class Slice(BaseModel):
+    """One intermediate variable of a program with its backward slice: `source` (the statements it needs,
+    ending `answer = name`), `at` (the index of the top-level statement defining it), and, once run,
+    `value` (what the slice gives, as text)."""
+
+    name: str
+    source: str
+    at: int
+    value: str | None = None
+
+
+def _stored(node: ast.AST) -> set[str]:
+    """The names a statement binds (targets, loop variables, imports, definitions), anywhere inside it."""
+    names = set()
+    for n in ast.walk(node):
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+            names.add(n.id)
+        elif isinstance(n, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in n.names)
+        elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(n.name)
+    return names
+
+
+def _loaded(node: ast.AST) -> set[str]:
+    """The names a statement reads (an augmented assignment reads its target too)."""
+    names = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
+        names.add(node.target.id)
+    return names
+
+
+def _called(node: ast.AST) -> set[str]:
+    """The names used as the function of a call (`quote(...)`, `round(...)`, `child_1()`) or as the module
+    of one (`math` in `math.ceil(...)`)."""
+    names = set()
+    for n in ast.walk(node):
+        func = n.func if isinstance(n, ast.Call) else None
+        if isinstance(func, ast.Attribute):
+            func = func.value
+        if isinstance(func, ast.Name):
+            names.add(func.id)
+    return names
+
+
+def _value(stmt: ast.stmt) -> ast.expr | None:
+    return stmt.value if isinstance(stmt, SIMPLE) else None
+
+
+def _single_target(stmt: ast.stmt) -> str | None:
+    """The one name a simple assignment binds (`x = ...`, `x: float = ...`, `x += ...`), else None."""
+    if isinstance(stmt, ast.Assign):
+        targets = stmt.targets
+        return targets[0].id if len(targets) == 1 and isinstance(targets[0], ast.Name) else None
+    if isinstance(stmt, (ast.AnnAssign, ast.AugAssign)) and isinstance(stmt.target, ast.Name):
+        return stmt.target.id if stmt.value is not None else None
+    return None
+
+
+OPERATIONS = (ast.BinOp, ast.BoolOp, ast.Compare, ast.IfExp, ast.Subscript)
+
+
+def _is_input(stmt: ast.stmt) -> bool:
+    """A statement that states a given rather than computing a step: a value with no operation over no
+    variable (`price = 9`, `rate = quote("2.0%", 0.02)`, `x = child_1()`), an import. `half = 46 / 2`
+    computes (a step the teacher worked out by hand, `width = (46 / 2 - 5) / 2`, is one)."""
+    if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+        return True
+    value = _value(stmt)
+    if value is None or isinstance(stmt, ast.AugAssign):
+        return False
+    return not (_loaded(value) - _called(value)) and not any(isinstance(n, OPERATIONS) for n in ast.walk(value))
+
+
+def _is_copy(stmt: ast.stmt) -> bool:
+    """A statement that only copies, converts or rounds one variable (`answer = total`, `n = int(x)`,
+    `answer = round(cost, 2)`, `answer = math.ceil(bags)`): no step of its own."""
+    value = _value(stmt)
+    if value is None or isinstance(stmt, ast.AugAssign):
+        return False
+    while isinstance(value, ast.Call):
+        func = value.func
+        name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+        if name not in FORMATTING or not value.args:
+            return False
+        if any(not isinstance(a, ast.Constant) for a in value.args[1:]):
+            return False
+        value = value.args[0]
+    return isinstance(value, ast.Name)
+
+
+def _works(stmt: ast.stmt) -> bool:
+    """A statement that computes a step: neither a given nor a copy."""
+    return not _is_input(stmt) and not _is_copy(stmt)
+
+
+class _Flow:
+    """The data flow of a program's top-level statements: which earlier statements each one reads from."""
+
+    def __init__(self, body: list[ast.stmt]):
+        self.body = body
+        self.stores = [_stored(s) for s in body]
+        self.deps: list[set[int]] = [self._reaching(i) for i in range(len(body))]
+
+    def _definitions(self, name: str, before: int) -> set[int]:
+        """The statements before `before` whose binding of `name` may reach it: the last one, and the ones
+        before it while the last may not bind it (a loop, an `if`, a `try`)."""
+        found = set()
+        for j in range(before - 1, -1, -1):
+            if name in self.stores[j]:
+                found.add(j)
+                if isinstance(self.body[j], SIMPLE + (ast.Import, ast.ImportFrom)):
+                    break
+        return found
+
+    def _reaching(self, i: int) -> set[int]:
+        return {j for name in _loaded(self.body[i]) for j in self._definitions(name, i)}
+
+    def closure(self, i: int) -> set[int]:
+        """Statement `i` and every statement it depends on, transitively (its backward slice)."""
+        seen, todo = set(), [i]
+        while todo:
+            j = todo.pop()
+            if j not in seen:
+                seen.add(j)
+                todo.extend(self.deps[j])
+        return seen
+
+    def distances(self, i: int) -> dict[int, int]:
+        """Steps from statement `i` back to each statement of its slice along the data flow."""
+        dist, frontier = {i: 0}, [i]
+        while frontier:
+            nxt = []
+            for j in frontier:
+                for k in self.deps[j]:
+                    if k not in dist:
+                        dist[k] = dist[j] + 1
+                        nxt.append(k)
+            frontier = nxt
+        return dist
+
+
+def program_slices(source: str) -> list[Slice]:
+    """The slices of `source` a decomposition may offer (before they are run), nearest the final answer
+    first (the final step's own operands, then the steps before them), in program order among equals;
+    empty when the program does not parse, binds no answer at the top level, or has no intermediate step
+    (`answer = 8 - 3`)."""
+    try:
+        body = ast.parse(source).body
+    except (SyntaxError, ValueError):
+        return []
+    final = [i for i, s in enumerate(body) if ANSWER in _stored(s)]
+    if not final:
+        return []
+    flow = _Flow(body)
+    last = final[-1]
+    whole = {j for j in flow.closure(last) if _works(body[j])}
+    slices = []
+    for j, _ in sorted(flow.distances(last).items(), key=lambda item: (item[1], item[0])):
+        name = _single_target(body[j])
+        if j == last or name is None or not _works(body[j]):
+            continue
+        needed = flow.closure(j)
+        if {k for k in needed if _works(body[k])} == whole:
+            continue  # the whole computation: what follows it only copies or rounds it
+        lines = [ast.unparse(body[k]) for k in sorted(needed)]
+        if name != ANSWER:
+            lines.append(f"{ANSWER} = {name}")
+        slices.append(Slice(name=name, source="\n".join(lines), at=j))
+    return slices
+
+
+def parent_over_children(source: str, slices: list[Slice]) -> str:
+    """`source` with the statement defining each slice's variable replaced by a call of its child's
+    function (`name = child_k()`, k counting from 1 in `slices`' order): the parent's program over its
+    children, the rest of it as written."""
+    body = ast.parse(source).body
+    calls = {s.at: k for k, s in enumerate(slices, 1)}
+    lines = [
+        f"{slices[calls[i] - 1].name} = child_{calls[i]}()" if i in calls else ast.unparse(s)
+        for i, s in enumerate(body)
+    ]
+    return "\n".join(lines)
+
+
+async def node_program(ctx: Context, problem: Problem) -> tuple[Problem, str | None]:
+    """(`problem` with a program that computes its answer in meta.program, None), or (`problem`, why there
+    is none). A node's own program (a verified child's) is used as it is; a seed carries none, so the
+    teacher writes one without seeing the answer (`labels.write_program`), kept only when it runs to the
+    answer."""
+    written = await write_program(ctx, problem)
+    source = written.meta.get("program") or ""
+    if not source:
+        why = written.meta.get("program_skipped") or "; ".join(written.meta.get("program_attempts") or [])
+        return problem, f"no program: {why or 'none was written'}"
+    if computes_nothing(source):
+        return problem, "its program computes nothing"
+    result = await run_program_async(source, passage(written), functions=written.meta.get("program_functions"))
+    if not result.ok:
+        return problem, f"its program failed: {result.error}"
+    if not await same(ctx, written, result.answer or "", written.answer):
+        return problem, f"its program gives {result.answer}, the answer is {written.answer!r}"
+    return written, None
+
+
+async def usable_slices(ctx: Context, problem: Problem) -> tuple[list[Slice], str | None]:
+    """The slices of `problem`'s program (meta.program) a decomposition offers, each run in the sandbox
+    with its value, at most `stages.K`: one that fails to run, gives the parent's answer, or gives the
+    value of a slice before it is left out. ([], why) when none is left."""
+    source, functions = problem.meta.get("program") or "", problem.meta.get("program_functions")
+    found = program_slices(source)
+    if not found:
+        return [], "its program has no intermediate step to slice"
+    results = await asyncio.gather(*(run_program_async(s.source, passage(problem), functions=functions) for s in found))
+    kept: list[Slice] = []
+    dropped: list[str] = []
+    for candidate, result in zip(found, results):
+        if len(kept) >= ctx.stages.K:
+            break
+        if not result.ok:
+            dropped.append(f"{candidate.name}: {result.error}")
+        elif await same(ctx, problem, result.answer or "", problem.answer):
+            dropped.append(f"{candidate.name} is the answer ({result.answer})")
+        elif any([await same(ctx, problem, result.answer or "", k.value or "") for k in kept]):
+            dropped.append(f"{candidate.name} repeats a value ({result.answer})")
+        else:
+            kept.append(candidate.model_copy(update={"value": result.answer}))
+    if not kept:
+        return [], "no slice of its program is usable: " + "; ".join(dropped)
+    return kept, None
+
+
+async def slice_problem(
+    ctx: Context, teacher: Endpoint, problem: Problem, piece: Slice, attempt: int
+) -> WorkedProblem | None:
+    """`teacher`'s statement of `piece` as a self-contained problem whose answer is its value (with its
+    program, `verify.programs`); None when the reply does not parse."""
+    text = render_prompt(
+        "decompose_slice",
+        document=document_block(problem),
+        question=problem.question,
+        step=piece.source,
+        variable=piece.name,
+        value=piece.value,
+    )
+    [parsed] = await ctx.gateway.structured(  # attempt a is sample a, as a prose proposal's
+        teacher,
+        reply_model(ctx, WorkedProblem),
+        role="teacher",
+        messages=[{"role": "user", "content": program_prompt(ctx, text, problem.domain)}],
+        first_index=attempt,
+    )
+    ctx.tick(STAGE)
+    return parsed
+
+
+async def off_slice(ctx: Context, child: Problem, piece: Slice) -> str | None:
+    """Why `child`'s answer is not its slice's value, or None."""
+    if await same(ctx, child, child.answer, piece.value or ""):
+        return None
+    return f"its answer {child.answer!r} is not its slice's value {piece.value} ({piece.name})"
+
+
+def from_program(ctx: Context) -> bool:
+    return ctx.stages.decompose_from_program and programs_on(ctx)
+
+
+def slice_data(slices: list[Slice]) -> list[dict[str, Any]]:
+    """What an attempt's decision records of the slices it offered."""
+    return [s.model_dump() for s in slices]
