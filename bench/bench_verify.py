@@ -7,7 +7,9 @@ Two sets: the hand-written comparer table (tests/test_finance_compare.py) and Fi
 pairs: each gold answer against reformatted variants of itself (should be equal), perturbed
 variants (a changed figure or a flipped yes/no: should differ), and another question's answer
 (should differ). Prints, per set, the fraction decided (equal/different, no judge needed), the
-accuracy of those decisions, the wrong "equal" count (the worst error), and the time per comparison.
+undecided rows (left to the judge: neither right nor wrong here, so in no accuracy), the accuracy of
+the decided rows, the wrong "equal" count (the worst error), and the time per comparison. In the
+hand-written table a row labelled undecided that the comparer decides counts as a wrong decision.
 
 Math: ordinary answer pairs checked by `math_equal` (math-verify in a worker process under a hard
 limit) side by side with the baseline, math-verify called in this process with no limit (the old
@@ -91,14 +93,17 @@ def measure(name: str, cases: list[tuple[str, str, str | None, str, str]]) -> No
     results = [(compare(p, g, q).verdict, truth, kind) for p, g, q, truth, kind in cases]
     per_call_us = (time.perf_counter() - start) / len(cases) * 1e6
     print(f"\n{name}: {len(cases)} comparisons, {per_call_us:.0f} us each")
-    print(f"{'kind':<16}{'n':>6}{'decided':>10}{'accuracy':>10}{'wrong equal':>13}")
+    print(f"{'kind':<16}{'n':>6}{'decided':>10}{'undecided':>11}{'accuracy':>10}{'wrong equal':>13}")
     for kind in sorted({k for *_, k in results}) + ["all"]:
         rows = [r for r in results if kind in ("all", r[2])]
         decided = [r for r in rows if r[0] != "undecided"]
         correct = sum(r[0] == r[1] for r in decided)
         wrong_equal = sum(r[0] == "equal" and r[1] != "equal" for r in decided)
         accuracy = f"{correct / len(decided):.1%}" if decided else "-"
-        print(f"{kind:<16}{len(rows):>6}{len(decided) / len(rows):>10.1%}{accuracy:>10}{wrong_equal:>13}")
+        undecided = len(rows) - len(decided)
+        print(
+            f"{kind:<16}{len(rows):>6}{len(decided) / len(rows):>10.1%}{undecided:>11}{accuracy:>10}{wrong_equal:>13}"
+        )
     print("verdicts:", dict(Counter(r[0] for r in results)))
 
 
@@ -158,9 +163,7 @@ def main() -> None:
     if args.math_only:
         return
     table = [(p, g, q, truth, truth) for p, g, q, truth in hand_written_cases()]
-    measure(
-        "hand-written table (truth = the table's label; undecided rows count as correct only when undecided)", table
-    )
+    measure("hand-written table (truth = the table's label; accuracy over the decided rows only)", table)
     measure(
         "FinanceBench answer pairs", financebench_pairs(args.data / "financebench" / "financebench_open_source.jsonl")
     )
