@@ -83,6 +83,10 @@ def test_a_share_of_something_is_no_rate_and_a_ratio_level_gives_headroom():
     assert level.text == "3.50 to 1.00" and level.value == Fraction(7, 2)
     givens = {g.name: g.value for g in sets[0].givens}
     assert sets[0].value == level.value * givens["denominator"] - givens["numerator"] > 0
+    # a pricing grid's threshold is no covenant level; "may exceed" is an election, not a limit
+    grid = "Consolidated Total Leverage Ratio | SOFR Loans | Base Rate Loans\nGreater than 0.75 to 1.00 300.00 200.00"
+    election = "the Borrower may elect that the ratio of Total Liabilities to Gross Asset Value may exceed 0.60 to 1.00"
+    assert span_fact_sets(grid, key="x") == [] and span_fact_sets(election, key="x") == []
 
 
 # iXBRL -------------------------------------------------------------------------------------------------------

@@ -36,6 +36,12 @@ MAX_RATE = Fraction(15, 100)  # a rate of interest or fees; "50% of the Commitme
 RATE = re.compile(r"\b(rate|margin|spread|interest|per annum|sofr|base rate|applicable|libor|euribor)\b", re.I)
 FEE = re.compile(r"\b(commitment fee|unused|facility fee|undrawn)\b", re.I)
 RATIO = re.compile(r"\b(ratio|leverage|coverage)\b", re.I)
+# a covenant's level, not a pricing grid's threshold ("Greater than 0.75 to 1.00") nor an election ("may exceed")
+COVENANT = re.compile(
+    r"(?:shall not permit|shall maintain|shall cause"
+    r"|(?<!may )(?:not )?(?:to )?(?:exceed|be (?:less|greater|more) than))[^;]{0,120}$",
+    re.I,
+)
 MAXIMUM = re.compile(r"\b(exceed|greater than|more than|maximum)\b", re.I)
 MINIMUM = re.compile(r"\b(less than|at least|minimum|not below)\b", re.I)
 OF_SOMETHING = re.compile(r"^\s*\)?\s*(?:\([^)]{0,20}\)\s*)?of\b", re.I)  # "25% of Consolidated Assets": a share
@@ -160,7 +166,8 @@ def passage_facts(passage: str) -> list[Fact]:
         start = start if start >= 0 else passage.find(span.text)
         cursor = max(cursor, start + 1)
         before = passage[max(0, start - CONTEXT_CHARS) : start]
-        before = before.rsplit("\n", 1)[-1] if "\n" in before[-80:] else before
+        line = before.rsplit("\n", 1)[-1]
+        before = line if len(line) >= 40 else before  # a figure alone on its line: the lines before it too
         end = start + len(span.text)
         context = " ".join(f"{before} [{span.text}] {passage[end : end + 60]}".split())
         found.append(Fact(name="", text=span.text, value=span.value, kind=span.kind, context=context, char_start=start))
@@ -191,10 +198,11 @@ def span_fact_sets(passage: str, key: str) -> list[FactSet]:
             if FEE.search(before):
                 sets.append(fee_set(fact, key))
             elif RATE.search(before):
-                sets.append(interest_set(fact, key, margin=bool(OVER.search(before) or OVER_AFTER.match(after))))
+                over = OVER.search(re.sub(r"(?<=\d)\.(?=\d)", "", before)) or OVER_AFTER.match(after)  # 0.50% no end
+                sets.append(interest_set(fact, key, margin=bool(over)))
             else:
                 continue
-        elif fact.kind == "ratio" and RATIO.search(before) and 0 < fact.value < 20:
+        elif fact.kind == "ratio" and RATIO.search(before) and COVENANT.search(before) and 0 < fact.value < 20:
             sets.append(headroom_set(fact, key, minimum=bool(MINIMUM.search(before[-80:]))))
         else:
             continue
@@ -212,7 +220,8 @@ def interest_set(fact: Fact, key: str, margin: bool) -> FactSet:
             "benchmark",
             pick(BENCHMARKS, key, "benchmark"),
             "percent",
-            "the benchmark rate (e.g. Term SOFR) the margin is added to",
+            "the rate the passage adds this figure to (Term SOFR, the Federal Funds rate, the rate otherwise "
+            "applicable: as the passage says)",
         )
         return _valued(
             FactSet(
