@@ -66,6 +66,7 @@ def options_table(config) -> Table:
         "novelty": config.novelty,
         "quality": config.quality,
         "verify": config.verify,
+        "mine": config.mine,
         "index": config.index,
     }
     for section, settings in sections.items():
