@@ -411,13 +411,15 @@ def fiscal_year(period: str) -> str:
 
 
 def ixbrl_fact_sets(facts: list[Fact]) -> list[FactSet]:
-    """Computations over a filing's facts: each concept's change over its two latest fiscal years (annual
-    periods only), then the margins (net, operating, gross income over revenue) of the latest year."""
+    """Computations over a filing's facts, changes and margins in turn: each concept's change over its two
+    latest fiscal years (annual periods only), the margins (net, operating, gross income over revenue) of
+    the latest year."""
     annual = [f for f in facts if f.period and 350 <= _year_days(f.period) <= 380 and f.value > 0]
     by_name: dict[str, list[Fact]] = {}
     for fact in annual:
         by_name.setdefault(fact.name, []).append(fact)
     sets: list[FactSet] = []
+    ratios: list[FactSet] = []
     for name, found in by_name.items():
         years = sorted({f.period: f for f in found}.values(), key=lambda f: f.period or "", reverse=True)
         if len(years) < 2 or years[0].scale != years[1].scale:
@@ -444,7 +446,7 @@ def ixbrl_fact_sets(facts: list[Fact]) -> list[FactSet]:
             top = next((f for f in by_name[part] if f.period == latest.period and f.scale == latest.scale), None)
             if top is None:
                 continue
-            sets.append(
+            ratios.append(
                 _valued(
                     FactSet(
                         "ratio",
@@ -458,7 +460,8 @@ def ixbrl_fact_sets(facts: list[Fact]) -> list[FactSet]:
                     )
                 )
             )
-    return sets
+    turns = [s for pair in zip(sets, ratios, strict=False) for s in pair]
+    return turns + sets[len(turns) // 2 :] + ratios[len(turns) // 2 :]
 
 
 def locate_facts(fact_set: FactSet, doc: Document, text: str, chunks: list[Chunk], most: int) -> Snippet | None:
