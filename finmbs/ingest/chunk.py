@@ -15,14 +15,16 @@ from finmbs.ingest.parse import ParsedDocument
 from finmbs.ingest.verbatim import find_verbatim
 from finmbs.records import Chunk
 
-_TOC_LINE = re.compile(r"(\.{4,}|\s{2,}|\t)\s*\d{1,3}\s*$|\s\d{1,3}\s+(Section|SECTION|ARTICLE)\s")
+# Whitespace and dot runs are consumed possessively and tried from their first character only (a match from
+# inside a run ends where one from its start does): linear in the line, where nested `\s` runs were cubic.
+_TOC_LINE = re.compile(r"((?<!\.)\.{4,}+|(?<!\s)\s{2,}+|\t)\s*+\d{1,3}+\s*+$|\s\d{1,3}+\s++(Section|SECTION|ARTICLE)\s")
 _ARTICLE = re.compile(r"(ARTICLE|Article|PART)\s+([IVXLC]+|\d+)\b[.:\-–—]?\s*(.*)")
 _SECTION = re.compile(r"(?:SECTION|Section|§)\s*(\d+(?:\.\d+)*[a-z]?)\.?\s*(.*)")
 _NUMBERED = re.compile(r"(\d{1,2}\.\d{1,2}[a-z]?)\.?\s+([A-Z][^\n]*)")
 _ITEM = re.compile(r"(?:ITEM|Item)\s+(\d+[A-C]?)\.?\s*(.*)")
 _TERM = re.compile(r"[“\"]\s*([^”\"\n]{1,150}?)\s*[”\"]")
 _MEANS = re.compile(
-    r"^\s*(?:[,;]?\s*(?:and|or)\s+[“\"][^”\"\n]+[”\"])*\s*,?\s*(means|shall mean|has the meaning|have the meaning|shall have the meaning|is defined|refers to)"  # noqa: E501 (one regular expression)
+    r"^\s*+(?:[,;]?\s*+(?:and|or)\s++[“\"][^”\"\n]++[”\"])*+\s*+,?\s*+(means|shall mean|has the meaning|have the meaning|shall have the meaning|is defined|refers to)"  # noqa: E501 (one regular expression)
 )
 
 

@@ -250,7 +250,8 @@ def parse_html(data: bytes | str) -> ParsedDocument:
 # ---------------------------------------------------------------- PDF
 
 
-_FIGURES = re.compile(r"\d[\d,.]*\)?%?\s{2,}\S*\s*\(?\$?\s*\d")
+# from the start of a run of digits and separators only, runs consumed possessively: linear in the line
+_FIGURES = re.compile(r"(?<![\d,.])[,.]*+\d[\d,.]*+\)?%?\s{2,}+\S*\s*+\(?\$?\s*+\d")
 
 
 def _tabular(text: str) -> bool:

@@ -17,6 +17,6 @@ def find_verbatim(passage: str, document_text: str) -> tuple[int, int] | None:
     words = passage.split()
     if not words:
         return None
-    pattern = r"\s+".join(re.escape(word) for word in words)
+    pattern = r"\s++".join(re.escape(word) for word in words)  # a word never starts with whitespace: linear
     match = re.search(pattern, document_text)
     return (match.start(), match.end()) if match else None

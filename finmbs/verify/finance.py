@@ -147,6 +147,7 @@ _POSITIVE_CUES = re.compile(
 )
 _REFERENCE = re.compile(r"(?:section|article|exhibit|schedule|clause|note|item|annex|§|no\.|page|rule)\s*$", re.I)
 _REFERENCE_LOOKBACK = 40  # characters before a figure searched for a reference word (keeps figures() linear)
+_NUMERAL_CHARS = 40  # a longer run of digits (a line of digits, an account number) is no figure: nothing to ask about
 
 _FRACTION_WORDS = "|".join(k.replace(" ", r"\s+") for k in _WORD_FRACTIONS)
 _NUM = r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+"
@@ -167,21 +168,32 @@ _WORD_UNIT_AHEAD = (
 _CUR = r"US\$|U\.S\.\s?\$|C\$|USD|EUR|GBP|CAD|JPY|[$€£¥]"
 _SCALE_RE = r"thousand|millions?|billions?|trillions?|mm|mn|mil|bn|tn|k|m|b"
 _PCT = r"%|percent(?:age\s+points?)?|per\s+cent|pct|basis\s+points?|bps|bp"
+# Matching is linear in the text (a whitespace run costs its length, not a power of it): every whitespace run
+# between two tokens is consumed possessively (`\s*+`; a token never starts with whitespace, so giving some back
+# could only move it to a later `\s*` with the same result); an attempt starts inside a whitespace run only where
+# the old pattern's first attempt in that run would (its first character, the next one when the lookbehind refuses
+# the first, or the last one, where a previous match may end); and the trailing whitespace a figure swallows is
+# stated explicitly (the `(?(cur2)...)` tail): all of the run when what follows may end a figure, else all but its
+# last character, exactly as the nested optional `\s*` of the earlier pattern ended (tests/test_text_time.py
+# compares both on generated text).
 _FIGURE = re.compile(
     rf"""
-    (?P<frac_of>(?P<fnum>\d+)\s*/\s*(?P<fden>\d+)|(?:(?<![\w-])(?P<fint>{_WORDNUM})\s+and\s+)?(?P<fword>{_FRACTION_WORDS}))
-        \s+of\s+(?:one|1)\s*(?:%|percent|per\s+cent)
-    | (?<![\w.,/])(?P<ratio>(?P<rnum>{_NUM})\s*(?::\s*(?P<rden>{_NUM})|\s+to\s+(?P<rone>1(?:\.0+)?))(?![\d/]))
-    | (?<![\w.,/])(?P<lparen>\()?\s*
-      (?P<sign>[-+])?\s*(?P<cur1>{_CUR})?\s*(?P<lparen2>\()?\s*(?P<sign2>-)?\s*
+    (?P<frac_of>(?<!\d)(?P<fnum>\d++)\s*+/\s*+(?P<fden>\d++)
+        |(?:(?<![\w-])(?P<fint>{_WORDNUM})\s++and\s++)?(?P<fword>{_FRACTION_WORDS}))
+        \s++of\s++(?:one|1)\s*+(?:%|percent|per\s++cent)
+    | (?<![\w.,/])(?P<ratio>(?P<rnum>{_NUM})(?:\s*+:\s*+(?P<rden>{_NUM})|\s++to\s++(?P<rone>1(?:\.0+)?))(?![\d/]))
+    | (?<![\w.,/])(?:(?!\s)|(?<!\s)|(?<=[\w.,/]\s)|(?=\s\S))
+      (?P<lparen>\()?\s*+
+      (?P<sign>[-+])?\s*+(?P<cur1>{_CUR})?\s*+(?P<lparen2>\()?\s*+(?P<sign2>-)?\s*+
       (?:(?<![\w.,/])(?<!\w-)(?P<num>{_NUM})(?!\d)(?!/\d)(?!-[A-Za-z\d])
-        |(?<![\w-])(?P<word>{_WORDNUM})\b(?=\s*(?:{_WORD_UNIT_AHEAD}))
-        |(?<![\w-])(?P<wmixed>(?:(?P<wint>{_WORDNUM})\s+and\s+)?(?P<wfword>{_FRACTION_WORDS}))\b(?=\s*(?:%|percent|per\s+cent))
+        |(?<![\w-])(?P<word>{_WORDNUM})\b(?=\s*+(?:{_WORD_UNIT_AHEAD}))
+        |(?<![\w-])(?P<wmixed>(?:(?P<wint>{_WORDNUM})\s++and\s++)?(?P<wfword>{_FRACTION_WORDS}))\b(?=\s*+(?:%|percent|per\s+cent))
       )
       (?P<rparen>\))?
-      \s*(?P<scale>(?:{_SCALE_RE})\b)?
-      \s*(?P<cur2>USD|EUR|GBP|CAD|JPY|dollars?|euros?|yen)?
-      (?:\s*(?P<unit>{_PCT}|x\b|×|times\b|business\s+days?\b|days?\b|months?\b|years?\b|weeks?\b|shares?\b|stores?\b|employees?\b))?
+      (?:\s*+(?P<scale>(?:{_SCALE_RE})\b))?
+      (?:\s*+(?P<cur2>USD|EUR|GBP|CAD|JPY|dollars?|euros?|yen))?
+      (?:\s*+(?P<unit>{_PCT}|x\b|×|times\b|business\s+days?\b|days?\b|months?\b|years?\b|weeks?\b|shares?\b|stores?\b|employees?\b))?
+      (?(cur2)|(?(unit)|(?:\s*+(?![A-Za-z\d])|(?:\s(?=\s))*+(?=\s))))
       (?![A-Za-z\d])
     """,
     re.IGNORECASE | re.VERBOSE,
@@ -222,6 +234,8 @@ def _word_value(word: str) -> Fraction:
 def _figure(m: re.Match[str], whole: bool) -> Figure | None:
     text = m.group(0).strip()
     if m.group("frac_of"):
+        if max(len(m.group("fnum") or ""), len(m.group("fden") or "")) > _NUMERAL_CHARS:
+            return None
         value = (
             Fraction(int(m.group("fnum")), int(m.group("fden")))
             if m.group("fnum")
@@ -231,6 +245,8 @@ def _figure(m: re.Match[str], whole: bool) -> Figure | None:
             value += _word_value(m.group("fint"))
         return Figure(value, "percent", Fraction(0), text)
     if m.group("ratio"):
+        if max(len(m.group("rnum")), len(m.group("rden") or "")) > _NUMERAL_CHARS:
+            return None
         num, den = (Fraction(x.replace(",", "")) for x in (m.group("rnum"), m.group("rden") or m.group("rone")))
         if den == 0:
             return None
@@ -244,6 +260,8 @@ def _figure(m: re.Match[str], whole: bool) -> Figure | None:
         step = Fraction(0)
     else:
         numeral = m.group("num")
+        if len(numeral) > _NUMERAL_CHARS:
+            return None
         value, step = Fraction(numeral.replace(",", "")), _decimal_step(numeral)
     currency = _CURRENCY.get(re.sub(r"\s", "", (m.group("cur1") or m.group("cur2") or "").lower()))
     scale_word = (m.group("scale") or "").lower()
