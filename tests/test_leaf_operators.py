@@ -38,6 +38,7 @@ def test_skeleton_is_the_same_for_renamed_renumbered_and_relined_programs():
         "apples = 30 * (8 * 5)\nanswer = apples // 20",  # operands of * in another order
         "import math\n'''bags'''\nx = 5 * 8\nunused = x - 1\nanswer = (x * 30) // 20",  # import, docstring, dead step
         "answer = 5\nanswer *= 8\nanswer *= 30\nanswer //= 20",  # augmented assignments
+        "total = 5 * 8 * 30\nanswer = int(round(total // 20, 2))",  # conversions and rounding compute nothing
     ]
     for program in same:
         assert skeleton(program) == skeleton(ORCHARD), program

@@ -8,7 +8,8 @@ has its source's skeleton is the source with new numbers, however its question i
   computes `answer`, every assigned name replaced by the expression it was bound to (so splitting a
   line in two, or merging two, changes nothing; a step the answer does not use is not part of it),
   every number and string a placeholder `C`, a `quote(...)` (finance: a figure of the passage) an input
-  `C` too, and the operands of + and * (associative and commutative) flattened and sorted.
+  `C` too, a conversion or rounding (`int(x)`, `round(x, 2)`, `Fraction(x)`) its argument, and the
+  operands of + and * (associative and commutative) flattened and sorted.
 - Any other program (a branch, a loop, a function): the canonical AST dump (`ast.dump`, no positions),
   bound names replaced by their order of binding (`v0`, `v1`, ...) and constants by `C`.
 
@@ -24,6 +25,8 @@ ANSWER = "answer"
 CONSTANT = "C"
 MAX_CHARS = 20_000  # an inlined expression longer than this (a name used many times) falls back to the dump
 _FLAT = (ast.Add, ast.Mult)  # associative and commutative: operand order is no structure
+# calls that only convert or round their first argument: `int(total // 20)` computes what `total // 20` does
+CONVERSIONS = frozenset({"int", "float", "round", "Fraction", "Decimal"})
 _STRAIGHT = (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Import, ast.ImportFrom, ast.Expr, ast.Pass)
 
 
@@ -99,12 +102,19 @@ def _assign(env: dict[str, Shape | str], target: ast.expr, value: ast.expr) -> b
 Shape = tuple  # a rendered expression: (operation, operand, ...), nested; CONSTANT and free names as strings
 
 
+def _called(func: ast.expr) -> str | None:
+    """The name a call calls: `round`, `fractions.Fraction` -> Fraction."""
+    return func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
+
+
 def _render(node: ast.AST, env: dict[str, Shape | str]) -> Shape | str:
     """One expression with names inlined and constants abstracted (see the module docstring)."""
     if isinstance(node, ast.Constant) or (isinstance(node, ast.UnaryOp) and isinstance(node.operand, ast.Constant)):
         return CONSTANT
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "quote":
         return CONSTANT
+    if isinstance(node, ast.Call) and node.args and _called(node.func) in CONVERSIONS:
+        return _render(node.args[0], env)
     if isinstance(node, ast.Name):
         return env.get(node.id, node.id)
     if isinstance(node, ast.BinOp) and isinstance(node.op, _FLAT):
