@@ -304,3 +304,23 @@ def test_sigterm_then_resume_loses_and_duplicates_nothing(tmp_path):
         f"\n1,000 problems: killed after {done} in {first_s:.1f} s; resumed {1000 - done} in {second_s:.1f} s "
         f"({summary['rollouts_per_s']:.0f} rollouts/s in the resumed run)"
     )
+
+
+def test_training_rows_read_back_with_their_excerpt_and_band():
+    """A finance row's excerpt is read back from its training prompt; a row with no answer is refused."""
+    from finmbs.export.rows import training_row
+    from finmbs.export.trl import trl_row
+    from finmbs.records import Snippet
+    from finmbs.runs.pool import from_training_row
+
+    source = problem(9, "gold", "f").model_copy(
+        update={"domain": "finance", "snippet": Snippet(text="Revenue was $1.2 million.\n<b>net</b> 0.4")}
+    )
+    row = training_row(source, 0, "train")
+    for read in (from_training_row(row), from_training_row(trl_row(row))):
+        assert (read.id, read.question, read.answer, read.domain) == (source.id, source.question, "9", "finance")
+        assert read.snippet is not None and read.snippet.text == source.snippet.text
+        assert read.meta["difficulty"]["policy"] == "step0" and read.provenance.seed_id == "f"
+    row["reward_model"]["ground_truth"] = " "
+    with pytest.raises(ValueError, match="missing answer"):
+        from_training_row(row)
