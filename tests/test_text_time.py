@@ -11,6 +11,9 @@ from __future__ import annotations
 import functools
 import importlib.util
 import random
+import signal
+import subprocess
+import sys
 import time
 from contextlib import contextmanager
 from fractions import Fraction
@@ -188,3 +191,48 @@ def test_ingest_line_patterns_linear(line):
         chunk.heading(line)
         parse._tabular(line)
         chunk.defined_term("“Term”" + " " * 5000 + "x", in_definitions=False)
+
+
+# ------------------------------------------------------------------------------------------------ stopping
+STOPPED_IN_TEXT = """
+import asyncio, importlib.util, sys
+spec = importlib.util.spec_from_file_location("bench_figures", sys.argv[1])
+bench = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(bench)
+from finmbs.runs.grow import sigterm_as_interrupt
+from finmbs.verify.finance import figures
+
+async def main():
+    with sigterm_as_interrupt(None):
+        print("inside", flush=True)
+        with bench.old_pattern():  # minutes inside one match of the old pattern, the loop never reached
+            figures("dated as of\\n\\n" + " " * 60 + "September 26, 1995\\n\\n" + " " * 60)
+    print("finished", flush=True)
+
+try:
+    asyncio.run(main())
+except KeyboardInterrupt as exc:
+    print("interrupted:", exc, flush=True)
+    sys.exit(130)
+"""
+
+
+def test_sigterm_stops_a_run_inside_text_processing(tmp_path):
+    """A SIGTERM reaches a run whose event loop is blocked in one long regular-expression match."""
+    from finmbs.runs.grow import STOP_GRACE_S
+
+    script = tmp_path / "stuck.py"
+    script.write_text(STOPPED_IN_TEXT)
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(ROOT / "bench" / "bench_figures.py")], stdout=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "inside"
+    time.sleep(0.5)
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    try:
+        out, _ = proc.communicate(timeout=STOP_GRACE_S + 10)
+    finally:
+        proc.kill()
+    assert time.monotonic() - sent < STOP_GRACE_S + 5
+    assert proc.returncode == 130 and "interrupted: terminated (SIGTERM)" in out, out

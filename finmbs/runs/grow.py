@@ -55,6 +55,7 @@ METRICS_EVERY_S = 30.0  # metrics.json refresh; usage itself reaches usage.jsonl
 # SIGTERM: the longest wait for the model calls in flight, well inside the grace period schedulers give
 # before SIGKILL (30 s for Kubernetes and Slurm's default KillWait), leaving time to write the folder
 DRAIN_S = 20.0
+STOP_GRACE_S = 3.0  # seconds the event loop gets to take a SIGTERM up before the main thread is interrupted
 
 
 def save_seed(run: RunDir, outcome: SeedOutcome, qualified: JsonlLog, rejected: JsonlLog) -> None:
@@ -250,9 +251,17 @@ def sigterm_as_interrupt(gateway: Gateway | None = None) -> Iterator[None]:
     (KeyboardInterrupt). With the run's in-process `gateway`, no new model call is sent from then on and
     the calls in flight are awaited (up to DRAIN_S) before the current task is cancelled, so every call a
     server received is answered and on the usage ledger; without one (work on Ray), or at a second
-    SIGTERM, the task is cancelled at once."""
+    SIGTERM, the task is cancelled at once.
+
+    The handler is Python's own, so it runs in the main thread even while the loop is busy in synchronous
+    work (text processing, a long regular-expression match: the engine checks for signals, but holds the GIL,
+    so no other thread could step in); it asks the loop to stop and sets an alarm (SIGALRM, handled the same
+    way): when the loop has not taken the stop up within STOP_GRACE_S (it is blocked), or at a second SIGTERM
+    before it did, KeyboardInterrupt is raised where the main thread is."""
     loop, task, terminated = asyncio.get_running_loop(), asyncio.current_task(), []
     draining: list[asyncio.Task[None]] = []
+    stopping: list[bool] = []  # set once the loop ran stop()
+    alarms: list[object] = []  # the SIGALRM handler the alarm replaced, once it is set
 
     async def drain_then_cancel(gateway: Gateway) -> None:
         await gateway.drain(DRAIN_S)
@@ -260,17 +269,32 @@ def sigterm_as_interrupt(gateway: Gateway | None = None) -> Iterator[None]:
             task.cancel()
 
     def stop() -> None:
-        first = not terminated
-        terminated.append(True)
+        first = not stopping
+        stopping.append(True)
+        signal.setitimer(signal.ITIMER_REAL, 0)  # the loop took it up: no alarm
         if first and gateway is not None:
             draining.append(loop.create_task(drain_then_cancel(gateway)))
         elif task is not None:
             task.cancel()
 
+    def unanswered(signum: int, frame: object) -> None:  # the alarm: the loop did not take the stop up
+        if not stopping:
+            raise KeyboardInterrupt("terminated (SIGTERM)")
+
+    def on_sigterm(signum: int, frame: object) -> None:
+        terminated.append(True)
+        if stopping or len(terminated) == 1:
+            loop.call_soon_threadsafe(stop)
+            if not stopping:
+                alarms.append(signal.signal(signal.SIGALRM, unanswered))
+                signal.setitimer(signal.ITIMER_REAL, STOP_GRACE_S)
+            return
+        raise KeyboardInterrupt("terminated (SIGTERM)")
+
     try:
-        loop.add_signal_handler(signal.SIGTERM, stop)
+        previous = signal.signal(signal.SIGTERM, on_sigterm)
         installed = True
-    except (RuntimeError, ValueError, NotImplementedError):  # not the main thread, or no signals here
+    except ValueError:  # not the main thread: no signals here
         installed = False
     try:
         yield
@@ -280,7 +304,10 @@ def sigterm_as_interrupt(gateway: Gateway | None = None) -> Iterator[None]:
         raise
     finally:
         if installed:
-            loop.remove_signal_handler(signal.SIGTERM)
+            signal.signal(signal.SIGTERM, previous)
+        if alarms:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, alarms[0])  # type: ignore[arg-type]
         for pending in draining:
             pending.cancel()
         if gateway is not None:
