@@ -172,17 +172,17 @@ _PCT = r"%|percent(?:age\s+points?)?|per\s+cent|pct|basis\s+points?|bps|bp"
 # between two tokens is consumed possessively (`\s*+`; a token never starts with whitespace, so giving some back
 # could only move it to a later `\s*` with the same result); an attempt starts inside a whitespace run only where
 # the old pattern's first attempt in that run would (its first character, the next one when the lookbehind refuses
-# the first, or the last one, where a previous match may end); and the trailing whitespace a figure swallows is
-# stated explicitly (the `(?(cur2)...)` tail): all of the run when what follows may end a figure, else all but its
-# last character, exactly as the nested optional `\s*` of the earlier pattern ended (tests/test_text_time.py
-# compares both on generated text).
+# the first, or the last one, where a previous match may end; an atomic group, so that a failed attempt does not
+# retry it); and the trailing whitespace a figure swallows is stated explicitly (the `(?(cur2)...)` tail): all of
+# the run when what follows may end a figure, else all but its last character, exactly as the nested optional `\s*`
+# of the earlier pattern ended (tests/test_text_time.py compares both on generated text).
 _FIGURE = re.compile(
     rf"""
     (?P<frac_of>(?<!\d)(?P<fnum>\d++)\s*+/\s*+(?P<fden>\d++)
         |(?:(?<![\w-])(?P<fint>{_WORDNUM})\s++and\s++)?(?P<fword>{_FRACTION_WORDS}))
         \s++of\s++(?:one|1)\s*+(?:%|percent|per\s++cent)
     | (?<![\w.,/])(?P<ratio>(?P<rnum>{_NUM})(?:\s*+:\s*+(?P<rden>{_NUM})|\s++to\s++(?P<rone>1(?:\.0+)?))(?![\d/]))
-    | (?<![\w.,/])(?:(?!\s)|(?<!\s)|(?<=[\w.,/]\s)|(?=\s\S))
+    | (?<![\w.,/])(?>(?!\s)|(?<!\s)|(?<=[\w.,/]\s)|(?=\s\S))
       (?P<lparen>\()?\s*+
       (?P<sign>[-+])?\s*+(?P<cur1>{_CUR})?\s*+(?P<lparen2>\()?\s*+(?P<sign2>-)?\s*+
       (?:(?<![\w.,/])(?<!\w-)(?P<num>{_NUM})(?!\d)(?!/\d)(?!-[A-Za-z\d])
