@@ -10,7 +10,9 @@ agreements (`agreements_index`, from ../shared/data). Two worlds, side by side i
   the re-grounded roots on another, and invents a figure on a third.
 
 Printed per world: re-grounding candidates and the fraction rejected by each check (extraction and
-verbatim proof per (seed, document); reply, mechanical leakage/grounding check and judge per node);
+verbatim proof per extraction: one per (seed, retrieved document), counted as the run makes them, so
+fewer than seeds x Kd when a seed has no tree or fewer unseen documents; reply, mechanical
+leakage/grounding check and judge per node);
 judge LLM calls per qualified problem (every judge request that reached the server: answerability
 and the equivalence judge; identical prompts are gateway cache hits and cost nothing); answerability
 judgments per qualified problem (one per node that passed the mechanical check, cached or not), and
@@ -27,7 +29,9 @@ import json
 import tempfile
 from collections import Counter
 from pathlib import Path
+from unittest import mock
 
+from finmbs.mbs import reground as reground_stage
 from finmbs.records import Problem
 from finmbs.runs import read_jsonl
 from finmbs.runs.grow import run_grow
@@ -70,10 +74,12 @@ async def one_world(name: str, seeds: list[Problem], index_settings, work: Path)
         )
         config = config.model_copy(update={"domain": "finance", "index": index_settings, "seed_concurrency": 4})
         out = work / name
-        metrics = await run_grow(config, seeds, out)
+        # every extraction of d' and e' from one retrieved document (one (seed, document) pair), counted as it runs
+        with mock.patch.object(reground_stage, "new_ground", wraps=reground_stage.new_ground) as extraction:
+            metrics = await run_grow(config, seeds, out)
     rejected = [r for r in read_jsonl(out / "rejected.jsonl") if r["stage"] == "reground"]
     checks = Counter(r["data"]["check"] for r in rejected)
-    attempts = len(seeds) * STAGES["Kd"]  # one extraction per (seed, retrieved document)
+    attempts = extraction.await_count
     nodes = metrics.descendants + checks["reply"] + checks["leakage"] + checks["judge"]
     answerability = nodes - checks["reply"] - checks["leakage"]
     judge_calls = metrics.usage["judge"].calls if "judge" in metrics.usage else 0
@@ -82,8 +88,8 @@ async def one_world(name: str, seeds: list[Problem], index_settings, work: Path)
         "world": name,
         "seeds": len(seeds),
         "extractions": attempts,
-        "rejected_extract": checks["extract"] / attempts,
-        "rejected_verbatim": checks["verbatim"] / attempts,
+        "rejected_extract": checks["extract"] / max(attempts, 1),
+        "rejected_verbatim": checks["verbatim"] / max(attempts, 1),
         "grounded_nodes": nodes,
         "rejected_reply": checks["reply"] / max(nodes, 1),
         "rejected_leakage": checks["leakage"] / max(nodes, 1),
