@@ -434,3 +434,84 @@ def test_grow_reads_the_mined_seeds_as_they_are(tmp_path, openai_server, setting
     assert metrics.seeds_in == 2 and metrics.seeds_with_trace == 2
     assert metrics.decompositions_attempted > 0
     assert yaml.safe_load((tmp_path / "grow" / "config.yaml").read_text())["domain"] == "finance"
+
+
+# stopping ---------------------------------------------------------------------------------------------
+STUCK_IN_PLANNING = """
+import importlib.util, runpy, sys
+spec = importlib.util.spec_from_file_location("bench_figures", sys.argv.pop(1))
+bench = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(bench)
+from finmbs.mine import passages
+from finmbs.verify.finance import figures
+
+def stuck(text):  # passage scoring meets text the old figure pattern took minutes over
+    print("planning", file=sys.stderr, flush=True)
+    with bench.old_pattern():
+        figures("dated as of\\n\\n" + " " * 60 + "September 26, 1995\\n\\n" + " " * 60)
+    return []
+
+passages.strong_figures = stuck
+sys.argv[0] = "finmbs"
+runpy.run_module("finmbs.cli", run_name="__main__")
+"""
+
+
+def test_sigterm_stops_mining_inside_passage_planning_and_a_rerun_finishes(
+    tmp_path, openai_server, settings, monkeypatch
+):
+    """SIGTERM while `seeds mine` is inside one long text match (before any model call) ends the run
+    within seconds with exit 130; the same command then mines the document."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from finmbs.runs.grow import STOP_GRACE_S
+
+    config = tmp_path / "config.yaml"
+    config.write_text(dump_config(config_for(openai_server, tmp_path, settings)))
+    args = ["seeds", "mine", "--config", str(config), "--index-path", str(settings.path)]
+    args += [
+        "--out",
+        str(tmp_path / "mined.jsonl"),
+        "--document",
+        BF,
+        "--per-document",
+        "2",
+        "--types",
+        "lookup,multi_step",
+    ]
+    script = tmp_path / "stuck.py"
+    script.write_text(STUCK_IN_PLANNING)
+    bench = Path(__file__).resolve().parents[1] / "bench" / "bench_figures.py"
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(bench), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,  # the run folder (runs/mine-mined) goes there
+    )
+    try:
+        assert proc.stderr is not None
+        seen = []
+        for line in proc.stderr:
+            seen.append(line)
+            if line.strip() == "planning":
+                break
+        time.sleep(0.5)
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=STOP_GRACE_S + 20)
+    finally:
+        proc.kill()
+    assert time.monotonic() - sent < STOP_GRACE_S + 5
+    assert proc.returncode == 130 and "interrupted" in out + err, "".join(seen) + out + err
+    assert openai_server.request_count == 0  # stopped before any model call
+
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    seeds = load_seeds(tmp_path / "mined.jsonl")
+    assert seeds and {p.snippet.doc_id for p in seeds if p.snippet} == {BF}
+    assert (tmp_path / "runs" / "mine-mined" / "done" / BF).exists()
