@@ -33,21 +33,26 @@ def opening(text: str | None, n: int = 90) -> str:
     return " ".join((text or "-").split())[:n]
 
 
-async def main(args: argparse.Namespace) -> None:
+def bench_context(args: argparse.Namespace, **stages: object) -> tuple[Context, list[Problem]]:
+    """The config's roles with no response cache, the index at --index-path and `stages` set; the seeds."""
     config = load_config(args.config)
     config = config.model_copy(
         update={
             "cache_path": None,
             "index": config.index.model_copy(update={"path": args.index_path}),
-            "stages": config.stages.model_copy(update={"extract": "select"}),
+            "stages": config.stages.model_copy(update=stages),
         }
     )
     try:
         seeds: list[Problem] = load_seeds(args.seeds)
     except (SeedsError, FileNotFoundError) as exc:
         raise SystemExit(str(exc)) from None
-    gateway = Gateway.from_config(config)
-    ctx = Context(config=config, gateway=gateway)
+    return Context(config=config, gateway=Gateway.from_config(config)), seeds
+
+
+async def main(args: argparse.Namespace) -> None:
+    ctx, seeds = bench_context(args, extract="select")
+    config, gateway = ctx.config, ctx.gateway
     try:
         with open_index(config.index) as index:
             if not index.documents():

@@ -228,6 +228,12 @@ class StageParams(Settings):
         "check rejected (a seed-only term, figure or date; the seed entity), telling it why, up "
         "to this many times",
     )
+    reground_concept: bool = Field(
+        True,
+        description="finance re-grounding (not in the paper): each unseen document is also searched for the seed's "
+        "concept (its concepts.yaml name, else the teacher's name for the provision in at most 12 words), "
+        "fused with the search by the seed passage; off: the seed passage is the only query",
+    )
     relabel_votes: int = Field(
         3,
         ge=2,
@@ -416,6 +422,7 @@ PAPER_VALUES: dict[str, Any] = {
     "stages.keep": "roots",  # keep: all calibrates non-root nodes too
     "stages.extract": "copy",  # the teacher copies d' (select / retrieve are finmbs's)
     "stages.reground_retries": 0,  # re-ask for nodes the leakage check rejected
+    "stages.reground_concept": False,  # unseen documents also searched for the seed's concept
     "stages.leakage_rules": "paper",  # rule 1 only (appendix D); rules 2-5 are finmbs's
     "stages.rename": False,  # renaming at re-grounding
     "stages.direct_reground": True,  # SPEC: direct output is re-grounded like MBS output

@@ -96,12 +96,21 @@ def test_expansion_names_where_a_concept_is_reported():
 @pytest.mark.parametrize(
     "text, message",
     [
-        ("- when: quick ratio\n", "entry 1: needs exactly the text fields 'when' and 'where'"),
         (
-            "- when: quick ratio\n  where: balance sheet\n- when: '(capex'\n  where: cash flows\n",
-            "entry 2: 'when' is not a regular expression",
+            "- concept: quick ratio\n  when: quick ratio\n  how: x\n",
+            "entry 1: needs the text fields 'concept' and 'when'",
         ),
-        ("when: x\nwhere: y\n", "a list of {when, where} entries expected"),
+        (
+            "- concept: quick ratio\n  when: quick ratio\n  where: balance sheet\n- when: capex\n  where: cash flows\n",
+            "entry 2: names no concept",
+        ),
+        ("- concept: '  '\n  when: default rate\n", "entry 1: names no concept"),
+        ("- concept: default rate\n", r"entry 1 \(default rate\): has no 'when'"),
+        (
+            "- concept: quick ratio\n  when: quick ratio\n  where: balance sheet\n- concept: capex\n  when: '(capex'\n",
+            r"entry 2 \(capex\): 'when' is not a regular expression",
+        ),
+        ("when: x\nwhere: y\n", "a list of {concept, when, where} entries expected"),
     ],
 )
 def test_a_bad_concept_table_is_named_with_its_entry(tmp_path, text, message):

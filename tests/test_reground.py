@@ -10,6 +10,7 @@ import pytest
 
 from finmbs.config import IndexSettings
 from finmbs.ingest import find_verbatim, open_index
+from finmbs.ingest.concepts import named_concept
 from finmbs.llm import Gateway
 from finmbs.mbs.context import Context, Ledger
 from finmbs.mbs.leakage import Grounding, Pool, analogue, defined_terms, entity_renames, rename, term_words
@@ -284,7 +285,8 @@ async def test_retrieve_takes_the_most_relevant_excerpt_without_asking_the_teach
     assert not any("analogous passage" in r.text for r in openai_server.requests)
     for tree in trees:
         doc = index.document(tree.grounding.doc_id)
-        [first, *_] = document_chunks(index, doc.doc_id, AV.snippet.text, 6)
+        concept = named_concept(AV.question, AV.snippet.text)  # stages.reground_concept: searched for too
+        [first, *_] = document_chunks(index, doc.doc_id, AV.snippet.text, 6, concept)
         assert (tree.grounding.char_start, tree.grounding.char_end) == (first.char_start, first.char_end)
         assert tree.entity == (doc.company or doc.title)
 

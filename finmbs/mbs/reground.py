@@ -31,6 +31,8 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from finmbs.ingest import Index, find_verbatim, shared_index
+from finmbs.ingest.concepts import named_concept
+from finmbs.ingest.store import RRF_K
 from finmbs.llm.structured import written_in_order
 from finmbs.mbs.candidates import WorkedProblem, reply_model
 from finmbs.mbs.context import Context, Ledger
@@ -91,6 +93,12 @@ class GroundedTree(BaseModel):
     """The teacher's reply to step 2: every node of the tree, re-grounded."""
 
     nodes: list[GroundedNode] = Field(min_length=1)
+
+
+class ProvisionName(BaseModel):
+    """The teacher's name for the provision a seed asks about (`stages.reground_concept`, no concepts.yaml entry)."""
+
+    provision: str = ""
 
 
 class Answerability(BaseModel):
@@ -239,15 +247,63 @@ def term_chunks(chunks: list[Chunk], seed_text: str, most: int) -> list[Chunk]:
     return [c for *_, c in sorted(found, key=lambda f: (f[0], f[1], f[2].char_start or 0))][:most]
 
 
-def document_chunks(index: Index, doc_id: str, seed_text: str, k: int) -> list[Chunk]:
+CONCEPT_WORDS = 12  # a concept query: the provision's kind, not a passage
+
+
+async def seed_concept(ctx: Context, seed: Problem) -> str | None:
+    """What to search an unseen document for (`stages.reground_concept`): the concept the seed's question
+    or passage names in `concepts.yaml`, else the teacher's name for the provision (one call per seed,
+    temperature 0, cached by the gateway), cut to CONCEPT_WORDS words; None when switched off or unnamed."""
+    if not ctx.stages.reground_concept or seed.snippet is None:
+        return None
+    if found := named_concept(seed.question, seed.snippet.text):
+        return found
+    text = render_prompt("reground_concept", question=seed.question, passage=seed.snippet.text)
+    [reply] = await ctx.gateway.structured(
+        ctx.teachers[0],
+        ProvisionName,
+        role="teacher",
+        messages=[{"role": "user", "content": text}],
+        temperature=0.0,
+        max_tokens=64,
+    )
+    ctx.tick(STAGE)
+    words = (reply.provision if reply else "").strip().strip("\"'.").split()
+    return " ".join(words[:CONCEPT_WORDS]) or None
+
+
+def fused(*rankings: list[Chunk]) -> list[Chunk]:
+    """Reciprocal-rank fusion of chunk rankings (the index's constant): a chunk several rankings find comes
+    first; on a tie the earlier ranking's chunk does."""
+    score: dict[str, float] = {}
+    found: dict[str, Chunk] = {}
+    for ranking in rankings:
+        for rank, chunk in enumerate(ranking, 1):
+            score[chunk.chunk_id] = score.get(chunk.chunk_id, 0.0) + 1.0 / (RRF_K + rank)
+            found.setdefault(chunk.chunk_id, chunk)
+    return sorted(found.values(), key=lambda c: -score[c.chunk_id])
+
+
+def document_chunks(index: Index, doc_id: str, seed_text: str, k: int, concept: str | None = None) -> list[Chunk]:
     """What the teacher reads of a new document, most relevant first: the chunks that name a term of the
     seed passage (`term_chunks`, at most k // 2), then the chunks nearest to the seed passage by hybrid
     search, k in all (the passage itself is the query: no concept expansion, which would steer it to
-    financial statements)."""
+    financial statements).
+
+    With a `concept` (`seed_concept`) the document is also searched for it, and the chunks after the
+    term chunks are both searches fused by reciprocal rank (the concept's first on a tie): every chunk the
+    passage alone would show stays, and up to k // 2 that only the concept finds join them."""
     defined = term_chunks(index.chunks(doc_id), seed_text, k // 2)
     nearest = [hit.chunk for hit in index.search(seed_text, k, doc_id=doc_id, concepts=False)]
     chunks = {c.chunk_id: c for c in defined + nearest}
-    return list(chunks.values())[:k]
+    today = list(chunks.values())[:k]
+    if not concept:
+        return today
+    named = [hit.chunk for hit in index.search(concept, k, doc_id=doc_id, concepts=False)]
+    shown = {c.chunk_id for c in today}
+    shown.update([c.chunk_id for c in named if c.chunk_id not in shown][: k // 2])
+    first = [c.chunk_id for c in defined]
+    return defined + [c for c in fused(named, nearest) if c.chunk_id in shown and c.chunk_id not in first]
 
 
 def excerpt(chunks: list[Chunk]) -> str:
@@ -353,12 +409,19 @@ async def ask_ground(
 
 
 async def new_ground(
-    ctx: Context, index: Index, seed: Problem, method: str, slot: int, doc: Document, ledger: Ledger
+    ctx: Context,
+    index: Index,
+    seed: Problem,
+    method: str,
+    slot: int,
+    doc: Document,
+    ledger: Ledger,
+    concept: str | None = None,
 ) -> NewGround | None:
     """Ask the teacher for d' and e' in `doc` (copied, then proven verbatim; or chosen among the
-    excerpts, verbatim by construction), or record the rejection."""
+    excerpts, verbatim by construction), or record the rejection. `concept`: the seed's, searched for too."""
     snippet = seed.snippet or Snippet(text="")
-    chunks = document_chunks(index, doc.doc_id, snippet.text or seed.question, EXCERPT_CHUNKS)
+    chunks = document_chunks(index, doc.doc_id, snippet.text or seed.question, EXCERPT_CHUNKS, concept)
     if ctx.stages.extract == "retrieve":  # no teacher call: the most relevant excerpt, the document's company
         reply = Selection(reason="retrieved", entity=doc.company or doc.title or "", excerpts=[1] if chunks else [])
     else:
@@ -786,8 +849,9 @@ async def reground(
             check="retrieve",
         )
         return []
+    concept = await seed_concept(ctx, seed)
     grounds = await asyncio.gather(
-        *(new_ground(ctx, index, seed, method, k, doc, ledger) for k, doc in enumerate(documents))
+        *(new_ground(ctx, index, seed, method, k, doc, ledger, concept) for k, doc in enumerate(documents))
     )
     regrounder = Regrounder(ctx, index, seed, own, ledger)
     results = await asyncio.gather(*(regrounder.tree(t, g) for g in grounds if g is not None for t in trees))
