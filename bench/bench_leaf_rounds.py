@@ -9,7 +9,7 @@ verification. Prints every variant with its fate, then per mode the variants wri
 the guard rejected. No response cache unless `--cache` names one (a grow run's cache replays its traces
 and round 0).
 
-    python bench/bench_leaf_rounds.py --seeds corpora/math/seeds.jsonl --only qs-orchard,qs-stickers --retries 3
+    python bench/bench_leaf_rounds.py --seeds corpora/math/seeds-easy.jsonl --only qs-orchard,qs-stickers --retries 3
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ async def main(args: argparse.Namespace) -> None:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seeds", type=Path, default=ROOT / "corpora" / "math" / "seeds.jsonl")
+    parser.add_argument("--seeds", type=Path, default=ROOT / "corpora" / "math" / "seeds-easy.jsonl")
     parser.add_argument("--only", default="", help="comma-separated seed ids")
     parser.add_argument("--retries", type=int, default=2)
     parser.add_argument("--cache", default=None, help="a response cache to read and write (default: none)")

@@ -68,6 +68,10 @@ ZERO = {
     "relabeled": 0,
     "decompositions_from_program": 0,
     "from_program_effective": 0,
+    "same_structure": 0,  # the scripted world's configs leave novelty.structure and leaf operators off
+    "new_structure": 0,
+    "new_structure_rate": 0.0,
+    "by_operator": {},
 }
 
 

@@ -76,7 +76,10 @@ def test_the_engine_writes_the_quotes_and_the_sandbox_checks_them():
     assert run_program(source, "interest at three percent (3.0%) per annum").error.endswith(
         "quote not in the passage: 'two percent (2.0%)'"
     )  # the check underneath is unchanged: the same program on another passage fails
-    assert bind([("rate", INVENTED)], spans, "answer = rate")[1] == f"figure {INVENTED!r} is not one of the passage's figures"
+    assert (
+        bind([("rate", INVENTED)], spans, "answer = rate")[1]
+        == f"figure {INVENTED!r} is not one of the passage's figures"
+    )
     assert "not a usable variable name" in bind([("answer", "two percent (2.0%)")], spans, "answer = 1")[1]
     assert "chosen twice" in bind([("r", "two percent (2.0%)")] * 2, spans, "answer = r")[1]
 
@@ -191,7 +194,9 @@ async def test_a_passage_with_no_figure_gets_no_program_request(tmp_path, openai
 
 
 async def test_switched_off_the_program_quotes_the_passage_itself(tmp_path, openai_server):
-    verdict, requests = await verdicts(openai_server, tmp_path, "two percent (2.0%)", finance("11.50%"), quote_spans=False)
+    verdict, requests = await verdicts(
+        openai_server, tmp_path, "two percent (2.0%)", finance("11.50%"), quote_spans=False
+    )
     asked = [r for r in requests if "Write a short Python program" in r.text]
     assert asked and LISTED not in asked[0].text and "response_format" not in asked[0].body
     assert "quote(" in asked[0].text  # prompts/program_finance.txt, as before the switch

@@ -464,19 +464,31 @@ def ixbrl_fact_sets(facts: list[Fact]) -> list[FactSet]:
     return turns + sets[len(turns) // 2 :] + ratios[len(turns) // 2 :]
 
 
+def _row_of(text: str, label: str, figure: str) -> tuple[int, int] | None:
+    """Start and end of the first line holding `label` and, after it, `figure` as a whole figure (no digit,
+    comma or point before it, no digit or comma after it); a scan line by line, linear in the text (one
+    pattern spanning the line backtracked quadratically on a long one)."""
+    shown = re.compile(rf"(?<![\d,.]){re.escape(figure)}(?![\d,])")
+    offset = 0
+    for line in text.split("\n"):
+        at = line.find(label)
+        if at >= 0 and shown.search(line, at + len(label)):
+            return offset, offset + len(line)
+        offset += len(line) + 1
+    return None
+
+
 def locate_facts(fact_set: FactSet, doc: Document, text: str, chunks: list[Chunk], most: int) -> Snippet | None:
     """The passage of the document text showing every fact of an XBRL fact set: from the table's first
     line (its column headings name the years) through the rows holding the facts, at most `most`
     characters; None when a fact's row (its label and displayed value on one line) is not in the text."""
     rows = []
     for fact in fact_set.facts:
-        label = re.escape(fact.context.split(" ")[0]) if fact.context else ""
-        pattern = re.compile(rf"^[^\n]*{label}[^\n]*(?<![\d,.]){re.escape(fact.text)}(?![\d,])[^\n]*$", re.M)
-        found = pattern.search(text)
+        found = _row_of(text, fact.context.split(" ")[0] if fact.context else "", fact.text)
         if not found:
             return None
-        at = found.start() + found.group(0).find(fact.text)
-        rows.append((found.start(), found.end(), fact, at))
+        line_start, line_end = found
+        rows.append((line_start, line_end, fact, line_start + text[line_start:line_end].find(fact.text)))
     start, end = min(r[0] for r in rows), max(r[1] for r in rows)
     top = start
     while top > 0 and text[text.rfind("\n", 0, top - 1) + 1 : top].lstrip().startswith("|") and start - top < most:

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import ast
 
+from finmbs.errors import FinmbsError
+
 ANSWER = "answer"
 CONSTANT = "C"
 MAX_CHARS = 20_000  # an inlined expression longer than this (a name used many times) falls back to the dump
@@ -56,7 +58,7 @@ def _binds(tree: ast.AST, name: str) -> bool:
     return any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store) for n in ast.walk(tree))
 
 
-class _TooLong(Exception):
+class _TooLong(FinmbsError):
     pass
 
 
