@@ -69,6 +69,7 @@ class ProgramResult(BaseModel):
     error: str | None = None
     quotes: list[Quote] = Field(default_factory=list)
     output: str = ""
+    layers: dict[str, bool] = Field(default_factory=dict, exclude=True)  # the OS layers that held (not stored)
 
     def brief(self) -> str:
         return f"program gives {self.answer}" if self.ok else f"program failed: {self.error}"
@@ -157,7 +158,7 @@ def _result(out: bytes, returncode: int | None, timeout_s: float) -> ProgramResu
         data: dict[str, Any] = json.loads(out.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError):
         return ProgramResult(ok=False, error=f"the sandbox gave no result (exit status {returncode})")
-    _warn_missing(data.pop("layers", None) or {})
+    _warn_missing(data.get("layers") or {})
     if not data.get("ok"):
         data.pop("value", None)
         data["error"] = " ".join(str(data.get("error") or "failed").split())[:300]
@@ -184,27 +185,9 @@ def sandbox_layers() -> dict[str, bool]:
     """Which layers of the sandbox hold on this machine, probed by running one program that tries to
     leave (`finmbs doctor`): each OS layer as the worker reports it, and `language` (the probe's escape,
     `from statistics import sys`, refused)."""
-    request = {
-        "source": "from statistics import sys\nanswer = 1",
-        "passage": None,
-        "functions": {},
-        "limits": {"cpu_s": 5, "memory_mb": MEMORY_MB, "output_chars": OUTPUT_CHARS},
-    }
-    out = subprocess.run(
-        [sys.executable, "-B", "-m", "finmbs.verify.program_worker"],
-        input=json.dumps(request).encode(),
-        capture_output=True,
-        env=_worker_env(),
-        cwd="/",
-        timeout=START_S + 5,
-        check=False,
-    ).stdout
-    try:
-        data = json.loads(out.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        return {name: False for name in (*OS_LAYERS, "language")}
-    layers = {name: bool((data.get("layers") or {}).get(name)) for name in OS_LAYERS}
-    return layers | {"language": not data.get("ok") and "sys" in str(data.get("error"))}
+    probe = run_program("from statistics import sys\nanswer = 1", timeout_s=5)
+    layers = {name: bool(probe.layers.get(name)) for name in OS_LAYERS}
+    return layers | {"language": not probe.ok and "sys" in str(probe.error)}
 
 
 async def run_program_async(

@@ -50,7 +50,6 @@ from RestrictedPython.PrintCollector import PrintCollector
 from finmbs.errors import FinmbsError
 from finmbs.verify.quotes import check_quote, exact
 
-ALLOWED_MODULES = ("math", "fractions", "decimal", "statistics", "datetime")
 NOBODY = 65534  # the uid and gid a root parent's worker drops to (Debian's nobody / nogroup)
 # objects that lead out of the program's world: never handed over by item access or iteration
 UNREACHABLE = (ModuleType, FrameType, CodeType, TracebackType)
@@ -86,6 +85,9 @@ def _die_with_parent() -> None:
         pass
 
 
+_MISSING = object()
+
+
 class ModuleView:
     """What `import M` and `from M import x` hand a program: M's public API (its `__all__`, or its
     public names where it has none), read-only, with every module-valued name left out. The real
@@ -94,11 +96,12 @@ class ModuleView:
     __slots__ = ("_api", "_label")
 
     def __init__(self, module: ModuleType) -> None:
-        names = getattr(module, "__all__", None) or [n for n in dir(module) if not n.startswith("_")]
+        names = getattr(module, "__all__", None) or dir(module)
+        values = {name: getattr(module, name, _MISSING) for name in names if not name.startswith("_")}
         api = {
-            name: getattr(module, name)
-            for name in names
-            if not name.startswith("_") and hasattr(module, name) and not isinstance(getattr(module, name), UNREACHABLE)
+            name: value
+            for name, value in values.items()
+            if not isinstance(value, UNREACHABLE) and value is not _MISSING
         }
         object.__setattr__(self, "_api", MappingProxyType(api))
         object.__setattr__(self, "_label", module.__name__)
@@ -125,7 +128,7 @@ def _guarded_import(
     name: str, globals: Any = None, locals: Any = None, fromlist: Any = (), level: int = 0
 ) -> ModuleView:
     if level != 0 or name not in VIEWS:
-        raise ImportError(f"import of {name!r} is not allowed (only {', '.join(ALLOWED_MODULES)})")
+        raise ImportError(f"import of {name!r} is not allowed (only {', '.join(VIEWS)})")
     return VIEWS[name]
 
 
@@ -133,9 +136,6 @@ def _reachable(value: Any, what: str) -> Any:
     if isinstance(value, UNREACHABLE):
         raise ProgramError(f"{what} is a {type(value).__name__}, which a program may not hold")
     return value
-
-
-_MISSING = object()
 
 
 def _getattr(obj: Any, name: str, default: Any = _MISSING) -> Any:
