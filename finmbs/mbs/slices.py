@@ -26,12 +26,12 @@ from finmbs.config import Endpoint
 from finmbs.mbs.candidates import WorkedProblem, reply_model
 from finmbs.mbs.context import Context
 from finmbs.mbs.labels import write_program
-from finmbs.mbs.programs import passage, program_prompt, programs_on, same
+from finmbs.mbs.programs import program_prompt, programs_on, run_for, same
 from finmbs.mbs.solve import document_block
 from finmbs.mbs.stages import Check, Stage
 from finmbs.records import Problem
 from finmbs.resources import render_prompt
-from finmbs.verify.program import computes_nothing, run_program_async
+from finmbs.verify.program import computes_nothing
 
 STAGE = Stage.DECOMPOSE
 CHECK = Check.SLICE  # the rejection check of a child whose answer is not its slice's value
@@ -238,7 +238,7 @@ async def node_program(ctx: Context, problem: Problem) -> tuple[Problem, str | N
         return problem, f"no program: {why or 'none was written'}"
     if computes_nothing(source):
         return problem, "its program computes nothing"
-    result = await run_program_async(source, passage(written), functions=written.meta.get("program_functions"))
+    result = await run_for(written)
     if not result.ok:
         return problem, f"its program failed: {result.error}"
     if not await same(ctx, written, result.answer or "", written.answer):
@@ -250,11 +250,10 @@ async def usable_slices(ctx: Context, problem: Problem) -> tuple[list[Slice], st
     """The slices of `problem`'s program (meta.program) a decomposition offers, each run in the sandbox
     with its value, at most `stages.K`: one that fails to run, gives the parent's answer, or gives the
     value of a slice before it is left out. ([], why) when none is left."""
-    source, functions = problem.meta.get("program") or "", problem.meta.get("program_functions")
-    found = program_slices(source)
+    found = program_slices(problem.meta.get("program") or "")
     if not found:
         return [], "its program has no intermediate step to slice"
-    results = await asyncio.gather(*(run_program_async(s.source, passage(problem), functions=functions) for s in found))
+    results = await asyncio.gather(*(run_for(problem, s.source) for s in found))
     kept: list[Slice] = []
     dropped: list[str] = []
     for candidate, result in zip(found, results):
