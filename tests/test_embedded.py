@@ -349,3 +349,72 @@ def test_a_program_string_closes_only_once_it_binds_answer():
     # a schema without the annotation is the converter's plain string
     plain = embedded.grammar(Total.model_json_schema())._grammar
     assert "closing" not in plain
+
+
+@pytest.mark.slow
+async def test_a_draining_gateway_stops_embedded_generations_at_once_and_resumes(tmp_path):
+    # a stopping run (SIGTERM) ends local generations within a step instead of waiting out max_tokens
+    settings = EmbeddedSettings(n_ctx=1600)  # a decoder no other test uses
+    gateway = Gateway(cache_path=str(tmp_path / "cache.sqlite"), embedded=settings)
+    calls = [
+        asyncio.create_task(
+            gateway.generate(
+                small_endpoint(),
+                role="target",
+                messages=[{"role": "user", "content": f"Write the numbers from 1 to {top}, separated by commas."}],
+                max_tokens=1400,
+            )
+        )
+        for top in (3000, 4000)  # one decodes, the other waits for room in the window
+    ]
+    decoder = embedded.decoder(embedded.lookup(SMALL).name, settings.n_ctx)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not any(s.tokens for r in decoder._active for s in r.seqs):
+        await asyncio.sleep(0.05)
+    assert decoder._active and decoder._pending  # one generating, one queued
+    started = time.monotonic()
+    assert await gateway.drain(20.0)  # nothing left in flight ...
+    assert time.monotonic() - started < 5.0  # ... long before 1,400 tokens (minutes on 2 cores)
+    assert not decoder._active and not decoder._pending and not decoder._driving
+    assert not any(c.done() for c in calls)  # the stopped calls wait to be cancelled with the run, unanswered
+    for call in calls:
+        call.cancel()
+    await asyncio.gather(*calls, return_exceptions=True)
+    assert gateway.usage["target"].errors == 0  # a stop is not an endpoint failure
+    gateway.resume()
+    short = [{"role": "user", "content": "What is 2 + 3? Reply with the number only."}]
+    samples = await gateway.generate(
+        small_endpoint(), role="target", messages=short, n=1, max_tokens=8, temperature=0.0
+    )
+    assert samples[0].text.strip() == "5"
+
+
+@pytest.mark.slow
+def test_sigterm_stops_grow_on_the_embedded_models_within_seconds(tmp_path):
+    # the quickstart itself, stopped while the embedded teacher generates: no wait for max_tokens
+    import os
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    out, usage = tmp_path / "run", tmp_path / "run" / "usage.jsonl"
+    command = [sys.executable, "-m", "finmbs.cli", "grow", "--seeds", str(root / "corpora/math/seeds.jsonl")]
+    command += ["--out", str(out), "--set", f"cache_path={tmp_path / 'cache.sqlite'}"]
+    run = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    deadline = time.monotonic() + 240
+    while (
+        time.monotonic() < deadline
+        and run.poll() is None
+        and '"calls": 1' not in (usage.read_text() if usage.exists() else "")
+    ):
+        time.sleep(0.2)
+    time.sleep(3.0)  # the teacher is generating (a trace takes far longer than this on 2 cores)
+    assert run.poll() is None, run.communicate()
+    started = time.monotonic()
+    run.send_signal(signal.SIGTERM)
+    _, stderr = run.communicate(timeout=120)
+    assert run.returncode == 130, stderr
+    assert time.monotonic() - started < 15.0, "SIGTERM waited for the generations in flight"
+    assert "interrupted" in stderr and os.path.exists(out / "metrics.json")

@@ -21,6 +21,22 @@ class Backend(Protocol):
         self, endpoint: Endpoint, *, messages: list[Message] | None, prompt: str | None, n: int, params: dict[str, Any]
     ) -> BackendReply: ...
 
+    def abort(self) -> None:
+        """A run is stopping: end local generations now (a served call is awaited instead)."""
+
+    def resume(self) -> None:
+        """Undo `abort`."""
+
+
+class Served:
+    """A backend whose calls a server answers: a stopping run awaits them, so `abort` does nothing."""
+
+    def abort(self) -> None:
+        pass
+
+    def resume(self) -> None:
+        pass
+
 
 def _split_tokens(total: int, texts: list[str]) -> list[int]:
     """Share an aggregate completion-token count among samples by text length."""
@@ -30,7 +46,7 @@ def _split_tokens(total: int, texts: list[str]) -> list[int]:
     return [round(total * n / sum(lengths)) for n in lengths]
 
 
-class LiteLLMBackend:
+class LiteLLMBackend(Served):
     """Every hosted or OpenAI-compatible endpoint (vLLM, llama.cpp server) through litellm."""
 
     def __init__(self) -> None:
@@ -97,6 +113,12 @@ class EmbeddedBackend:
         self.settings = settings or EmbeddedSettings()
         self.cores = min(self.settings.threads or available_cores(), available_cores())
         self.scheduler = shared_scheduler(self.cores)
+
+    def abort(self) -> None:
+        embedded.abort_all()
+
+    def resume(self) -> None:
+        embedded.resume_all()
 
     def _threads_wanted(self) -> int | None:
         """serial: every step gets all cores (one model's step at a time); share: the cores divided among

@@ -69,6 +69,10 @@ class ContextOverflow(FinmbsError, ValueError):
     """The prompt does not fit the context window."""
 
 
+class DecodingAborted(FinmbsError):
+    """`Decoder.abort` stopped the request before its samples were done (a run being stopped)."""
+
+
 def _chain(llama_cpp: Any, sampling: Sampling) -> Any:
     chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
     if sampling.temperature <= 0:
@@ -184,6 +188,7 @@ class Decoder:
         self._active: list[_Request] = []
         self._kept: dict[int, list[int]] = {}
         self._driving = False
+        self._aborting = False  # set by `abort`: every request fails at the next step, until `resume`
         self.peak_requests = 0  # the most requests that shared one step
 
     @property
@@ -231,6 +236,21 @@ class Decoder:
         api.llama_sampler_apply(chain, ctypes.byref(array))
         return int(data[array.selected].id)
 
+    # stopping --------------------------------------------------------------------------------------
+    def abort(self) -> None:
+        """Fail every request, waiting or decoding, within one step (DecodingAborted), and every new one
+        until `resume`: a stopped run need not wait for generations nobody will read."""
+        with self._cond:
+            self._aborting = True
+            for request in self._pending:
+                request.error = DecodingAborted("decoding stopped")
+            self._pending.clear()
+            self._cond.notify_all()
+
+    def resume(self) -> None:
+        with self._cond:
+            self._aborting = False
+
     # generation ------------------------------------------------------------------------------------
     def generate(
         self,
@@ -256,6 +276,8 @@ class Decoder:
         for start in range(0, len(samplings), wave):
             request = _Request(prompt, samplings[start : start + wave], max_tokens, stop or [], grammar)
             with self._cond:
+                if self._aborting:
+                    raise DecodingAborted("decoding stopped")
                 self._pending.append(request)
             self._wait_or_drive(request, lease)
             if request.error is not None:
@@ -281,6 +303,8 @@ class Decoder:
         def stint() -> None:
             try:
                 while not request.done:
+                    if self._aborting:
+                        raise DecodingAborted("decoding stopped")
                     with lease() as threads:
                         if threads != self.threads:
                             self.api.llama_set_n_threads(self.ctx, threads, threads)

@@ -210,6 +210,7 @@ def _write_marker(model: EmbeddedModel, path: Path) -> None:
 
 _PATH_LOCK = threading.Lock()
 _LOAD_LOCK = threading.Lock()
+_STOPPING = threading.Event()  # set by abort_all until resume_all
 
 
 def model_path(model: str | EmbeddedModel) -> Path:
@@ -390,11 +391,31 @@ def decoder(name: str, n_ctx: int, repack: bool | None = None) -> Any:
         if key not in _DECODERS:
             try:
                 _DECODERS[key] = Decoder(llama, n_ctx)
+                if _STOPPING.is_set():
+                    _DECODERS[key].abort()
             except RuntimeError as exc:
                 raise EmbeddedModelError(
                     f"embedded model '{entry.name}' ({entry.packages}): no context of {n_ctx} tokens: {exc}"
                 ) from exc
         return _DECODERS[key]
+
+
+def abort_all() -> None:
+    """Stop every decoder's requests (`Decoder.abort`), and those of a decoder made before `resume_all`:
+    the run is stopping."""
+    with _LOAD_LOCK:
+        _STOPPING.set()
+        decoders = list(_DECODERS.values())
+    for each in decoders:
+        each.abort()
+
+
+def resume_all() -> None:
+    with _LOAD_LOCK:
+        _STOPPING.clear()
+        decoders = list(_DECODERS.values())
+    for each in decoders:
+        each.resume()
 
 
 _FORMATTERS: dict[str, Any] = {}

@@ -24,6 +24,7 @@ from finmbs.config import Budget, EmbeddedSettings, Endpoint, RunConfig
 from finmbs.errors import FinmbsError
 from finmbs.llm.backends import Backend, EmbeddedBackend, LiteLLMBackend
 from finmbs.llm.cache import ResponseCache, request_key
+from finmbs.llm.decoding import DecodingAborted
 from finmbs.llm.limits import EndpointLimits
 from finmbs.llm.structured import extract_json, schema_format, strip_think
 from finmbs.llm.types import BackendReply, BudgetExceeded, GatewayError, Message, Sample
@@ -148,13 +149,22 @@ class Gateway:
         budget_check(self.budget, tokens + self.total_tokens, cost + self.total_cost)
 
     async def drain(self, timeout_s: float) -> bool:
-        """Send no new call from now on (a call not yet sent waits until it is cancelled), and wait up to
-        `timeout_s` for the calls in flight to return; True when none is left in flight."""
+        """Send no new call from now on (a call not yet sent waits until it is cancelled), stop the embedded
+        models' generations, and wait up to `timeout_s` for the calls in flight to return; True when none
+        is left in flight."""
         self.draining = True
+        for backend in self._backends.values():
+            backend.abort()  # a local model's generations are nobody's bill: stopped, not awaited
         deadline = time.monotonic() + timeout_s
         while self._sending and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
         return not self._sending
+
+    def resume(self) -> None:
+        """Undo `drain`: calls are sent again (a run that stopped in this process may be followed by another)."""
+        self.draining = False
+        for backend in self._backends.values():
+            backend.resume()
 
     def _accounted(self) -> None:
         if self.on_usage is not None:
@@ -214,7 +224,7 @@ class Gateway:
             stop=stop_after_attempt(endpoint.max_retries + 1),
             reraise=True,
         )
-        timed_out = 0
+        timed_out, stopped = 0, False
         try:
             async for attempt in retrying:
                 with attempt:
@@ -235,6 +245,8 @@ class Gateway:
                                 if endpoint.is_embedded
                                 else endpoint.timeout_s,  # embedded: queued, bounded by max_tokens
                             )
+                        except DecodingAborted:
+                            stopped = True  # the run is stopping: not an endpoint's failure
                         except Exception as exc:
                             timed_out += is_timeout(exc)
                             if timed_out > 1:
@@ -247,6 +259,8 @@ class Gateway:
                             raise
                         finally:
                             self._sending -= 1
+                        if stopped:  # cancelled with the run, like a call never sent
+                            await asyncio.get_running_loop().create_future()
                     self._account(endpoint, usage, reply)
                     if len(reply.samples) != n:
                         raise EmptyReply(f"returned {len(reply.samples)} samples, asked {n}")

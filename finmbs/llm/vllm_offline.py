@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from finmbs.config import Endpoint
+from finmbs.llm.backends import Served
 from finmbs.llm.types import BackendReply, GatewayError, Message, Sample, normalize_finish_reason
 
 PREFIX = "vllm-offline/"
@@ -33,8 +34,9 @@ class Pending:
     future: asyncio.Future
 
 
-class VLLMOfflineBackend:
-    """vllm.LLM engines in this process (one per model path), fed in batches."""
+class VLLMOfflineBackend(Served):
+    """vllm.LLM engines in this process (one per model path), fed in batches; a stopping run awaits a
+    batch in flight (vllm's generate has no cancel)."""
 
     def __init__(self, window_s: float = 0.02):
         try:

@@ -248,8 +248,9 @@ async def _grow_locked(
 @contextmanager
 def sigterm_as_interrupt(gateway: Gateway | None = None) -> Iterator[None]:
     """In the main thread's event loop: SIGTERM (how schedulers stop jobs) stops the run like Ctrl-C
-    (KeyboardInterrupt). With the run's in-process `gateway`, no new model call is sent from then on and
-    the calls in flight are awaited (up to DRAIN_S) before the current task is cancelled, so every call a
+    (KeyboardInterrupt). With the run's in-process `gateway`, no new model call is sent from then on, the
+    embedded models stop generating, and the served calls in flight are awaited (up to DRAIN_S) before the
+    current task is cancelled, so every call a
     server received is answered and on the usage ledger; without one (work on Ray), or at a second
     SIGTERM, the task is cancelled at once.
 
@@ -311,4 +312,4 @@ def sigterm_as_interrupt(gateway: Gateway | None = None) -> Iterator[None]:
         for pending in draining:
             pending.cancel()
         if gateway is not None:
-            gateway.draining = False
+            gateway.resume()
