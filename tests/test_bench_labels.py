@@ -100,6 +100,11 @@ def test_program_and_answer_read_from_a_reply():
     assert program_in(reply) == "x = 2\nanswer = x + 1"
     assert program_in("```py\n    x = 2\n    answer = x\n```") == "x = 2\nanswer = x"  # an indented block is dedented
     assert program_in("The answer is 3.") is None and program_in("answer = 4") == "answer = 4"
+    # no fence: the prose around the program is left out (it was run as code, a SyntaxError on its first words)
+    prose = "Here is the step-by-step breakdown:\nq = 540 // 24\nif q > 0:\n    d = 30 - q\nanswer = q\nSo 18 quarters."
+    assert program_in(prose) == "q = 540 // 24\nif q > 0:\n    d = 30 - q\nanswer = q"
+    assert program_in("```python\nx = 2\nanswer = x\nThe answer") == "x = 2\nanswer = x"  # a fence left open
+    assert program_in("The result: answer = 18 quarters") is None  # no line that binds answer parses
     assert [b.as_answer(v) for v in (12.0, 2.5, 1 / 3, "1,200", True, float("nan"))] == [
         "12",
         "2.5",

@@ -366,13 +366,42 @@ def _break_comments(source: str) -> str:
 _CODE = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.DOTALL)
 
 
+_OPEN = re.compile(r"```(?:python|py)?[ \t]*\n(.*)\Z", re.DOTALL)  # a fence the reply never closed (cut off)
+_BINDS = re.compile(r"^\s*answer\s*=")
+MAX_REPLY_LINES = 400  # lines of a reply searched for a program without a fence (a program is far shorter)
+
+
+def _parses(source: str) -> bool:
+    try:
+        ast.parse(textwrap.dedent(source))
+    except (SyntaxError, ValueError):
+        return False
+    return True
+
+
+def _code_ending_in_answer(text: str) -> str | None:
+    """The longest run of lines that parses as Python and ends at the last line binding `answer`: prose
+    before a program written without a fence ("Here is the code:") and after it is left out."""
+    lines = text.splitlines()[:MAX_REPLY_LINES]
+    ends = [i for i, line in enumerate(lines) if _BINDS.match(line)]
+    if not ends:
+        return None
+    end = ends[-1]
+    for start in range(end + 1):
+        if _parses(block := "\n".join(lines[start : end + 1])):
+            return textwrap.dedent(block).strip("\n")
+    return None
+
+
 def program_in(reply: str | None) -> str | None:
-    """The last ```python block of a plain-text reply, or the whole reply when it has no fence but binds
-    `answer`; None when it holds no program."""
+    """The last ```python block of a plain-text reply (or the code after a fence left open); without a
+    fence, the lines that parse as Python and end by binding `answer`; None when it holds no program."""
     blocks = _CODE.findall(reply or "")
     if blocks:
         return textwrap.dedent(blocks[-1]).strip("\n")
-    return reply.strip("\n") if reply and re.search(r"^\s*answer\s*=", reply, re.MULTILINE) else None
+    if opened := _OPEN.search(reply or ""):
+        return _code_ending_in_answer(opened.group(1))
+    return _code_ending_in_answer(reply or "")
 
 
 def program_text(meta: dict[str, Any]) -> str | None:
