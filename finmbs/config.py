@@ -312,14 +312,27 @@ class VerifySettings(Settings):
         "nothing else changed, and records what the teacher wrote as meta.program_as_written (not in the "
         "paper; with verify.programs)",
     )
+    program_samples: int = Field(
+        3,
+        ge=1,
+        le=8,
+        description="a node that carries no program but needs one for its structure (the slices of "
+        "stages.decompose_from_program, the source skeleton of novelty.structure) gets one from the teachers, "
+        "written without seeing the answer and drawn again, up to this many times, while it fails to run or "
+        "gives another answer than the node's verified one. The answer is known, so this searches for a "
+        "program, it checks nothing; every slice or variant is still checked on its own. 1: one draw (not "
+        "in the paper; with verify.programs)",
+    )
     quote_spans: bool = Field(
         True,
         description="a finance program takes document figures only by choosing among the passage's candidate "
         "figures (finmbs/verify/spans.py: each figure's verbatim text, context and value, listed for the teacher; "
         "the reply's choice constrained to their texts by its JSON schema), and the engine writes the quote() "
-        "for each choice, still checked verbatim and by value; a passage with no figure gets no finance program "
-        "request (a counted skip). Off: the program quotes the passage's words itself (not in the paper; with "
-        "verify.programs)",
+        "for each choice, still checked verbatim and by value. In grow, every teacher reply that carries a "
+        "finance program (leaf variants, subproblems, slices, re-grounded trees on d', the direct baseline) "
+        "chooses among its passage's figures; in `finmbs verify`, a passage with no figure gets no finance "
+        "program request (a counted skip). Off: the program quotes the passage's words itself (not in the "
+        "paper; with verify.programs)",
     )
 
 
@@ -427,6 +440,7 @@ PAPER_VALUES: dict[str, Any] = {
     "stages.rename": False,  # renaming at re-grounding
     "stages.direct_reground": True,  # SPEC: direct output is re-grounded like MBS output
     "verify.programs": False,  # every answer computed by an executed program (finance figures quoted from d')
+    "verify.program_samples": 1,  # a node's program for its structure drawn again while it misses the answer
     "verify.program_line_breaks": False,  # line breaks added to a program whose statements share a line
     "mine.from_facts": False,  # seeds mine: engine-chosen facts and operation, the teacher writes question and program
     "stages.leaf_operators": False,  # named mutation operators (prompts/operators/) instead of "harder"

@@ -109,3 +109,21 @@ async def test_grow_counts_decompositions_from_the_program(tmp_path, openai_serv
     metrics = await run_grow(ctx.config, [SEED], tmp_path / "run")
     assert metrics.decompositions_effective == metrics.from_program_effective == 1
     assert metrics.decompositions_from_program == 1 and metrics.prose_fallbacks == 0
+
+
+async def test_a_seed_program_is_drawn_again_while_it_misses_the_answer(tmp_path, openai_server):
+    # verify.program_samples: the first program the teacher writes gives 36, the second 30 (the seed's answer)
+    draws = ("a = 2 * 3\nb = 4 + 2\nanswer = a * b", STEPS)
+    ctx = setup(openai_server, tmp_path, World(agents={}), program=None)
+    openai_server.handler.agents["teacher"].programs = draws
+    root, ledger = await decomposed(ctx)
+    assert len(asked(openai_server, "program_write")) == 2 and ledger.counts.decompositions_from_program == 1
+    assert root.problem.meta["own_program"] == STEPS
+    # one draw (the paper profile's value, were programs on there): the wrong program ends the program path
+    once = setup(openai_server, tmp_path / "once", World(agents={}), program=None)
+    openai_server.handler.agents["teacher"].programs = draws
+    once.config.verify.program_samples = 1
+    root, ledger = await decomposed(once)
+    [attempt] = [d for d in root.decisions if d.data.get("attempt") == 0]
+    assert attempt.data["prose_fallback"] == "its program gives 36, the answer is '30'"
+    assert PAPER_VALUES["verify.program_samples"] == 1 and load_config().verify.program_samples == 3

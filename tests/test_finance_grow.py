@@ -99,6 +99,9 @@ def test_grow_finance_seeds_end_to_end(tmp_path, openai_server, index_settings):
             assert (
                 problem.meta["data_source"] == "finmbs/finance" and problem.meta["difficulty"]["band"] == "goldilocks"
             )
+            # verify.quote_spans: the teacher chose d's figures among its listed spans; the engine wrote the quotes
+            assert problem.meta["program"].startswith("figure_1 = quote(") and problem.meta["quotes"]
+            assert all(q["text"] in " ".join(snippet.text.split()) for q in problem.meta["quotes"])
 
     for seed in seeds:
         tree = json.loads((out / "trees" / f"{seed.id}.json").read_text())

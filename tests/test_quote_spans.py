@@ -220,3 +220,50 @@ def test_the_verify_summary_counts_the_skips(tmp_path, openai_server):
     summary = json.loads(out.with_suffix(".summary.json").read_text())
     assert (summary["rejected"], summary["rejected_by_program"], summary["programs_skipped"]) == (1, 1, 1)
     assert openai_server.request_count == 0
+
+
+# grow: every teacher reply carrying a finance program chooses its figures -------------------------------------
+def test_a_grow_reply_chooses_its_figures_and_derive_writes_the_quotes(tmp_path):
+    from finmbs.mbs.candidates import derive, reply_model
+    from finmbs.mbs.leaves import LeafVariants, OperatorVariant
+    from finmbs.mbs.programs import figure_spans, program_prompt
+
+    config = world_config("http://unused", ["teacher"], ["s"], "target", str(tmp_path / "c.sqlite"), N=4)
+    ctx = Context(config=config, gateway=Gateway(cache_path=str(tmp_path / "c.sqlite")))
+    seed = finance("11.50%")
+    spans = figure_spans(ctx, seed)
+    assert [s.text for s in spans] == ["two percent (2.0%)", "10.1"]
+    for shape in (OperatorVariant, LeafVariants):  # a worked problem, and a list of them
+        schema = json.dumps(reply_model(ctx, shape, spans).model_json_schema())
+        assert '"enum": ["two percent (2.0%)", "10.1"]' in schema and schema.index('"figures"') < schema.index(
+            '"program"'
+        )
+    asked = program_prompt(
+        ctx, 'Reply with only one JSON object: {"answer": "<the final answer alone>"}', "finance", spans=spans
+    )
+    assert '[1] "two percent (2.0%)" = 0.02' in asked and '"figures": [{"name"' in asked and "quote(" not in asked
+    reply = reply_model(ctx, OperatorVariant, spans).model_validate(
+        {
+            "question": QUESTION.replace("9.50%", "8.25%"),
+            "solution": "8.25% plus 2.0% is 10.25%.",
+            "answer": "10.25%",
+            "figures": [{"name": "margin", "figure": "two percent (2.0%)"}],
+            "program": "answer = 0.0825 + margin",
+        }
+    )
+    with pytest.raises(ValueError):  # a figure the passage does not state cannot be parsed from a reply
+        reply_model(ctx, OperatorVariant, spans).model_validate(
+            {**reply.model_dump(), "figures": [{"name": "margin", "figure": INVENTED}]}
+        )
+    variant = derive(seed, reply, id="p.v1", stage="leaf", tree_path="0", parent_ids=["p"])
+    assert variant.meta["program"] == "margin = quote('two percent (2.0%)', 0.02)\nanswer = 0.0825 + margin"
+    result = run_program(variant.meta["program"], DEFAULT_RATE)
+    assert result.ok and float(result.answer) == pytest.approx(0.1025)
+    twice = reply.model_copy(update={"figures": reply.figures * 2})  # a name chosen twice binds nothing
+    broken = derive(seed, twice, id="p.v2", stage="leaf", tree_path="0", parent_ids=["p"])
+    assert "program" not in broken.meta and "chosen twice" in broken.meta["program_error"]
+    # switched off (and for math), the reply shape and prompt are the recall ones
+    off = config.model_copy(update={"verify": config.verify.model_copy(update={"quote_spans": False})})
+    assert figure_spans(Context(config=off, gateway=ctx.gateway), seed) == []
+    assert figure_spans(ctx, seed.model_copy(update={"domain": "math"})) == []
+    assert "figures" not in reply_model(ctx, OperatorVariant, []).model_fields

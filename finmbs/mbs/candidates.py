@@ -12,9 +12,10 @@ from pydantic import BaseModel, Field, create_model, field_validator
 from finmbs.mbs.context import Context, Ledger
 from finmbs.mbs.novelty import STAGE as NOVELTY
 from finmbs.mbs.novelty import restated, unworkable
-from finmbs.mbs.programs import BINDS_ANSWER, program_node, programs_on
+from finmbs.mbs.programs import BINDS_ANSWER, bound_program, chosen_figure, program_node, programs_on
 from finmbs.mbs.traces import teacher_trace
 from finmbs.records import Decision, Problem, Provenance, TreeNode
+from finmbs.verify.spans import Span
 
 # A final answer is a number or a short exact value. The bound is part of the JSON schema, so a constrained
 # teacher must close the answer (unbounded, a teacher can write its real subproblems inside the answer string).
@@ -38,9 +39,11 @@ class WorkedProblem(BaseModel):
 
 
 @cache
-def with_program(reply: type[BaseModel]) -> type[BaseModel]:
+def with_program(reply: type[BaseModel], figures: tuple[str, ...] = ()) -> type[BaseModel]:
     """`reply` with every worked problem in it (itself, or the items of its list fields) carrying
-    `program` too (`verify.programs`): the Python that computes its answer, ending `answer = ...`."""
+    `program` too (`verify.programs`): the Python that computes its answer, ending `answer = ...`; with
+    `figures` (the passage's spans, `verify.quote_spans`), first the document figures it uses, each named
+    and chosen among those texts (`bound_program` writes their quote() lines)."""
     if issubclass(reply, WorkedProblem):
         # no max_length: llama.cpp refuses a grammar that repeats a string rule thousands of times (the whole
         # reply then goes unconstrained); the sandbox bounds a program's length (verify/program.py PROGRAM_CHARS)
@@ -52,18 +55,25 @@ def with_program(reply: type[BaseModel]) -> type[BaseModel]:
                 json_schema_extra=BINDS_ANSWER,
             ),
         )
-        return create_model(reply.__name__, __base__=reply, __module__=reply.__module__, program=program)
+        chosen = (
+            # none is allowed: a subproblem may use only figures its question states (plain numbers then)
+            {"figures": (list[chosen_figure(figures)], Field(max_length=len(figures)))}  # type: ignore[misc]
+            if figures
+            else {}
+        )
+        return create_model(reply.__name__, __base__=reply, __module__=reply.__module__, **chosen, program=program)
     fields = {}
     for name, info in reply.model_fields.items():
         args = getattr(info.annotation, "__args__", ())
         if getattr(info.annotation, "__origin__", None) is list and args and issubclass(args[0], WorkedProblem):
-            fields[name] = (list[with_program(args[0])], info)  # type: ignore[valid-type]
+            fields[name] = (list[with_program(args[0], figures)], info)  # type: ignore[valid-type]
     return create_model(reply.__name__, __base__=reply, __module__=reply.__module__, **fields)
 
 
-def reply_model(ctx: Context, reply: type[BaseModel]) -> type[BaseModel]:
-    """The reply shape a teacher is asked for: with programs when `verify.programs` is on."""
-    return with_program(reply) if programs_on(ctx) else reply
+def reply_model(ctx: Context, reply: type[BaseModel], spans: list[Span] | None = None) -> type[BaseModel]:
+    """The reply shape a teacher is asked for: with programs when `verify.programs` is on, their document
+    figures chosen among `spans` when there are any (`programs.figure_spans`)."""
+    return with_program(reply, tuple(s.text for s in spans or ())) if programs_on(ctx) else reply
 
 
 def placeholder(value: object) -> bool:
@@ -109,8 +119,8 @@ def derive(
     method: str = "mbs",
 ) -> Problem:
     """A new problem descended from `origin` (same domain, snippet and entity until re-grounded); a
-    worked problem's program (`verify.programs`) goes to meta.program."""
-    program = getattr(worked, "program", None)
+    worked problem's program (`verify.programs`) goes to meta.program, its chosen figures bound."""
+    program, why = bound_program(worked, origin.snippet.text if origin.snippet else None)
     return Problem(
         id=id,
         question=worked.question.strip(),
@@ -129,6 +139,7 @@ def derive(
             "data_source": f"finmbs/{origin.domain}",
             "teacher_solution": worked.solution,
             **({"program": program} if program else {}),
+            **({"program_error": why} if why else {}),
         },
     )
 

@@ -45,6 +45,7 @@ from finmbs.mbs.programs import (
     WrittenProgram,
     child_functions,
     composed_parent,
+    figure_spans,
     listed_children,
     program_prompt,
     programs_on,
@@ -149,11 +150,12 @@ async def propose(ctx: Context, node: TreeNode, attempt: int, failed: list) -> D
         answer=node.problem.answer,
         failed=failed_context(failed),
     )
+    spans = figure_spans(ctx, node.problem)
     [parsed] = await ctx.gateway.structured(  # attempt a is sample a: a retry never replays an earlier sample
         teacher,
-        asking_for(reply_model(ctx, Decomposition), "subproblems", fewest_children(ctx.stages.K)),
+        asking_for(reply_model(ctx, Decomposition, spans), "subproblems", fewest_children(ctx.stages.K)),
         role="teacher",
-        messages=[{"role": "user", "content": program_prompt(ctx, text, node.problem.domain)}],
+        messages=[{"role": "user", "content": program_prompt(ctx, text, node.problem.domain, spans=spans)}],
         first_index=attempt,
     )
     ctx.tick(STAGE)

@@ -40,7 +40,7 @@ from finmbs.mbs.outcome import (
     seed_root,
     synthetic_trees,
 )
-from finmbs.mbs.programs import program_prompt
+from finmbs.mbs.programs import figure_spans, program_prompt
 from finmbs.mbs.solve import document_block
 from finmbs.mbs.stages import Stage
 from finmbs.records import Decision, DecompositionTree, Problem, TreeNode
@@ -81,13 +81,14 @@ async def direct_call(ctx: Context, root: TreeNode, r: int, ledger: Ledger) -> l
         solution=root.trace.text if root.trace else "",
         answer=seed.answer,
     )
-    asked = asking_for(reply_model(ctx, DirectProblems), "problems", count, count)
+    spans = figure_spans(ctx, seed)
+    asked = asking_for(reply_model(ctx, DirectProblems, spans), "problems", count, count)
     [reply] = await ctx.gateway.structured(
         teacher,
         asked,
         role="teacher",
         first_index=sample,
-        messages=[{"role": "user", "content": program_prompt(ctx, text, seed.domain)}],
+        messages=[{"role": "user", "content": program_prompt(ctx, text, seed.domain, spans=spans)}],
     )
     ctx.tick(STAGE)
     problems = [

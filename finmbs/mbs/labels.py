@@ -22,6 +22,7 @@ from finmbs.mbs.programs import (
     quote_spans_on,
     render_program_finance,
     run_for,
+    same,
     span_program_reply,
     span_source,
 )
@@ -29,7 +30,7 @@ from finmbs.mbs.solve import document_block
 from finmbs.mbs.stages import Progress, Stage
 from finmbs.records import Problem
 from finmbs.resources import render_prompt
-from finmbs.verify.program import program_in
+from finmbs.verify.program import computes_nothing, program_in
 from finmbs.verify.spans import candidate_spans, listing
 
 STAGE = Stage.VERIFY
@@ -57,7 +58,7 @@ class LabelCheck(BaseModel):
     problem: Problem
 
 
-async def write_program(ctx: Context, problem: Problem) -> Problem:
+async def write_program(ctx: Context, problem: Problem, first_index: int = 0) -> Problem:
     """`problem` with a teacher's program in meta.program (unchanged when it has one). The teachers in
     order, the next asked only while the last one's program does not run (its reply did not parse, a
     sandbox rule, a bad quote, no number): meta.program_writer names the teacher whose program is kept,
@@ -81,12 +82,12 @@ async def write_program(ctx: Context, problem: Problem) -> Problem:
     for teacher in ctx.teachers:
         if spans:  # the figures chosen among the passage's spans, the quote() lines written by the engine
             [reply] = await ctx.gateway.structured(
-                teacher, span_program_reply(spans), role="teacher", messages=messages
+                teacher, span_program_reply(spans), role="teacher", messages=messages, first_index=first_index
             )
             source, why = span_source(reply, spans) if reply is not None else (None, "reply did not parse")
         else:
             # a plain-text reply with a ```python block: inside a JSON string, the program's own quotes ended it
-            [sample] = await ctx.gateway.generate(teacher, role="teacher", messages=messages)
+            [sample] = await ctx.gateway.generate(teacher, role="teacher", messages=messages, first_index=first_index)
             source = program_in(sample.text)
             why = None if source is not None else "reply holds no ```python block"
         ctx.tick(STAGE)
@@ -104,6 +105,35 @@ async def write_program(ctx: Context, problem: Problem) -> Problem:
     if not failed:
         return written
     return written.model_copy(update={"meta": {**written.meta, "program_attempts": failed}})
+
+
+async def program_to_answer(ctx: Context, problem: Problem) -> tuple[Problem, str | None]:
+    """(`problem` with a program that runs to its answer, None), or (`problem` with the last program
+    tried, why none does). Its own program (a verified child's) is the only one tried; a problem without
+    one gets the teachers' (`write_program`, written without seeing the answer), drawn again up to
+    `verify.program_samples` times while it fails to run or gives another answer. For a node whose answer
+    is verified already, where the program serves its structure (slices, the source skeleton): a search
+    for a program, not a check of the answer."""
+    own = bool(problem.meta.get("program"))
+    written, why = problem, "none was written"
+    for attempt in range(1 if own else ctx.config.verify.program_samples):
+        written = problem if own else await write_program(ctx, problem, first_index=attempt)
+        source = written.meta.get("program") or ""
+        if not source:
+            why = "no program: " + (
+                written.meta.get("program_skipped")
+                or "; ".join(written.meta.get("program_attempts") or [])
+                or "none was written"
+            )
+        elif computes_nothing(source):
+            why = "its program computes nothing"
+        elif not (result := await run_for(written)).ok:
+            why = f"its program failed: {result.error}"
+        elif not await same(ctx, written, result.answer or "", problem.answer):
+            why = f"its program gives {result.answer}, the answer is {problem.answer!r}"
+        else:
+            return written, None
+    return written, why
 
 
 async def check_label(ctx: Context, problem: Problem) -> LabelCheck:

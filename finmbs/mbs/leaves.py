@@ -36,10 +36,10 @@ from finmbs.mbs.candidates import (
     written_items,
 )
 from finmbs.mbs.context import Context, Ledger
-from finmbs.mbs.labels import write_program
+from finmbs.mbs.labels import program_to_answer
 from finmbs.mbs.novelty import STAGE as NOVELTY
 from finmbs.mbs.operators import Operator, catalogue, operator_block, rotation
-from finmbs.mbs.programs import lined, program_prompt, programs_on, run_for, same
+from finmbs.mbs.programs import figure_spans, lined, program_prompt, programs_on
 from finmbs.mbs.solve import document_block, student_accuracy
 from finmbs.mbs.stages import Check, Stage
 from finmbs.records import Decision, Problem, TreeNode
@@ -139,21 +139,14 @@ def structure_on(ctx: Context) -> bool:
 
 async def source_skeleton(ctx: Context, leaf: TreeNode) -> str | None:
     """The skeleton of `leaf`'s program: its own (a verified child's), else one the teachers write for it
-    (`labels.write_program`, as `finmbs verify` does), used only when it runs and gives the leaf's answer.
+    (`labels.program_to_answer`), used only when it runs and gives the leaf's answer.
     How it was had is a decision on the leaf."""
-    problem, how = leaf.problem, "its own program"
-    if not problem.meta.get("program"):
-        problem, how = await write_program(ctx, problem), "a program the teachers wrote for it"
+    how = "its own program" if leaf.problem.meta.get("program") else "a program the teachers wrote for it"
+    problem, why = await program_to_answer(ctx, leaf.problem)
     source = problem.meta.get("program")
-    shape, why = None, None
-    if not source:
-        why = "no program was written"
-    elif not (result := await run_for(problem)).ok:
-        why = f"its program failed: {result.error}"
-    elif not await same(ctx, problem, result.answer or "", leaf.problem.answer):
-        why = f"its program gives {result.answer}, not its answer {leaf.problem.answer!r}"
-    else:
-        shape = skeleton(lined(ctx, source)) or None
+    shape = None
+    if not why:
+        shape = skeleton(lined(ctx, source or "")) or None
         why = None if shape else "its program has no skeleton"
     reason = f"structure check: source {how}" + (f", not used: {why}; variants unmeasured" if why else "")
     leaf.decisions.append(
@@ -198,14 +191,13 @@ async def harder_variants(
     ctx: Context, leaf: TreeNode, ledger: Ledger, r: int, teacher: Endpoint
 ) -> tuple[list[WorkedProblem | None], list[str | None]]:
     """Round r's variants as the paper asks for them: N_leaf harder ones in one reply."""
-    n = ctx.stages.N_leaf
+    n, spans = ctx.stages.N_leaf, figure_spans(ctx, leaf.problem)
+    prompt = program_prompt(ctx, leaf_prompt(ctx, leaf, ledger), leaf.problem.domain, spans=spans)
     [reply] = await ctx.gateway.structured(
         teacher,
-        asking_for(reply_model(ctx, LeafVariants), "variants", n, n),
+        asking_for(reply_model(ctx, LeafVariants, spans), "variants", n, n),
         role="teacher",
-        messages=[
-            {"role": "user", "content": program_prompt(ctx, leaf_prompt(ctx, leaf, ledger), leaf.problem.domain)}
-        ],
+        messages=[{"role": "user", "content": prompt}],
         first_index=r,
     )
     ctx.tick(STAGE)
@@ -218,11 +210,13 @@ async def operator_variants(
 ) -> tuple[list[WorkedProblem | None], list[str | None]]:
     """Round r's variants by operators: one teacher call per operator, each naming its operator."""
 
+    spans = figure_spans(ctx, leaf.problem)
+
     async def one(operator: Operator) -> WorkedProblem | None:
-        prompt = program_prompt(ctx, leaf_prompt(ctx, leaf, ledger, operator), leaf.problem.domain)
+        prompt = program_prompt(ctx, leaf_prompt(ctx, leaf, ledger, operator), leaf.problem.domain, spans=spans)
         [reply] = await ctx.gateway.structured(
             teacher,
-            reply_model(ctx, OperatorVariant),
+            reply_model(ctx, OperatorVariant, spans),
             role="teacher",
             messages=[{"role": "user", "content": prompt}],
             first_index=r,

@@ -20,6 +20,7 @@ records the program, what it gave and the figures it quoted (`program`, `program
 from __future__ import annotations
 
 import asyncio
+from functools import cache
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, create_model
@@ -32,7 +33,7 @@ from finmbs.records import Decision, Problem, Trace, TreeNode
 from finmbs.resources import render_prompt
 from finmbs.verify import verify_answer
 from finmbs.verify.program import ProgramResult, computes_nothing, line_breaks, run_program_async
-from finmbs.verify.spans import NAME, Span, bind
+from finmbs.verify.spans import NAME, Span, bind, candidate_spans, listing
 
 CHECK = Check.PROGRAM  # the rejection check of this layer
 # what a program run records in a problem's meta (a re-grounded copy drops them: its program is new)
@@ -64,18 +65,23 @@ def programs_on(ctx: Context) -> bool:
     return ctx.config.verify.programs
 
 
-def program_prompt(ctx: Context, text: str, domain: str, functions: dict[str, str] | None = None) -> str:
+def program_prompt(
+    ctx: Context, text: str, domain: str, functions: dict[str, str] | None = None, spans: list[Span] | None = None
+) -> str:
     """A teacher prompt asking for a program too (unchanged with programs off): the reply template gains
-    the `program` field, and the instructions (finance: quote(); composition: the children's functions)."""
+    the `program` field, and the instructions (finance: quote(), or with `spans` the passage's figures
+    to choose among; composition: the children's functions)."""
     if not programs_on(ctx):
         return text
     listed = ", ".join(f"{name}() returns {answer}" for name, answer in (functions or {}).items())
     instructions = render_prompt(
         "program",
-        finance=render_program_finance(domain),
+        finance=render_prompt("program_figures", figures=listing(spans)).rstrip("\n")
+        if spans
+        else render_program_finance(domain),
         children=render_prompt("program_children", functions=listed).rstrip("\n") if listed else "",
     )
-    text = text.replace(STATED_FIELD, render_prompt("program_field").strip())
+    text = text.replace(STATED_FIELD, render_prompt("program_field_spans" if spans else "program_field").strip())
     head, sep, tail = text.rpartition("Reply with only one JSON object")
     return f"{head.rstrip()}\n{instructions.strip()}\n\n{sep}{tail}" if sep else text + instructions
 
@@ -105,21 +111,40 @@ class SpanProgram(BaseModel):
     program: str = Field(min_length=1, json_schema_extra=BINDS_ANSWER)
 
 
-def span_program_reply(spans: list[Span]) -> type[SpanProgram]:
-    """`SpanProgram` whose `figure` is constrained to the texts of `spans` (a JSON-schema enum: a constrained
-    decoder can write no other text, and a reply from an unconstrained one with another text does not parse),
-    at most one choice per span (a small model cannot loop in the list)."""
-    texts = tuple(span.text for span in spans)
-    chosen = create_model(
+@cache
+def chosen_figure(texts: tuple[str, ...]) -> type[ChosenFigure]:
+    """`ChosenFigure` whose `figure` is one of `texts` (a JSON-schema enum: a constrained decoder can write
+    no other text, and a reply from an unconstrained one with another text does not parse)."""
+    return create_model(
         "ChosenFigure",
         __base__=ChosenFigure,
         figure=(Literal[texts], Field(description="one figure's text, exactly as listed")),  # type: ignore[valid-type]
     )
+
+
+def span_program_reply(spans: list[Span]) -> type[SpanProgram]:
+    """`SpanProgram` whose figures are chosen among `spans` (`chosen_figure`), at most one choice per span
+    (a small model cannot loop in the list)."""
     return create_model(
         "SpanProgram",
         __base__=SpanProgram,
-        figures=(list[chosen], Field(min_length=1, max_length=len(spans))),  # type: ignore[valid-type]
+        figures=(list[chosen_figure(tuple(s.text for s in spans))], Field(min_length=1, max_length=len(spans))),  # type: ignore[misc]
     )
+
+
+def figure_spans(ctx: Context, problem: Problem, text: str | None = None) -> list[Span]:
+    """The figures a teacher-written program for a problem like `problem` chooses among: the spans of
+    `text` (default: its passage) with `verify.quote_spans` in finance, else none (quote() by recall)."""
+    return candidate_spans(text if text is not None else passage(problem)) if quote_spans_on(ctx, problem) else []
+
+
+def bound_program(worked: BaseModel, text: str | None) -> tuple[str | None, str | None]:
+    """(the program of a worked problem, None): with figures chosen among the spans of `text`, preceded by
+    their `name = quote('text', value)` lines (`verify.spans.bind`); (None, why) when a choice cannot bind."""
+    program, chosen = getattr(worked, "program", None), getattr(worked, "figures", None)
+    if not program or not chosen:
+        return program, None
+    return bind([(c.name, c.figure) for c in chosen], candidate_spans(text), program)
 
 
 def span_source(reply: SpanProgram, spans: list[Span]) -> tuple[str | None, str | None]:
@@ -247,7 +272,7 @@ async def program_node(
         ledger.reject(problem, stage, reason, **({"check": check} if check else {}), **data)
 
     if not problem.meta.get("program"):
-        reject("no program")
+        reject(problem.meta.get("program_error") or "no program")
         return None
     problem = with_line_breaks(ctx, problem)
     if computes_nothing(problem.meta["program"]):

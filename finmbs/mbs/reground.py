@@ -41,6 +41,8 @@ from finmbs.mbs.leaves import weakest_screen
 from finmbs.mbs.novelty import unworkable
 from finmbs.mbs.programs import (
     PROGRAM_META,
+    bound_program,
+    figure_spans,
     program_node,
     program_prompt,
     programs_on,
@@ -571,8 +573,11 @@ def grounded_problem(
     question, solution, answer = (rename(t.strip(), renames) for t in (new.question, new.solution, new.answer))
     meta = {k: v for k, v in old.meta.items() if k not in PROGRAM_META}  # the original's program is not d''s
     meta.update(teacher_solution=solution, regrounded_from=old.id, document=ground.document.doc_id)
-    if program := getattr(new, "program", None):  # verify.programs: the new program, quoting d'
+    program, why = bound_program(new, ground.snippet.text)  # verify.programs: the new program, quoting d'
+    if program:
         meta["program"] = program
+    if why:
+        meta["program_error"] = why
     written = " ".join((new.question, new.solution, new.answer))
     if used := {
         seed_term: term for seed_term, term in renames.items() if rename(written, {seed_term: term}) != written
@@ -712,6 +717,7 @@ class Regrounder:
         `vocabulary(tree, ...)` (attempt > 0: again, told why nodes failed)."""
         turn = (ground.slot + tree.index + attempt) if self.ctx.stages.rotate_teachers else 0
         teacher = self.ctx.teachers[turn % len(self.ctx.teachers)]
+        spans = figure_spans(self.ctx, self.seed, ground.snippet.text)  # d's figures, to choose among
         text = program_prompt(
             self.ctx,
             render_prompt(
@@ -725,10 +731,11 @@ class Regrounder:
                 feedback=feedback,
             ),
             "finance",
+            spans=spans,
         )
         [reply] = await self.ctx.gateway.structured(
             teacher,
-            reply_model(self.ctx, GroundedTree),
+            reply_model(self.ctx, GroundedTree, spans),
             role="teacher",
             first_index=attempt,
             messages=[{"role": "user", "content": text}],

@@ -25,13 +25,12 @@ from pydantic import BaseModel
 from finmbs.config import Endpoint
 from finmbs.mbs.candidates import WorkedProblem, reply_model
 from finmbs.mbs.context import Context
-from finmbs.mbs.labels import write_program
-from finmbs.mbs.programs import program_prompt, programs_on, run_for, same
+from finmbs.mbs.labels import program_to_answer
+from finmbs.mbs.programs import figure_spans, program_prompt, programs_on, run_for, same
 from finmbs.mbs.solve import document_block
 from finmbs.mbs.stages import Check, Stage
 from finmbs.records import Problem
 from finmbs.resources import render_prompt
-from finmbs.verify.program import computes_nothing
 
 STAGE = Stage.DECOMPOSE
 CHECK = Check.SLICE  # the rejection check of a child whose answer is not its slice's value
@@ -228,22 +227,10 @@ def parent_over_children(source: str, slices: list[Slice]) -> str:
 
 async def node_program(ctx: Context, problem: Problem) -> tuple[Problem, str | None]:
     """(`problem` with a program that computes its answer in meta.program, None), or (`problem`, why there
-    is none). A node's own program (a verified child's) is used as it is; a seed carries none, so the
-    teacher writes one without seeing the answer (`labels.write_program`), kept only when it runs to the
-    answer."""
-    written = await write_program(ctx, problem)
-    source = written.meta.get("program") or ""
-    if not source:
-        why = written.meta.get("program_skipped") or "; ".join(written.meta.get("program_attempts") or [])
-        return problem, f"no program: {why or 'none was written'}"
-    if computes_nothing(source):
-        return problem, "its program computes nothing"
-    result = await run_for(written)
-    if not result.ok:
-        return problem, f"its program failed: {result.error}"
-    if not await same(ctx, written, result.answer or "", written.answer):
-        return problem, f"its program gives {result.answer}, the answer is {written.answer!r}"
-    return written, None
+    is none): its own program (a verified child's), else one the teachers write for it without seeing the
+    answer (`labels.program_to_answer`)."""
+    written, why = await program_to_answer(ctx, problem)
+    return (problem, why) if why else (written, None)
 
 
 async def usable_slices(ctx: Context, problem: Problem) -> tuple[list[Slice], str | None]:
@@ -285,11 +272,12 @@ async def slice_problem(
         variable=piece.name,
         value=piece.value,
     )
+    spans = figure_spans(ctx, problem)
     [parsed] = await ctx.gateway.structured(  # attempt a is sample a, as a prose proposal's
         teacher,
-        reply_model(ctx, WorkedProblem),
+        reply_model(ctx, WorkedProblem, spans),
         role="teacher",
-        messages=[{"role": "user", "content": program_prompt(ctx, text, problem.domain)}],
+        messages=[{"role": "user", "content": program_prompt(ctx, text, problem.domain, spans=spans)}],
         first_index=attempt,
     )
     ctx.tick(STAGE)

@@ -43,7 +43,17 @@ from finmbs.config import IndexSettings
 from finmbs.ingest import ingest_paths
 from finmbs.mbs.leakage import quoted_terms, text_figures, trivial
 from finmbs.testing.server import Reply, Request
-from finmbs.testing.world import PROGRAM_MARKER, TASK_MARKERS, World, blocks, expression, norm, value
+from finmbs.testing.world import (
+    PROGRAM_MARKER,
+    SPANS_MARKER,
+    TASK_MARKERS,
+    World,
+    blocks,
+    choosing_program,
+    expression,
+    norm,
+    value,
+)
 from finmbs.verify.finance import figures
 
 FINANCE_MARKERS = {
@@ -195,7 +205,15 @@ class FinanceWorld(World):
                     "question": f"For {entity}, using the passage: Compute {new}.",
                     "solution": stepwise(new),
                     "answer": str(value(new)),
-                    **({"program": quoting_program(new, passage)} if PROGRAM_MARKER in text else {}),
+                    **(
+                        (
+                            choosing_program(new, text)
+                            if SPANS_MARKER in text
+                            else {"program": quoting_program(new, passage)}
+                        )
+                        if PROGRAM_MARKER in text
+                        else {}
+                    ),
                 }
             )
         return {"nodes": replies}

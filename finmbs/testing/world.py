@@ -54,7 +54,29 @@ TASK_MARKERS = {
     "decompose_slice": "asks for exactly this step",
 }
 PROGRAM_MARKER = '"program":'  # a reply template asking for programs (verify.programs)
+SPANS_MARKER = '"figures": [{"name"'  # ... whose document figures are chosen among listed spans (verify.quote_spans)
 REPAIR_MARKER = "could not be used"
+_LISTED = re.compile(r'^\[\d+\] "(.+)" = (\d+)(?: |$)', re.MULTILINE)  # prompts/program_figures.txt's lines
+
+
+def choosing_program(expr: str, prompt: str) -> dict:
+    """verify.quote_spans: the figures of EXPR chosen among the whole numbers the prompt lists, as
+    {"figures": [{"name", "figure"}], "program": "answer = EXPR" over those names}."""
+    listed: dict[int, str] = {}
+    for text, number in _LISTED.findall(prompt):
+        listed.setdefault(int(number), text)
+    chosen: dict[int, str] = {}
+
+    def name(m: re.Match[str]) -> str:
+        number = int(m.group())
+        if number not in listed:
+            return m.group()
+        return chosen.setdefault(number, f"figure_{len(chosen) + 1}")
+
+    program = "answer = " + re.sub(r"\d+", name, expr)
+    return {"figures": [{"name": n, "figure": listed[v]} for v, n in chosen.items()], "program": program}
+
+
 _QUESTION = re.compile(r"Compute\s+(.+?)\.\s*$", re.MULTILINE)
 _OPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*"}
 
@@ -109,6 +131,8 @@ class Agent:
     lazy: bool = False
     parrot: bool = False
     program: str | None = None  # the program this agent writes when asked for one alone (program_write)
+    programs: tuple[str, ...] = ()  # ... or these, one per request in turn (the last one repeated)
+    drawn: int = 0  # programs of `programs` written so far
 
     def accuracy(self, ops: int, covered: bool) -> float:
         if ops in self.table:
@@ -153,7 +177,7 @@ class World:
         if task == "program_write":  # asked for a plain ```python block, not JSON
             return Reply(texts=[f"Here is the program:\n```python\n{reply['program']}\n```"])
         if PROGRAM_MARKER in task_text and task not in ("program_write", "program_parent"):
-            self.with_programs(reply)
+            self.with_programs(reply, task_text)
         return Reply(texts=[json.dumps(reply)])
 
     # programs ---------------------------------------------------------------------------------
@@ -164,15 +188,22 @@ class World:
             return f"value = {norm(expr)} answer = value" + (" + 1" if self.wrong_programs else "")
         return f"answer = {norm(expr)}" + (" + 1" if self.wrong_programs else "")
 
-    def with_programs(self, reply: dict) -> None:
-        """Every worked problem of `reply` gets its program (a composed one may have one already)."""
+    def with_programs(self, reply: dict, text: str = "") -> None:
+        """Every worked problem of `reply` gets its program (a composed one may have one already); asked to
+        choose the document's figures among those `text` lists (verify.quote_spans), it names them."""
         items = [reply] if "question" in reply else [i for v in reply.values() if isinstance(v, list) for i in v]
         for item in items:
             if isinstance(item, dict) and "question" in item:
+                if SPANS_MARKER in text and self.bad_program is None and "program" not in item:
+                    item.update(choosing_program(norm(expression(item["question"])), text))
+                    continue
                 program = item.get("program") or self.program(expression(item["question"]))
                 item["program"] = self.bad_program if self.bad_program is not None else program
 
     def program_write(self, agent: Agent, text: str) -> dict:
+        if agent.programs:
+            agent.drawn += 1
+            return {"program": agent.programs[min(agent.drawn, len(agent.programs)) - 1]}
         if agent.program is not None:
             return {"program": agent.program}
         return {"program": self.program(expression(blocks(text, "problem")[0]))}
