@@ -233,3 +233,21 @@ async def test_structure_check_alone_rejects_the_paper_prompts_copies(tmp_path, 
     metrics = await run_grow(config, [EASY], tmp_path / "off-run")
     rows = list(read_jsonl(tmp_path / "off-run" / "rejected.jsonl"))
     assert metrics.same_structure == 0 and {r["stage"] for r in rows if r["problem"]["id"] != "e"} == {"leaf"}
+
+
+def test_a_variant_that_restates_its_operators_example_is_a_counted_copy(tmp_path):
+    # the 1.5B, named combine_quantities for an age puzzle, wrote that operator's own example (the parking lots)
+    from finmbs.mbs.leaves import copied_example
+
+    config = world_config("http://unused", ["t"], ["s"], "s", str(tmp_path / "c.sqlite"))
+    ctx, ledger = Context(config=config, gateway=Gateway(cache_path=str(tmp_path / "c.sqlite"))), Ledger("e")
+    for operator in catalogue("math"):
+        for side in (operator.before, operator.after):
+            copy = Problem(id="e.h0v0", question=side.question, answer="42", meta={"operator": operator.name})
+            assert copied_example(ctx, copy, ledger), operator.name  # whatever answer it states
+    assert len(ledger.rejected) == 2 * len(catalogue("math"))
+    assert all(r.stage == "novelty" and "copies the worked example of operator" in r.reason for r in ledger.rejected)
+    own = Problem(
+        id="e.h0v1", question="Compute 2 + 3, then double it.", answer="10", meta={"operator": "reuse_intermediate"}
+    )
+    assert not copied_example(ctx, own, ledger) and not copied_example(ctx, EASY, ledger)  # no operator: no check

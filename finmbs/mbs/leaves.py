@@ -38,6 +38,7 @@ from finmbs.mbs.candidates import (
 from finmbs.mbs.context import Context, Ledger
 from finmbs.mbs.labels import program_to_answer
 from finmbs.mbs.novelty import STAGE as NOVELTY
+from finmbs.mbs.novelty import similarity
 from finmbs.mbs.operators import Operator, catalogue, operator_block, rotation
 from finmbs.mbs.programs import figure_spans, lined, program_prompt, programs_on
 from finmbs.mbs.solve import document_block, student_accuracy
@@ -254,8 +255,25 @@ async def leaf_round(ctx: Context, leaf: TreeNode, ledger: Ledger, r: int, plan:
             problem.meta["operator"] = name
         written.append(problem)
     fresh = novel_problems(ctx, written, lambda _: [("source", leaf.problem)], ledger)
+    fresh = [p for p in fresh if not copied_example(ctx, p, ledger)]
     fresh = structure_checked(ctx, leaf, fresh, plan, ledger)
     return LeafRound(teacher=teacher.name, written=written, fresh=fresh, unparsed=sum(v is None for v in variants))
+
+
+def copied_example(ctx: Context, problem: Problem, ledger: Ledger) -> bool:
+    """Whether the variant of an operator restates that operator's worked example (before or after) instead
+    of changing the leaf: rejected onto `ledger` (novelty), whatever its answer, since the example is the
+    prompt's, not a problem about this leaf."""
+    name = problem.meta.get("operator")
+    operator = next((o for o in catalogue(problem.domain) if o.name == name), None) if name else None
+    if operator is None or not ctx.config.novelty.enabled:
+        return False
+    for side in (operator.before, operator.after):
+        if (score := similarity(problem.question, side.question)) >= ctx.config.novelty.max_similarity:
+            reason = f"copies the worked example of operator {name}: text similarity {score:.2f}"
+            ledger.reject(problem, NOVELTY, f"{reason} >= {ctx.config.novelty.max_similarity}", operator=name)
+            return True
+    return False
 
 
 async def harder_leaves(ctx: Context, leaf: TreeNode, ledger: Ledger) -> list[TreeNode]:
