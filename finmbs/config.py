@@ -203,6 +203,15 @@ class StageParams(Settings):
         "node without a program or a usable slice is decomposed from prose (not in the paper; with "
         "verify.programs)",
     )
+    slice_asks: bool = Field(
+        True,
+        description="with stages.decompose_from_program, a slice's subproblem is the node's question with its "
+        "final question sentence replaced: the teacher writes only that sentence, asking for the slice's "
+        "quantity, and the slice's own program computes the answer (finmbs/mbs/slices.py `ask_split`); a "
+        "question without a closing question sentence is stated whole by the teacher as before. The 1.5B, "
+        "asked to state a slice as a whole problem, kept the node's question and its final ask (not in the "
+        "paper; with verify.programs)",
+    )
     leaf_grounded: bool = Field(
         True,
         description="finance: a grounded leaf is told how a lookup becomes harder while its passage still "
@@ -431,6 +440,7 @@ PAPER_VALUES: dict[str, Any] = {
     "stages.leaf_grounded": False,  # prompts/leaf_grounded.txt
     "stages.rotate_teachers": False,  # next teacher per decomposition retry, compose trial, direct call, re-grounding
     "stages.decompose_from_program": False,  # children stated from slices of the parent's program
+    "stages.slice_asks": False,  # a slice's child is the parent's question with only its final ask rewritten
     "stages.compose_all_trials": False,  # all Nc trials, every passing one kept
     "stages.keep": "roots",  # keep: all calibrates non-root nodes too
     "stages.extract": "copy",  # the teacher copies d' (select / retrieve are finmbs's)

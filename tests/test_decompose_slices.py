@@ -127,3 +127,30 @@ async def test_a_seed_program_is_drawn_again_while_it_misses_the_answer(tmp_path
     [attempt] = [d for d in root.decisions if d.data.get("attempt") == 0]
     assert attempt.data["prose_fallback"] == "its program gives 36, the answer is '30'"
     assert PAPER_VALUES["verify.program_samples"] == 1 and load_config().verify.program_samples == 3
+
+
+async def test_slice_asks_keep_the_question_and_rewrite_only_its_final_ask(tmp_path, openai_server):
+    # stages.slice_asks: the teacher writes one sentence; the context, the program and the answer are the engine's
+    seed = SEED.model_copy(update={"question": "Two sums are multiplied here. Compute (2 * 3) * (4 + 1)."})
+    ctx = setup(openai_server, tmp_path, World(agents={}))
+    root, ledger = TreeNode(problem=seed, path="0"), Ledger("a")
+    await decompose(ctx, root, ledger)
+    assert ledger.rejected == []
+    assert [(c.problem.question, c.problem.answer, c.problem.meta["program"]) for c in root.children] == [
+        ("Two sums are multiplied here. Compute 2 * 3.", "6", "a = 2 * 3\nanswer = a"),
+        ("Two sums are multiplied here. Compute 4 + 1.", "5", "b = 4 + 1\nanswer = b"),
+    ]
+    [first, _] = asked(openai_server, "decompose_slice_ask")
+    assert "<problem>\nTwo sums are multiplied here.\n</problem>" in first and "Compute (2 * 3) * (4 + 1)." in first
+    assert not asked(openai_server, "decompose_slice")  # no whole restatement asked
+    # an ask that states another quantity than its slice's: the slice's program and the teacher's trace disagree
+    off = setup(openai_server, tmp_path / "off", World(agents={}, off_slices={"a"}))
+    root, ledger = TreeNode(problem=seed, path="0"), Ledger("a")
+    await decompose(off, root, ledger)
+    [wrong] = [r for r in ledger.rejected if r.problem.question.endswith("Compute 2 * 3 + 1.")]
+    assert wrong.problem.answer == "6" and "unverified" in wrong.reason
+    # switched off, or a question with nothing before its ask: the slice is stated whole, as before
+    whole = setup(openai_server, tmp_path / "whole", World(agents={}), slice_asks=False)
+    await decompose(whole, TreeNode(problem=seed, path="0"), Ledger("a"))
+    assert asked(openai_server, "decompose_slice")
+    assert PAPER_VALUES["stages.slice_asks"] is False and load_config().stages.slice_asks is True

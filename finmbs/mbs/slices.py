@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import re
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from finmbs.config import Endpoint
-from finmbs.mbs.candidates import WorkedProblem, reply_model
+from finmbs.mbs.candidates import WorkedProblem, reply_model, with_program
 from finmbs.mbs.context import Context
 from finmbs.mbs.labels import program_to_answer
 from finmbs.mbs.programs import figure_spans, program_prompt, programs_on, run_for, same
@@ -259,11 +260,75 @@ async def usable_slices(ctx: Context, problem: Problem) -> tuple[list[Slice], st
     return kept, None
 
 
+ASK_CHARS = 300  # a final question sentence is far shorter; the bound closes a constrained reply
+
+
+class SliceAsk(BaseModel):
+    """The teacher's reply with `stages.slice_asks`: the one question sentence that asks for a slice's quantity."""
+
+    ask: str = Field(min_length=8, max_length=ASK_CHARS, description="one question sentence, ending with ?")
+
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9$(\"'])")
+
+
+_ASKS = re.compile(r"(?:Compute|Find|Calculate|Determine|Work out|What|How|Which)\b")
+
+
+def ask_split(question: str) -> tuple[str, str, str] | None:
+    """(the question's context, its final ask, what follows the ask), or None when it has no ask after at
+    least one sentence of context. The ask is the last sentence ending with a question mark, or else the
+    last one that asks ("Compute ...", "Find ..."); a sentence after it (a unit, a format) is kept."""
+    sentences = _SENTENCE_END.split(question.strip())
+    at = next((i for i in range(len(sentences) - 1, -1, -1) if sentences[i].rstrip().endswith("?")), None)
+    if at is None:
+        at = next((i for i in range(len(sentences) - 1, -1, -1) if _ASKS.match(sentences[i])), None)
+    if not at:  # no ask, or nothing before it
+        return None
+    return " ".join(sentences[:at]), sentences[at], " ".join(sentences[at + 1 :])
+
+
+async def slice_ask(
+    ctx: Context, teacher: Endpoint, problem: Problem, piece: Slice, attempt: int, split: tuple[str, str, str]
+) -> WorkedProblem | None:
+    """`stages.slice_asks`: the slice's subproblem as the node's context and a new final question sentence
+    the teacher writes for the slice's quantity; its program is the slice itself, its answer the slice's
+    value. None when the reply does not parse, is no sentence, or is the node's own ask again."""
+    context, final, after = split
+    text = render_prompt(
+        "decompose_slice_ask",
+        document=document_block(problem),
+        context=context,
+        final=final,
+        step=piece.source,
+        variable=piece.name,
+        value=piece.value,
+    )
+    [reply] = await ctx.gateway.structured(  # attempt a is sample a, as a prose proposal's
+        teacher, SliceAsk, role="teacher", messages=[{"role": "user", "content": text}], first_index=attempt
+    )
+    ctx.tick(STAGE)
+    ask = " ".join(reply.ask.split()) if reply is not None else ""
+    if not ask.endswith(("?", ".")) or ask.casefold() == " ".join(final.split()).casefold():
+        return None  # no sentence, or the node's own ask (one that means it in other words: its trace disagrees)
+    return with_program(WorkedProblem).model_validate(
+        {
+            "question": " ".join(part for part in (context, ask, after) if part),
+            "solution": f"The step computes {piece.name}:\n{piece.source}",
+            "answer": piece.value,
+            "program": piece.source,
+        }
+    )
+
+
 async def slice_problem(
     ctx: Context, teacher: Endpoint, problem: Problem, piece: Slice, attempt: int
 ) -> WorkedProblem | None:
     """`teacher`'s statement of `piece` as a self-contained problem whose answer is its value (with its
-    program, `verify.programs`); None when the reply does not parse."""
+    program, `verify.programs`); None when the reply does not parse. With `stages.slice_asks`, the node's
+    question with only its final question sentence written anew (`slice_ask`)."""
+    if ctx.stages.slice_asks and (split := ask_split(problem.question)):
+        return await slice_ask(ctx, teacher, problem, piece, attempt, split)
     text = render_prompt(
         "decompose_slice",
         document=document_block(problem),

@@ -52,6 +52,7 @@ TASK_MARKERS = {
     "program_write": "Write a short Python program that solves",
     "program_parent": "using its subproblems where it needs their results",
     "decompose_slice": "asks for exactly this step",
+    "decompose_slice_ask": "Write one new final question for the problem",
 }
 PROGRAM_MARKER = '"program":'  # a reply template asking for programs (verify.programs)
 SPANS_MARKER = '"figures": [{"name"'  # ... whose document figures are chosen among listed spans (verify.quote_spans)
@@ -254,6 +255,13 @@ class World:
 
     def decompose_slice(self, agent: Agent, text: str) -> dict:
         """One step of a program (`x = 2 * 3\nanswer = x`) stated as "Compute EXPR." with its names inlined."""
+        return worked(self.step_expression(text))
+
+    def decompose_slice_ask(self, agent: Agent, text: str) -> dict:
+        """stages.slice_asks: the step's final question alone, "Compute EXPR." (off_slices as above)."""
+        return {"ask": question(self.step_expression(text))}
+
+    def step_expression(self, text: str) -> str:
         inlined: dict[str, str] = {}
         for statement in ast.parse(blocks(text, "step")[0]).body:
             assert isinstance(statement, ast.Assign), "world steps are assignments"
@@ -262,7 +270,7 @@ class World:
                 expr = re.sub(rf"\b{name}\b", f"({value})", expr)
             inlined[statement.targets[0].id] = expr  # type: ignore[attr-defined]
         step = re.search(r"the step computes (\w+)", text).group(1)  # type: ignore[union-attr]
-        return worked(inlined["answer"] + (" + 1" if step in self.off_slices else ""))
+        return inlined["answer"] + (" + 1" if step in self.off_slices else "")
 
     def leaf(self, agent: Agent, text: str) -> dict:
         expr = norm(expression(blocks(text, "problem")[0]))
