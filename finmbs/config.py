@@ -207,7 +207,8 @@ class StageParams(Settings):
         True,
         description="with stages.decompose_from_program, a slice's subproblem is the node's question with its "
         "final question sentence replaced: the teacher writes only that sentence, asking for the slice's "
-        "quantity, and the slice's own program computes the answer (finmbs/mbs/slices.py `ask_split`); a "
+        "quantity, and the slice's own program computes the answer (finmbs/mbs/slices.py `ask_split`); the "
+        "question keeps only the sentences whose numbers the slice uses (and those with none); a "
         "question without a closing question sentence is stated whole by the teacher as before. The 1.5B, "
         "asked to state a slice as a whole problem, kept the node's question and its final ask (not in the "
         "paper; with verify.programs)",

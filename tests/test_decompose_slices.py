@@ -154,3 +154,23 @@ async def test_slice_asks_keep_the_question_and_rewrite_only_its_final_ask(tmp_p
     await decompose(whole, TreeNode(problem=seed, path="0"), Ledger("a"))
     assert asked(openai_server, "decompose_slice")
     assert PAPER_VALUES["stages.slice_asks"] is False and load_config().stages.slice_asks is True
+
+
+def test_a_slice_ask_keeps_only_the_sentences_its_slice_uses():
+    from finmbs.mbs.slices import slice_context
+
+    school = (
+        "A school has 4 classes of 28 students and 3 classes of 32 students. Each student needs 3 notebooks. "
+        "Notebooks come in packs of 8, and a pack costs $6."
+    )
+    # the 1.5B, shown the packs and the price, answered the seed's 468 for "How many notebooks are needed?"
+    notebooks = "students = 4 * 28 + 3 * 32\nnotebooks = students * 3\nanswer = notebooks"
+    assert slice_context(school, notebooks) == school.rsplit(" Notebooks come", 1)[0]
+    assert (
+        slice_context(school, "packs = 624 // 8\nanswer = packs")
+        == "Notebooks come in packs of 8, and a pack costs $6."
+    )
+    pay = (
+        "Ana earns $20 an hour. Last week she worked 46 hours, and 20% of her pay was withheld. She is paid on Friday."
+    )
+    assert slice_context(pay, "tax = 980 * 0.2\nanswer = tax") == pay  # 0.2 is the 20% (and $20), no number: kept

@@ -19,6 +19,7 @@ from __future__ import annotations
 import ast
 import asyncio
 import re
+from fractions import Fraction
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -288,6 +289,32 @@ def ask_split(question: str) -> tuple[str, str, str] | None:
     return " ".join(sentences[:at]), sentences[at], " ".join(sentences[at + 1 :])
 
 
+_NUMBER = re.compile(r"(?<![\w.])\d[\d,]*(?:\.\d+)?")
+
+
+def _numbers(text: str) -> set[Fraction]:
+    return {Fraction(m.group().replace(",", "")) for m in _NUMBER.finditer(text)}
+
+
+def _literals(source: str) -> set[Fraction]:
+    """The numbers a program writes, with each one's percentage reading (20 for 0.2 and 0.2 for 20)."""
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+            value = Fraction(str(node.value))
+            found |= {value, value * 100, value / 100}
+    return found
+
+
+def slice_context(context: str, source: str) -> str:
+    """The sentences of `context` a slice needs: each one that states a number the slice's program uses,
+    and each one that states no number; a sentence whose numbers the slice never uses is left out (a
+    small teacher, shown them, solves the whole problem instead of the slice)."""
+    used = _literals(source)
+    sentences = _SENTENCE_END.split(context.strip())
+    return " ".join(s for s in sentences if not (found := _numbers(s)) or found & used)
+
+
 async def slice_ask(
     ctx: Context, teacher: Endpoint, problem: Problem, piece: Slice, attempt: int, split: tuple[str, str, str]
 ) -> WorkedProblem | None:
@@ -295,6 +322,7 @@ async def slice_ask(
     the teacher writes for the slice's quantity; its program is the slice itself, its answer the slice's
     value. None when the reply does not parse, is no sentence, or is the node's own ask again."""
     context, final, after = split
+    context = slice_context(context, piece.source)
     text = render_prompt(
         "decompose_slice_ask",
         document=document_block(problem),
