@@ -149,6 +149,16 @@ async def test_slice_asks_keep_the_question_and_rewrite_only_its_final_ask(tmp_p
     await decompose(off, root, ledger)
     [wrong] = [r for r in ledger.rejected if r.problem.question.endswith("Compute 2 * 3 + 1.")]
     assert wrong.problem.answer == "6" and "unverified" in wrong.reason
+
+    # an ask that states its own value ("... for the needs of 6 students?") is dropped before any trace
+    class Telling(World):
+        def decompose_slice_ask(self, agent, text):
+            return {"ask": f"Compute {self.step_expression(text)} for 6 or 5 students."}
+
+    telling = setup(openai_server, tmp_path / "telling", Telling(agents={}))
+    root, ledger = TreeNode(problem=seed, path="0"), Ledger("a")
+    await decompose(telling, root, ledger)
+    assert not root.children and not [r for r in openai_server.requests if "for 6 or 5 students" in r.text]
     # switched off, or a question with nothing before its ask: the slice is stated whole, as before
     whole = setup(openai_server, tmp_path / "whole", World(agents={}), slice_asks=False)
     await decompose(whole, TreeNode(problem=seed, path="0"), Ledger("a"))

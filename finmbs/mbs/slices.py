@@ -320,7 +320,8 @@ async def slice_ask(
 ) -> WorkedProblem | None:
     """`stages.slice_asks`: the slice's subproblem as the node's context and a new final question sentence
     the teacher writes for the slice's quantity; its program is the slice itself, its answer the slice's
-    value. None when the reply does not parse, is no sentence, or is the node's own ask again."""
+    value. None when the reply does not parse, is no sentence, is the node's own ask again, or states the
+    value it asks for."""
     context, final, after = split
     context = slice_context(context, piece.source)
     text = render_prompt(
@@ -339,6 +340,8 @@ async def slice_ask(
     ask = " ".join(reply.ask.split()) if reply is not None else ""
     if not ask.endswith(("?", ".")) or ask.casefold() == " ".join(final.split()).casefold():
         return None  # no sentence, or the node's own ask (one that means it in other words: its trace disagrees)
+    if _numbers(piece.value or "") & (_numbers(ask) - _numbers(context)):
+        return None  # it states its own answer ("... packs for the needs of 78 students?", 78 packs)
     return with_program(WorkedProblem).model_validate(
         {
             "question": " ".join(part for part in (context, ask, after) if part),
