@@ -337,7 +337,7 @@ async def slice_ask(
         teacher, SliceAsk, role="teacher", messages=[{"role": "user", "content": text}], first_index=attempt
     )
     ctx.tick(STAGE)
-    ask = " ".join(reply.ask.split()) if reply is not None else ""
+    ask = re.sub(r"([?.])[?.]+$", r"\1", " ".join(reply.ask.split())) if reply is not None else ""  # "pay??"
     if not ask.endswith(("?", ".")) or ask.casefold() == " ".join(final.split()).casefold():
         return None  # no sentence, or the node's own ask (one that means it in other words: its trace disagrees)
     if _numbers(piece.value or "") & (_numbers(ask) - _numbers(context)):
