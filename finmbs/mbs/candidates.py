@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from functools import cache
+from functools import lru_cache
 
 from pydantic import BaseModel, Field, create_model, field_validator
 
 from finmbs.mbs.context import Context, Ledger
 from finmbs.mbs.novelty import STAGE as NOVELTY
 from finmbs.mbs.novelty import restated, unworkable
-from finmbs.mbs.programs import BINDS_ANSWER, bound_program, chosen_figure, program_node, programs_on
+from finmbs.mbs.programs import BINDS_ANSWER, REPLY_SHAPES, bound_program, chosen_figure, program_node, programs_on
 from finmbs.mbs.traces import teacher_trace
 from finmbs.records import Decision, Problem, Provenance, TreeNode
 from finmbs.verify.spans import Span
@@ -38,7 +38,7 @@ class WorkedProblem(BaseModel):
         return value
 
 
-@cache
+@lru_cache(maxsize=REPLY_SHAPES)
 def with_program(reply: type[BaseModel], figures: tuple[str, ...] = ()) -> type[BaseModel]:
     """`reply` with every worked problem in it (itself, or the items of its list fields) carrying
     `program` too (`verify.programs`): the Python that computes its answer, ending `answer = ...`; with
@@ -92,7 +92,7 @@ def written_items(items: object) -> object:
     return real or items
 
 
-@cache
+@lru_cache(maxsize=REPLY_SHAPES)
 def asking_for(reply: type[BaseModel], items: str, at_least: int, at_most: int | None = None) -> type[BaseModel]:
     """`reply` whose JSON schema asks for `at_least` (up to `at_most`) worked problems in its list field
     `items`, so a constrained teacher writes them all (unconstrained, a teacher asked for two can stop after

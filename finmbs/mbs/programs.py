@@ -20,7 +20,7 @@ records the program, what it gave and the figures it quoted (`program`, `program
 from __future__ import annotations
 
 import asyncio
-from functools import cache
+from functools import lru_cache
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, create_model
@@ -50,6 +50,7 @@ PROGRAM_META = (
 STATED_FIELD = '"answer": "<the final answer alone>"'  # the reply templates' last field, followed by the program's
 
 
+REPLY_SHAPES = 512  # reply models kept built: one per passage's figures, so a long run must not keep them all
 # every program field's schema: the embedded grammar holds the string open until the program binds answer
 BINDS_ANSWER = {CLOSES_AFTER: "answer ="}
 
@@ -111,7 +112,7 @@ class SpanProgram(BaseModel):
     program: str = Field(min_length=1, json_schema_extra=BINDS_ANSWER)
 
 
-@cache
+@lru_cache(maxsize=REPLY_SHAPES)
 def chosen_figure(texts: tuple[str, ...]) -> type[ChosenFigure]:
     """`ChosenFigure` whose `figure` is one of `texts` (a JSON-schema enum: a constrained decoder can write
     no other text, and a reply from an unconstrained one with another text does not parse)."""
@@ -144,7 +145,7 @@ def bound_program(worked: BaseModel, text: str | None) -> tuple[str | None, str 
     program, chosen = getattr(worked, "program", None), getattr(worked, "figures", None)
     if not program or not chosen:
         return program, None
-    return bind([(c.name, c.figure) for c in chosen], candidate_spans(text), program)
+    return span_source(worked, candidate_spans(text))  # type: ignore[arg-type]
 
 
 def span_source(reply: SpanProgram, spans: list[Span]) -> tuple[str | None, str | None]:

@@ -293,6 +293,8 @@ _NUMBER = re.compile(r"(?<![\w.])\d[\d,]*(?:\.\d+)?")
 
 
 def _numbers(text: str) -> set[Fraction]:
+    """The numbers `text` writes, each digit run alone ("1/4" is 1 and 4, as a program writes them; not
+    `novelty.math_numbers`, which reads it as one fraction)."""
     return {Fraction(m.group().replace(",", "")) for m in _NUMBER.finditer(text)}
 
 

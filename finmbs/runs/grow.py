@@ -250,9 +250,8 @@ def sigterm_as_interrupt(gateway: Gateway | None = None) -> Iterator[None]:
     """In the main thread's event loop: SIGTERM (how schedulers stop jobs) stops the run like Ctrl-C
     (KeyboardInterrupt). With the run's in-process `gateway`, no new model call is sent from then on, the
     embedded models stop generating, and the served calls in flight are awaited (up to DRAIN_S) before the
-    current task is cancelled, so every call a
-    server received is answered and on the usage ledger; without one (work on Ray), or at a second
-    SIGTERM, the task is cancelled at once.
+    current task is cancelled, so every call a server received is answered and on the usage ledger;
+    without one (work on Ray), or at a second SIGTERM, the task is cancelled at once.
 
     The handler is Python's own, so it runs in the main thread even while the loop is busy in synchronous
     work (text processing, a long regular-expression match: the engine checks for signals, but holds the GIL,

@@ -371,14 +371,6 @@ _BINDS = re.compile(r"^\s*answer\s*=")
 MAX_REPLY_LINES = 400  # lines of a reply searched for a program without a fence (a program is far shorter)
 
 
-def _parses(source: str) -> bool:
-    try:
-        ast.parse(textwrap.dedent(source))
-    except (SyntaxError, ValueError):
-        return False
-    return True
-
-
 def _code_ending_in_answer(text: str) -> str | None:
     """The longest run of lines that parses as Python and ends at the last line binding `answer`: prose
     before a program written without a fence ("Here is the code:") and after it is left out."""
@@ -388,8 +380,8 @@ def _code_ending_in_answer(text: str) -> str | None:
         return None
     end = ends[-1]
     for start in range(end + 1):
-        if _parses(block := "\n".join(lines[start : end + 1])):
-            return textwrap.dedent(block).strip("\n")
+        if _parses(block := textwrap.dedent("\n".join(lines[start : end + 1]))):
+            return block.strip("\n")
     return None
 
 
