@@ -333,6 +333,17 @@ class VerifySettings(Settings):
         "program, it checks nothing; every slice or variant is still checked on its own. 1: one draw (not "
         "in the paper; with verify.programs)",
     )
+    program_agreement: int = Field(
+        1,
+        ge=1,
+        le=9,
+        description="k: a candidate's program is one of k, the other k - 1 drawn from the first teacher without "
+        "seeing the answer (one batched call); the answer is trusted only when more than half of the k give one "
+        "answer, and a candidate's own program must be in that majority (an engine-written one, as in "
+        "`finmbs verify`, gives way to it); then the trace rule as before. No majority, or an outvoted own "
+        "program: rejected (check program); the tally is meta.program_votes. 1: one program (not in the paper; "
+        "with verify.programs)",
+    )
     quote_spans: bool = Field(
         True,
         description="a finance program takes document figures only by choosing among the passage's candidate "
@@ -453,6 +464,7 @@ PAPER_VALUES: dict[str, Any] = {
     "verify.programs": False,  # every answer computed by an executed program (finance figures quoted from d')
     "verify.program_samples": 1,  # a node's program for its structure drawn again while it misses the answer
     "verify.program_line_breaks": False,  # line breaks added to a program whose statements share a line
+    "verify.program_agreement": 1,  # k programs drawn, a majority must agree before the trace rule
     "mine.from_facts": False,  # seeds mine: engine-chosen facts and operation, the teacher writes question and program
     "stages.leaf_operators": False,  # named mutation operators (prompts/operators/) instead of "harder"
     "novelty.structure": False,  # a leaf variant with its source's program skeleton rejected

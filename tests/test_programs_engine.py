@@ -22,7 +22,7 @@ from finmbs.mbs.context import Context, Ledger, in_stage
 from finmbs.mbs.decompose import decompose
 from finmbs.mbs.labels import check_labels
 from finmbs.mbs.leakage import Grounding
-from finmbs.mbs.programs import composed_parent, reexecute_all
+from finmbs.mbs.programs import composed_parent, program_node, reexecute_all
 from finmbs.records import Problem, Snippet, TreeNode
 from finmbs.resources import resource_dir
 from finmbs.runs import read_jsonl
@@ -480,3 +480,55 @@ async def test_verify_rejects_a_label_whose_program_computes_nothing(tmp_path, o
     verdict, _ = await checked(openai_server, tmp_path, {"teacher": Agent(program="answer = 0")}, problem)
     assert verdict.outcome == "rejected" and verdict.check == "program"
     assert verdict.reason == "the program computes nothing: it binds the answer to a literal"
+
+
+# verify.program_agreement: k programs, a majority must agree before the trace rule ---------------------------------
+async def agreeing(server, tmp_path, programs: tuple[str, ...], problem: Problem, k: int = 3):
+    server.reset()
+    server.handler = World(agents={"teacher": Agent(programs=programs), "target": Agent(), "s": Agent()})
+    config = world_config(server.base_url, ["teacher"], ["s"], "target", str(tmp_path / "cache.sqlite"), N=4)
+    config.verify.program_agreement = k
+    ctx = Context(config=config, gateway=Gateway(cache_path=str(tmp_path / "cache.sqlite")))
+    [verdict] = await check_labels(ctx, [problem], concurrency=1)
+    return verdict, len([r for r in server.requests if TASK_MARKERS["program_write"] in r.text])
+
+
+async def test_program_agreement_trusts_a_label_only_on_a_majority(tmp_path, openai_server):
+    problem = Problem(id="p", question="Compute 1470 - 25 * 58.", answer="20")
+    right = "answer = 1470 - 25 * 58"
+    # two of three agree with the stated answer: verified, the tally recorded
+    verdict, asked = await agreeing(openai_server, tmp_path / "a", (right, right, "answer = 19 * 5"), problem)
+    assert asked == 3 and verdict.outcome == "verified" and verdict.program == right
+    assert verdict.problem.meta["program_votes"] == "20 x2; 95 x1 of 3 programs"
+    # the first written program is in the minority: the engine's program gives way to the majority's
+    verdict, _ = await agreeing(openai_server, tmp_path / "b", ("answer = 19 * 5", right, right), problem)
+    assert verdict.outcome == "verified" and verdict.program == right
+    assert verdict.problem.meta["program_votes"] == "95 x1; 20 x2 of 3 programs"
+    # three answers: no majority, the label is not trusted although one program and the traces agree with it
+    verdict, _ = await agreeing(openai_server, tmp_path / "c", (right, "answer = 19 * 5", "answer = 3 * 7"), problem)
+    assert verdict.outcome == "rejected" and verdict.check == "program"
+    assert verdict.reason == "programs disagree, no majority: 20 x1; 95 x1; 21 x1 of 3 programs"
+    # a draw that fails to run votes for nothing: 1 of 3 is no majority
+    verdict, _ = await agreeing(
+        openai_server, tmp_path / "d", (right, "import os\nanswer = 20", "answer = 'x'"), problem
+    )
+    assert verdict.outcome == "rejected" and verdict.reason.startswith("programs disagree, no majority: 20 x1 of 3")
+    # k = 1 (the paper profile's value): one program, no draws
+    verdict, asked = await agreeing(openai_server, tmp_path / "e", (right, "answer = 19 * 5"), problem, k=1)
+    assert asked == 1 and verdict.outcome == "verified" and "program_votes" not in verdict.problem.meta
+
+
+async def test_a_candidates_own_program_outvoted_is_rejected(tmp_path, openai_server):
+    ctx = setup(openai_server, tmp_path, World(agents={}), teacher=Agent(programs=("answer = 2 + 4",)))
+    ctx.config.verify.program_agreement = 3
+    candidate = Problem(id="c", question="Compute 2 + 3.", answer="5", meta={"program": "answer = 2 + 3"})
+    ledger = Ledger("c")
+    assert await program_node(ctx, candidate, ledger, stage="leaves", path="0") is None
+    assert ledger.rejected[-1].reason == "its program gives 5, outvoted: 5 x1; 6 x2 of 3 programs"
+    assert ledger.rejected[-1].data["check"] == "program"
+    # the drawn programs agreeing with its own: verified, the votes in its meta
+    ctx = setup(openai_server, tmp_path / "ok", World(agents={}))
+    ctx.config.verify.program_agreement = 3
+    node = await program_node(ctx, candidate, Ledger("c"), stage="leaves", path="0")
+    assert node is not None and node.problem.meta["program_votes"] == "5 x3 of 3 programs"
+    assert node.problem.meta["program"] == "answer = 2 + 3"

@@ -15,26 +15,12 @@ from pydantic import BaseModel, Field
 
 from finmbs.mbs.candidates import verified_node
 from finmbs.mbs.context import Context, Ledger
-from finmbs.mbs.programs import (
-    CHECK,
-    passage,
-    programs_on,
-    quote_spans_on,
-    render_program_finance,
-    run_for,
-    same,
-    span_program_reply,
-    span_source,
-)
-from finmbs.mbs.solve import document_block
+from finmbs.mbs.programs import CHECK, programs_on, run_for, same, write_program
 from finmbs.mbs.stages import Progress, Stage
 from finmbs.records import Problem
-from finmbs.resources import render_prompt
-from finmbs.verify.program import computes_nothing, program_in
-from finmbs.verify.spans import candidate_spans, listing
+from finmbs.verify.program import computes_nothing
 
 STAGE = Stage.VERIFY
-NO_FIGURES = "the passage states no figure, so no finance program was requested (verify.quote_spans)"
 Outcome = Literal["verified", "relabeled", "rejected"]
 
 
@@ -56,55 +42,6 @@ class LabelCheck(BaseModel):
     program_error: str | None = None
     quotes: list[dict[str, Any]] = Field(default_factory=list)
     problem: Problem
-
-
-async def write_program(ctx: Context, problem: Problem, first_index: int = 0) -> Problem:
-    """`problem` with a teacher's program in meta.program (unchanged when it has one). The teachers in
-    order, the next asked only while the last one's program does not run (its reply did not parse, a
-    sandbox rule, a bad quote, no number): meta.program_writer names the teacher whose program is kept,
-    meta.program_attempts says why each earlier one failed; when all fail, the last program is kept (the
-    verdict rejects it). A program that runs but gives another answer than the stated one is the verdict's
-    business, never a reason to ask the next teacher."""
-    if problem.meta.get("program"):
-        return problem
-    spans = candidate_spans(passage(problem)) if quote_spans_on(ctx, problem) else []
-    if quote_spans_on(ctx, problem) and not spans:  # nothing to quote: no request (check_label rejects it)
-        return problem.model_copy(update={"meta": {**problem.meta, "program_skipped": NO_FIGURES}})
-    text = render_prompt(
-        "program_write_spans" if spans else "program_write",
-        finance="" if spans else render_program_finance(problem.domain),
-        document=document_block(problem),
-        question=problem.question,
-        figures=listing(spans),
-    )
-    messages = [{"role": "user", "content": text}]
-    written, failed = problem, []
-    for teacher in ctx.teachers:
-        if spans:  # the figures chosen among the passage's spans, the quote() lines written by the engine
-            [reply] = await ctx.gateway.structured(
-                teacher, span_program_reply(spans), role="teacher", messages=messages, first_index=first_index
-            )
-            source, why = span_source(reply, spans) if reply is not None else (None, "reply did not parse")
-        else:
-            # a plain-text reply with a ```python block: inside a JSON string, the program's own quotes ended it
-            [sample] = await ctx.gateway.generate(teacher, role="teacher", messages=messages, first_index=first_index)
-            source = program_in(sample.text)
-            why = None if source is not None else "reply holds no ```python block"
-        ctx.tick(STAGE)
-        if source is None:
-            failed.append(f"{teacher.name}: {why}")
-            continue
-        written = problem.model_copy(
-            update={
-                "meta": {**problem.meta, "program": source, "program_written": True, "program_writer": teacher.name}
-            }
-        )
-        if (result := await run_for(written)).ok:
-            break
-        failed.append(f"{teacher.name}: program failed: {result.error}")
-    if not failed:
-        return written
-    return written.model_copy(update={"meta": {**written.meta, "program_attempts": failed}})
 
 
 async def program_to_answer(ctx: Context, problem: Problem) -> tuple[Problem, str | None]:

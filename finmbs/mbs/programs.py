@@ -20,19 +20,22 @@ records the program, what it gave and the figures it quoted (`program`, `program
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, create_model
 
+from finmbs.config import Endpoint
 from finmbs.llm.embedded import CLOSES_AFTER
 from finmbs.mbs.context import Context, Ledger
-from finmbs.mbs.stages import Check
+from finmbs.mbs.solve import document_block
+from finmbs.mbs.stages import Check, Stage
 from finmbs.mbs.traces import teacher_trace
 from finmbs.records import Decision, Problem, Trace, TreeNode
 from finmbs.resources import render_prompt
 from finmbs.verify import verify_answer
-from finmbs.verify.program import ProgramResult, computes_nothing, line_breaks, run_program_async
+from finmbs.verify.program import ProgramResult, computes_nothing, line_breaks, program_in, run_program_async
 from finmbs.verify.spans import NAME, Span, bind, candidate_spans, listing
 
 CHECK = Check.PROGRAM  # the rejection check of this layer
@@ -46,7 +49,12 @@ PROGRAM_META = (
     "verify_programs",
     "own_program",
     "program_as_written",
+    "program_votes",
+    "program_written",
+    "program_writer",
+    "program_attempts",
 )
+NO_FIGURES = "the passage states no figure, so no finance program was requested (verify.quote_spans)"
 STATED_FIELD = '"answer": "<the final answer alone>"'  # the reply templates' last field, followed by the program's
 
 
@@ -251,6 +259,47 @@ def relabeled(problem: Problem, answer: str, trace: Trace) -> Problem:
     return problem.model_copy(update={"answer": answer, "meta": meta})
 
 
+async def agreed(ctx: Context, problem: Problem, result: ProgramResult) -> tuple[Problem, ProgramResult, str | None]:
+    """`verify.program_agreement` (k): the problem's program is one of k, the other k - 1 drawn from the
+    first teacher without the answer (`program_request`, one batched call); a draw that gives no program,
+    or one that fails to run, votes for nothing. (problem, result, None) when more than half of the k give
+    one answer: the problem's own program when it is among them; an engine-written program
+    (meta.program_written, as in `finmbs verify`) in the minority gives way to the majority's first. The
+    tally is recorded as meta.program_votes. (.., why) when no answer has a majority, or when a
+    candidate's own program is outvoted: the label is not trusted."""
+    k = ctx.config.verify.program_agreement
+    bare = problem.model_copy(update={"meta": {m: v for m, v in problem.meta.items() if m not in PROGRAM_META}})
+    request = program_request(ctx, bare)
+    drawn = await drawn_programs(ctx, ctx.teachers[0], request, n=k - 1, first_index=1) if request else []
+    votes = [(problem, result)]
+    for source, _ in drawn:
+        if source is None or computes_nothing(source):
+            continue
+        written = with_line_breaks(ctx, bare.model_copy(update={"meta": {**bare.meta, "program": source}}))
+        written = written.model_copy(
+            update={"meta": {**written.meta, "program_written": True, "program_writer": ctx.teachers[0].name}}
+        )
+        if (run := await run_for(written)).ok:
+            votes.append((recorded(written, run), run))
+    groups: list[list[tuple[Problem, ProgramResult]]] = []
+    for vote in votes:
+        for group in groups:
+            if await same(ctx, problem, group[0][1].answer or "", vote[1].answer or ""):
+                group.append(vote)
+                break
+        else:
+            groups.append([vote])
+    tally = "; ".join(f"{group[0][1].answer} x{len(group)}" for group in groups) + f" of {k} programs"
+    best = max(groups, key=len)
+    if 2 * len(best) <= k:
+        return problem, result, f"programs disagree, no majority: {tally}"
+    if best is not groups[0]:
+        if not problem.meta.get("program_written"):
+            return problem, result, f"its program gives {result.answer}, outvoted: {tally}"
+        problem, result = best[0]
+    return problem.model_copy(update={"meta": {**problem.meta, "program_votes": tally}}), result, None
+
+
 async def program_node(
     ctx: Context,
     problem: Problem,
@@ -284,6 +333,11 @@ async def program_node(
     if not result.ok:
         reject(f"program failed: {result.error}")
         return None
+    if ctx.config.verify.program_agreement > 1:
+        problem, result, disagree = await agreed(ctx, problem, result)
+        if disagree:
+            reject(disagree)
+            return None
     v, stated = result.answer or "", problem.answer
     relabel = ctx.stages.relabel if relabel is None else relabel
     agrees = await same(ctx, problem, v, stated)
@@ -322,6 +376,91 @@ async def program_node(
         problem = relabeled(problem, v, trace)
     decision = Decision(stage=stage, outcome="accepted", reason=reason, data={"program_answer": v})
     return TreeNode(problem=problem, trace=trace, path=path, mirrors=mirrors, decisions=[decision])
+
+
+@dataclass(frozen=True)
+class ProgramRequest:
+    """A request for a program alone for one problem: the prompt, and the passage's figures to choose among
+    (none: quote() by recall, or math)."""
+
+    messages: list[dict[str, str]]
+    spans: list[Span] = field(default_factory=list)
+
+
+def program_request(ctx: Context, problem: Problem) -> ProgramRequest | None:
+    """The request for `problem`'s program, written without seeing its answer; None for a finance passage
+    with no figure to choose (`verify.quote_spans`)."""
+    spans = candidate_spans(passage(problem)) if quote_spans_on(ctx, problem) else []
+    if quote_spans_on(ctx, problem) and not spans:
+        return None
+    text = render_prompt(
+        "program_write_spans" if spans else "program_write",
+        finance="" if spans else render_program_finance(problem.domain),
+        document=document_block(problem),
+        question=problem.question,
+        figures=listing(spans),
+    )
+    return ProgramRequest(messages=[{"role": "user", "content": text}], spans=spans)
+
+
+async def drawn_programs(
+    ctx: Context, teacher: Endpoint, request: ProgramRequest, *, n: int, first_index: int
+) -> list[tuple[str | None, str | None]]:
+    """n programs drawn from `teacher` for `request` in one batched call (samples first_index ..), each
+    (source, None) or (None, why there is none)."""
+    if request.spans:  # the figures chosen among the passage's spans, the quote() lines written by the engine
+        replies = await ctx.gateway.structured(
+            teacher,
+            span_program_reply(request.spans),
+            role="teacher",
+            messages=request.messages,
+            n=n,
+            first_index=first_index,
+        )
+        drawn = [span_source(r, request.spans) if r is not None else (None, "reply did not parse") for r in replies]
+    else:
+        # a plain-text reply with a ```python block: inside a JSON string, the program's own quotes ended it
+        samples = await ctx.gateway.generate(
+            teacher, role="teacher", messages=request.messages, n=n, first_index=first_index
+        )
+        drawn = [
+            (source, None) if (source := program_in(s.text)) is not None else (None, "reply holds no ```python block")
+            for s in samples
+        ]
+    for _ in drawn:
+        ctx.tick(Stage.VERIFY)
+    return drawn
+
+
+async def write_program(ctx: Context, problem: Problem, first_index: int = 0) -> Problem:
+    """`problem` with a teacher's program in meta.program (unchanged when it has one). The teachers in
+    order, the next asked only while the last one's program does not run (its reply did not parse, a
+    sandbox rule, a bad quote, no number): meta.program_writer names the teacher whose program is kept,
+    meta.program_attempts says why each earlier one failed; when all fail, the last program is kept (the
+    verdict rejects it). A program that runs but gives another answer than the stated one is the verdict's
+    business, never a reason to ask the next teacher."""
+    if problem.meta.get("program"):
+        return problem
+    request = program_request(ctx, problem)
+    if request is None:  # nothing to quote: no request (check_label rejects it)
+        return problem.model_copy(update={"meta": {**problem.meta, "program_skipped": NO_FIGURES}})
+    written, failed = problem, []
+    for teacher in ctx.teachers:
+        [(source, why)] = await drawn_programs(ctx, teacher, request, n=1, first_index=first_index)
+        if source is None:
+            failed.append(f"{teacher.name}: {why}")
+            continue
+        written = problem.model_copy(
+            update={
+                "meta": {**problem.meta, "program": source, "program_written": True, "program_writer": teacher.name}
+            }
+        )
+        if (result := await run_for(written)).ok:
+            break
+        failed.append(f"{teacher.name}: program failed: {result.error}")
+    if not failed:
+        return written
+    return written.model_copy(update={"meta": {**written.meta, "program_attempts": failed}})
 
 
 class Reexecution(BaseModel):

@@ -174,9 +174,10 @@ class World:
             return self.solve(agent, request, task_text)
         if task in self.malformed and REPAIR_MARKER not in request.text:
             return Reply(texts=['{"subproblems": [oops'])
+        if task == "program_write":  # asked for a plain ```python block, not JSON; n drawn in turn
+            drawn = [self.program_write(agent, task_text)["program"] for _ in range(request.n)]
+            return Reply(texts=[f"Here is the program:\n```python\n{program}\n```" for program in drawn])
         reply = getattr(self, task)(agent, task_text)
-        if task == "program_write":  # asked for a plain ```python block, not JSON
-            return Reply(texts=[f"Here is the program:\n```python\n{reply['program']}\n```"])
         if PROGRAM_MARKER in task_text and task not in ("program_write", "program_parent"):
             self.with_programs(reply, task_text)
         return Reply(texts=[json.dumps(reply)])
