@@ -375,7 +375,10 @@ class RunMetrics(Record):
 
     @property
     def seed_conversion(self) -> float:
-        return self.seeds_converted / self.seeds_in if self.seeds_in else 0.0
+        """Seeds with a qualified descendant over the finished seeds (`seeds_done`), the denominator
+        construction tokens per seed use too: a partial run's unfinished seeds are neither converted nor
+        failed yet, so dividing by `seeds_in` would understate it (both counts are in metrics.json)."""
+        return self.seeds_converted / self.seeds_done if self.seeds_done else 0.0
 
     @property
     def construction_tokens_per_seed(self) -> float:

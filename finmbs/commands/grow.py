@@ -38,7 +38,11 @@ def summary_table(metrics: RunMetrics, out: Path) -> Table:
         ("roots rejected by novelty / quality before calibration (in the rates)", metrics.gated_roots),
         ("goldilocks", f"{metrics.goldilocks} ({metrics.goldilocks_rate:.1%})"),
         ("qualified", f"{metrics.qualified} ({metrics.qualified_rate:.1%})"),
-        ("seed conversion", f"{metrics.seeds_converted} ({metrics.seed_conversion:.1%})"),
+        (
+            "seed conversion (of the finished seeds)",
+            f"{metrics.seeds_converted} ({metrics.seed_conversion:.1%}) of {metrics.seeds_done} finished, "
+            f"{metrics.seeds_in} in",
+        ),
         (
             "rejected: answer leaks / novelty / not well-posed",
             f"{metrics.answer_leaks} / {metrics.novelty_rejected} / {metrics.not_well_posed}",
