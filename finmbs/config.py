@@ -143,6 +143,15 @@ class StageParams(Settings):
         "the paper, whose rounds are fresh samples of the next teacher; a teacher shown its "
         "rejected copies can write them again)",
     )
+    answer_leaks: list[Literal["answer", "question", "solution"]] = Field(
+        ["answer", "question", "solution"],
+        description="finmbs's (not in the paper, whose section 3.3 has no such check; appendix B.3 uses an LLM "
+        "judge only in its motivating experiment): a decomposition's subproblem is rejected, before any student "
+        "sees it, when it reveals its parent's answer in one of these forms: answer (its answer equals the "
+        "parent's), question (its question states it), solution (its verified worked solution, shown to the "
+        "students, states it); each form's rejections are counted apart (leaks_by_answer, leaks_by_question, "
+        "leaks_by_solution); []: none",
+    )
     alpha_leaf: float = Field(0.8, ge=0, le=1)
     alpha_parent: float = Field(0.625, ge=0, le=1)
     Nc: int = Field(10, ge=1, description="child-combination trials per parent")
@@ -437,6 +446,7 @@ PAPER_VALUES: dict[str, Any] = {
     "novelty.unworkable": False,  # own-answer / sentence-answer / formula-answer rejections
     "quality.enabled": False,  # the math well-posed judge
     "stages.relabel": False,  # agreeing traces relabel a candidate
+    "stages.answer_leaks": [],  # the mechanical leak check of subproblems, each of its three forms
     "stages.leaf_feedback": False,  # rejected variants shown to the next leaf round
     "stages.leaf_grounded": False,  # prompts/leaf_grounded.txt
     "stages.rotate_teachers": False,  # next teacher per decomposition retry, compose trial, direct call, re-grounding

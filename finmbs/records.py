@@ -253,6 +253,11 @@ class SeedCounts(Record):
     (rejected.jsonl keeps one row per problem too)."""
 
     answer_leaks: int = 0  # subproblems rejected for revealing their parent's answer
+    # of answer_leaks, per form of stages.answer_leaks: the child's answer is the parent's, its question or
+    # its worked solution states it
+    leaks_by_answer: int = 0
+    leaks_by_question: int = 0
+    leaks_by_solution: int = 0
     novelty_rejected: int = 0  # synthetic problems restating their seed, source or a sibling
     not_well_posed: int = 0  # math problems quality control rejected
     reground_unverified: int = 0  # re-grounded problems with no verified teacher trace
@@ -328,6 +333,9 @@ class RunMetrics(Record):
     from_program_effective: int = 0  # effective decompositions built from program slices
     prose_fallbacks: int = 0  # nodes decomposed from prose for want of a program or a usable slice (why: trees)
     answer_leaks: int = 0  # subproblems rejected for revealing their parent's answer
+    leaks_by_answer: int = 0  # of answer_leaks: the child's answer is the parent's
+    leaks_by_question: int = 0  # of answer_leaks: the child's question states the parent's answer
+    leaks_by_solution: int = 0  # of answer_leaks: the child's worked solution states it
     descendants: int = 0  # calibrated synthetic roots (the paper's count)
     gated_roots: int = 0  # synthetic roots the novelty guard or quality control rejected before calibration
     goldilocks: int = 0

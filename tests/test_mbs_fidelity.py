@@ -133,7 +133,31 @@ async def test_answer_leaks_counted_in_metrics(tmp_path, openai_server):
     metrics = await run_grow(config, [SEED], tmp_path / "run")
     # 2 attempts (Nd=1), each with one leaking child; both ineffective: the seed is dropped
     assert (metrics.answer_leaks, metrics.decompositions_effective, metrics.decompositions_attempted) == (2, 0, 2)
+    assert (metrics.leaks_by_answer, metrics.leaks_by_question, metrics.leaks_by_solution) == (2, 0, 0)
     assert metrics.descendants == 0
+
+
+@pytest.mark.parametrize(
+    ("forms", "form"),
+    [(["answer", "question", "solution"], "answer"), (["question", "solution"], "solution"), (["question"], None), ([], None)],
+)
+async def test_each_leak_form_is_its_own_switch(tmp_path, openai_server, forms, form):
+    # the third child, 5 * 5 = 25, reveals the parent's answer by its answer, and its worked solution states
+    # it: rejected by the first form on, counted under it; with neither form on (the paper profile has none)
+    # it is verified and shown to the student, and covering "*" it makes the decomposition effective
+    world = World(agents={}, reveal_answer=True)
+    agents = {"s": Agent(capacity=1, boost=2)}
+    ctx, _ = context(openai_server, tmp_path, agents, world=world, Nd=0, N=4, answer_leaks=forms)
+    root, ledger = TreeNode(problem=SEED), Ledger("a")
+    effective = await decompose(ctx, root, ledger)
+    leaks = [r for r in ledger.rejected if r.data.get("check") == ANSWER_LEAK]
+    assert [r.data["form"] for r in leaks] == ([form] if form else [])
+    counts = ledger.counts
+    assert (counts.leaks_by_answer, counts.leaks_by_question, counts.leaks_by_solution) == tuple(
+        int(form == f) for f in ("answer", "question", "solution")
+    )
+    assert effective is (form is None)
+    assert ("Compute 5 * 5." in [c.problem.question for c in root.children]) is (form is None)
 
 
 def test_reveals_by_answer_or_by_stating_it():

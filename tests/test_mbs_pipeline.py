@@ -58,6 +58,9 @@ VOLATILE = (
 ZERO = {
     "seeds_too_easy": 0,
     "answer_leaks": 0,
+    "leaks_by_answer": 0,
+    "leaks_by_question": 0,
+    "leaks_by_solution": 0,
     "not_well_posed": 0,
     "reground_unverified": 0,
     "reground_too_easy": 0,

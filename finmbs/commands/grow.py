@@ -44,8 +44,9 @@ def summary_table(metrics: RunMetrics, out: Path) -> Table:
             f"{metrics.seeds_in} in",
         ),
         (
-            "rejected: answer leaks / novelty / not well-posed",
-            f"{metrics.answer_leaks} / {metrics.novelty_rejected} / {metrics.not_well_posed}",
+            "rejected: answer leaks (by answer, question, solution) / novelty / not well-posed",
+            f"{metrics.answer_leaks} ({metrics.leaks_by_answer}, {metrics.leaks_by_question}, "
+            f"{metrics.leaks_by_solution}) / {metrics.novelty_rejected} / {metrics.not_well_posed}",
         ),
         ("rejected by program / qualified relabeled", f"{metrics.program_rejected} / {metrics.relabeled}"),
         *(

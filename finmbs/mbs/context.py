@@ -116,6 +116,12 @@ class Context:
         return sum(n for role, n in self.tokens().items() if role != TARGET_ROLE)
 
 
+def leak_form(reason: str) -> str:
+    """The form of an answer leak recorded before rejections carried `data.form` (rejected.jsonl rows of
+    older runs, replayed), read from the reason `novelty.revealing` wrote."""
+    return "question" if "its question states" in reason else "solution" if "worked solution" in reason else "answer"
+
+
 @dataclass
 class Ledger:
     """One seed's record of every candidate that did not make it, with stage and reason, and the counts
@@ -134,7 +140,10 @@ class Ledger:
             return
         self.first[problem.id] = rejection
         check, counts = data.get("check"), self.counts
-        counts.answer_leaks += stage == Stage.DECOMPOSE and check == Check.ANSWER_LEAK
+        if stage == Stage.DECOMPOSE and check == Check.ANSWER_LEAK:
+            counts.answer_leaks += 1
+            form = data.get("form") or leak_form(reason)
+            setattr(counts, f"leaks_by_{form}", getattr(counts, f"leaks_by_{form}") + 1)
         counts.novelty_rejected += stage == Stage.NOVELTY
         counts.not_well_posed += stage == Stage.QUALITY
         counts.reground_unverified += stage == Stage.REGROUND and check == Check.VERIFY
