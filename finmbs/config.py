@@ -152,6 +152,14 @@ class StageParams(Settings):
         "students, states it); each form's rejections are counted apart (leaks_by_answer, leaks_by_question, "
         "leaks_by_solution); []: none",
     )
+    easy_seeds: Literal["leaf", "decompose"] = Field(
+        "leaf",
+        description="a seed whose root the weakest student already solves (too easy for the student pool): leaf "
+        "(finmbs's, not in the paper): kept as a leaf, only harder variants of it are synthesized, and they "
+        "count as MBS roots (too_easy_roots in metrics.json); decompose (the paper, section 3.3, which "
+        "decomposes every verified seed): decomposed like any other, S_n being the student evaluated (the "
+        "weakest); an ineffective decomposition drops it",
+    )
     alpha_leaf: float = Field(0.8, ge=0, le=1)
     alpha_parent: float = Field(0.625, ge=0, le=1)
     Nc: int = Field(10, ge=1, description="child-combination trials per parent")
@@ -447,6 +455,7 @@ PAPER_VALUES: dict[str, Any] = {
     "quality.enabled": False,  # the math well-posed judge
     "stages.relabel": False,  # agreeing traces relabel a candidate
     "stages.answer_leaks": [],  # the mechanical leak check of subproblems, each of its three forms
+    "stages.easy_seeds": "decompose",  # a too-easy seed decomposed like any other, not kept as a leaf
     "stages.leaf_feedback": False,  # rejected variants shown to the next leaf round
     "stages.leaf_grounded": False,  # prompts/leaf_grounded.txt
     "stages.rotate_teachers": False,  # next teacher per decomposition retry, compose trial, direct call, re-grounding

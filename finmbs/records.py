@@ -327,6 +327,10 @@ class RunMetrics(Record):
     seeds_done: int = 0  # seeds finished (their tree files written): construction tokens per seed divide by these
     seeds_with_trace: int = 0
     seeds_too_easy: int = 0  # roots the weakest student already solves (nothing to scaffold)
+    # calibrated synthetic roots (and the qualified ones) of the too-easy seeds: with stages.easy_seeds: leaf
+    # (finmbs's) harder variants of the seed itself, not grown from a decomposition
+    too_easy_roots: int = 0
+    too_easy_qualified: int = 0
     decompositions_effective: int = 0
     decompositions_attempted: int = 0
     decompositions_from_program: int = 0  # stages.decompose_from_program: attempts built from program slices

@@ -344,6 +344,23 @@ async def test_seed_too_easy_is_its_own_outcome(tmp_path, openai_server):
     assert decision["data"] == {"too_easy": True}
     seed_a = json.loads((tmp_path / "run" / "trees" / "a.json").read_text())
     assert not any(d["data"].get("too_easy") for d in seed_a["decomposition"]["root"]["decisions"])
+    # its roots (harder variants of the seed itself) are reported apart, and still counted with the rest
+    roots = {n["problem"]["id"] for t in tree["synthetic"] for n in [t["root"]] if n.get("target")}
+    assert metrics.too_easy_roots == len(roots) and metrics.too_easy_roots <= metrics.descendants
+    assert metrics.too_easy_qualified <= metrics.too_easy_roots
+
+
+async def test_a_too_easy_seed_is_decomposed_in_the_paper_profile(tmp_path, openai_server):
+    # stages.easy_seeds: decompose (the paper decomposes every verified seed): the teacher is asked for a
+    # decomposition, the effectivity test conditions the weakest student, S_n = [s]
+    agents = {"s": Agent(capacity=1, partial=0.875)}
+    ctx, _ = context(openai_server, tmp_path, agents, N=4, easy_seeds="decompose", Nd=0)
+    root = TreeNode(problem=Problem(id="e", question="Compute 2 + 3.", answer="5"))
+    await decompose(ctx, root, Ledger("e"))
+    info, attempt = [d for d in root.decisions if d.stage == "decompose"][:2]
+    assert info.data == {"too_easy": True} and info.reason.endswith("decomposed like any other, S_n = [s]")
+    assert attempt.data["students"] == ["s"] and attempt.data["unconditioned"] == 1.0
+    assert [r for r in openai_server.requests if TASK_MARKERS["decompose"] in r.text]
 
 
 # composition: Nc trials, and the parent's solution in the pattern --------------------------------------

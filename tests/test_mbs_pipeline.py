@@ -57,6 +57,8 @@ VOLATILE = (
 )
 ZERO = {
     "seeds_too_easy": 0,
+    "too_easy_roots": 0,
+    "too_easy_qualified": 0,
     "answer_leaks": 0,
     "leaks_by_answer": 0,
     "leaks_by_question": 0,

@@ -34,6 +34,10 @@ def summary_table(metrics: RunMetrics, out: Path) -> Table:
             f"{metrics.from_program_effective} / {metrics.decompositions_from_program}, {metrics.prose_fallbacks}",
         ),
         ("seeds too easy (weakest student solves the root)", metrics.seeds_too_easy),
+        (
+            "roots from too-easy seeds: calibrated / qualified (in the counts below)",
+            f"{metrics.too_easy_roots} / {metrics.too_easy_qualified}",
+        ),
         ("descendants (calibrated synthetic roots)", metrics.descendants),
         ("roots rejected by novelty / quality before calibration (in the rates)", metrics.gated_roots),
         ("goldilocks", f"{metrics.goldilocks} ({metrics.goldilocks_rate:.1%})"),

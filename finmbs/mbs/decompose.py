@@ -3,7 +3,9 @@
 At each node the students are evaluated weakest -> strongest until one scores > 0; S_n is the
 students evaluated with zero accuracy (weakest up to the strongest with zero accuracy, the
 "evaluated student"). A node the weakest student already solves needs no scaffold and stays a leaf;
-at the root this is its own outcome, a seed too easy for the student pool (`too_easy`). The teacher
+at the root this is its own outcome, a seed too easy for the student pool (`too_easy`), kept as a leaf
+with `stages.easy_seeds: leaf` (finmbs's), decomposed like any other with S_n = {the weakest student}
+with `decompose` (the paper, which decomposes every verified seed). The teacher
 proposes K easier subproblems; with `stages.answer_leaks` (finmbs's; the paper has no such check) a
 subproblem that reveals its parent's answer (its answer is the parent's, its question or worked solution
 states it) is rejected with its reason and form, the others are rejection-sampled. Every S in S_n is re-sampled N times on the node with the verified children as
@@ -337,6 +339,19 @@ def solved_leaf(ctx: Context, node: TreeNode, depth: int) -> Decision:
     return Decision(stage=STAGE, outcome="info", reason=f"leaf: weakest student {weakest} already solves it ({acc})")
 
 
+def easy_seed(ctx: Context, node: TreeNode) -> Decision:
+    """`stages.easy_seeds: decompose` (the paper): the decision for a seed the weakest student already
+    solves, decomposed like any other with S_n = {the weakest student}, the one student evaluated."""
+    weakest = ctx.weakest.name
+    return Decision(
+        stage=STAGE,
+        outcome="info",
+        data={"too_easy": True},
+        reason=f"seed too easy: weakest student {weakest} already solves it (accuracy "
+        f"{node.student_accuracy[weakest]:.3f}); decomposed like any other, S_n = [{weakest}]",
+    )
+
+
 async def effectivity(
     ctx: Context, node: TreeNode, students: list[Endpoint], children: list[TreeNode]
 ) -> dict[str, float]:
@@ -358,9 +373,12 @@ async def decompose(ctx: Context, node: TreeNode, ledger: Ledger, depth: int = 0
         node.decisions.append(Decision(stage=STAGE, outcome="info", reason=f"leaf: depth limit D={ctx.stages.D}"))
         return True
     students = await evaluated_students(ctx, node)
-    if not students:
+    if not students and (depth > 0 or ctx.stages.easy_seeds == "leaf"):
         node.decisions.append(solved_leaf(ctx, node, depth))
         return True
+    if not students:  # the paper decomposes every verified seed: S_n is the one student evaluated, the weakest
+        node.decisions.append(easy_seed(ctx, node))
+        students = [ctx.weakest]
     base = {s.name: node.student_accuracy[s.name] for s in students}
     programmed, slices, fallback = await program_plan(ctx, node)
     failed: list[Failed] = []
