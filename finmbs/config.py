@@ -332,6 +332,13 @@ class VerifySettings(Settings):
         "decomposition's parent program, calling its verified children's, must give the parent's "
         "answer (not in the paper: its traces alone verify)",
     )
+    math_judge: bool = Field(
+        False,
+        description="math: the judge (roles.judge) decides the answer comparisons math-verify has no verdict on "
+        "(an answer it cannot parse, past its time limit), never one it decided: the paper's section 3.2, "
+        "\"answer matching or an LLM-as-a-judge\", on in the paper profile. Off (finmbs's default), no verdict "
+        "is not equal: a judge can only turn a rejection into an acceptance, and a small judge would accept answers it cannot read",
+    )
     program_line_breaks: bool = Field(
         True,
         description="a program that does not parse because its statements share a line (`total = 5 * 15 answer = "
@@ -470,6 +477,7 @@ PAPER_VALUES: dict[str, Any] = {
     "stages.rename": False,  # renaming at re-grounding
     "stages.direct_reground": True,  # SPEC: direct output is re-grounded like MBS output
     "verify.programs": False,  # every answer computed by an executed program (finance figures quoted from d')
+    "verify.math_judge": True,  # the paper's §3.2: the judge decides where math-verify cannot (finmbs: no verdict = not equal)
     "verify.program_samples": 1,  # a node's program for its structure drawn again while it misses the answer
     "verify.program_line_breaks": False,  # line breaks added to a program whose statements share a line
     "mine.from_facts": False,  # seeds mine: engine-chosen facts and operation, the teacher writes question and program
