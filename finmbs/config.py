@@ -173,7 +173,8 @@ class StageParams(Settings):
     direct_reground: bool = Field(
         True,
         description="finance: re-ground the direct baseline's problems like MBS output (SPEC: the same filters, "
-        "judges, leakage check and re-grounding); false: calibrate them on the seed's own passage",
+        "judges, leakage check and re-grounding); false: calibrate them on the seed's own passage. The paper is "
+        "silent (it never says direct output is re-grounded): true in the paper profile is SPEC's choice",
     )
     extract: Literal["copy", "select", "retrieve"] = Field(
         "copy",
@@ -191,8 +192,9 @@ class StageParams(Settings):
     N_direct: int = Field(
         4,
         ge=1,
-        description="direct synthesis: problems asked of the teacher per call (prompt E asks for several; the "
-        "paper gives no count, like N_leaf)",
+        description="direct synthesis: problems asked of the teacher per call (prompt E asks for \"diverse ... "
+        "problems\" without a count; the paper profile sets 1: eq. 5 samples one problem per call and table 7's "
+        "direct row evaluates 64 candidates from 64 seeds; 4 is finmbs's, like N_leaf)",
     )
     compose_all_trials: bool = Field(
         False,
@@ -305,6 +307,12 @@ class QualitySettings(Settings):
     verified solution starts from a quantity the question never states; an ambiguous or double question)."""
 
     enabled: bool = Field(True, description="judge every math candidate for well-posedness before calibration")
+    direct: bool = Field(
+        True,
+        description="judge the direct baseline's math candidates for well-posedness even with enabled off: "
+        "appendix C rejection-samples direct seed synthesis \"on quality control, goldilocks and in-budget "
+        "solvability\" (on in the paper profile; the paper names no such filter for MBS output)",
+    )
 
 
 class MineSettings(Settings):
@@ -475,7 +483,9 @@ PAPER_VALUES: dict[str, Any] = {
     "stages.reground_concept": False,  # unseen documents also searched for the seed's concept
     "stages.leakage_rules": "paper",  # rule 1 only (appendix D); rules 2-5 are finmbs's
     "stages.rename": False,  # renaming at re-grounding
-    "stages.direct_reground": True,  # SPEC: direct output is re-grounded like MBS output
+    "stages.direct_reground": True,  # SPEC: direct output is re-grounded like MBS output (the paper is silent)
+    "stages.N_direct": 1,  # eq. 5: one problem per call; table 7: 64 direct candidates from 64 seeds
+    "quality.direct": True,  # appendix C: direct synthesis rejection-sampled "on quality control"
     "verify.programs": False,  # every answer computed by an executed program (finance figures quoted from d')
     "verify.math_judge": True,  # the paper's §3.2: the judge decides where math-verify cannot (finmbs: no verdict = not equal)
     "verify.program_samples": 1,  # a node's program for its structure drawn again while it misses the answer
@@ -488,6 +498,12 @@ PAPER_VALUES: dict[str, Any] = {
     "index.context_tokens": 0,  # hits alone, without their enclosing table or section window (small-to-big)
 }
 PROFILES = ("finmbs", "paper")
+
+# keys of PAPER_VALUES whose paper value the paper does not state: what finmbs sets there, and why
+# (`finmbs config explain` shows it as the key's origin)
+PAPER_SILENT: dict[str, str] = {
+    "stages.direct_reground": "paper silent (SPEC: re-grounded like MBS output)",
+}
 
 
 def _get_dotted(data: dict[str, Any], dotted: str) -> tuple[bool, Any]:

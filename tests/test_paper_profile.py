@@ -12,7 +12,7 @@ import yaml
 from typer.testing import CliRunner
 
 from finmbs.cli import app
-from finmbs.config import PAPER_VALUES, ConfigError, RunConfig, load_config
+from finmbs.config import PAPER_VALUES, ConfigError, QualitySettings, RunConfig, load_config
 from finmbs.ingest.parse import ParsedDocument, cover_page
 from finmbs.llm import BudgetExceeded, Gateway
 from finmbs.mbs.compose import synthesize
@@ -111,7 +111,9 @@ def test_cli_profile_option_and_explain(tmp_path):
     }
     assert rows["novelty.enabled"][1:4] == ["False", "finmbs", "False"]
     assert rows["stages.extract"][1:4] == ["copy", "finmbs", "copy"]
-    assert rows["stages.N_direct"][1:4] == ["4", "finmbs", "(unchanged)"]
+    assert rows["stages.N_direct"][1:4] == ["1", "finmbs", "1"]  # eq. 5: one problem per call
+    assert rows["stages.direct_reground"][2].startswith("finmbs: paper silent")
+    assert rows["quality.direct"][1:4] == ["True", "finmbs", "True"]  # appendix C: "on quality control"
     symbols = {
         line.split("│")[1].strip(): [c.strip() for c in line.split("│")[1:]]
         for line in result.output.splitlines()
@@ -387,6 +389,20 @@ async def test_direct_asks_for_several_problems_in_one_call(tmp_path, openai_ser
         "Compute (5 + 6) * (7 + 4).",
     ]
     assert metrics.descendants == 3
+
+
+@pytest.mark.parametrize("direct", [True, False])
+async def test_direct_output_is_quality_controlled_as_appendix_c_says(tmp_path, openai_server, direct):
+    # the paper profile turns quality control of MBS output off (quality.enabled) but keeps it for the direct
+    # baseline (quality.direct), which appendix C rejection-samples "on quality control"
+    _, config = context(openai_server, tmp_path, {"s": Agent(capacity=1, boost=2)}, N=4, N_direct=1, L=4096)
+    config = config.model_copy(update={"quality": QualitySettings(enabled=False, direct=direct)})
+    metrics = await run_grow(config, [SEED], tmp_path / "direct", method="direct")
+    assert metrics.descendants + metrics.gated_roots == 1
+    assert len(asks(openai_server, "well_posed")) == int(direct)
+    openai_server.reset()
+    await run_grow(config, [SEED], tmp_path / "mbs")  # MBS output: quality.enabled alone decides
+    assert not asks(openai_server, "well_posed")
 
 
 async def test_matched_budget_counts_like_with_like_and_needs_a_finished_run(tmp_path, openai_server):
