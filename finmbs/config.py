@@ -160,6 +160,13 @@ class StageParams(Settings):
         "decomposes every verified seed): decomposed like any other, S_n being the student evaluated (the "
         "weakest); an ineffective decomposition drops it",
     )
+    prompts: Literal["finmbs", "paper"] = Field(
+        "finmbs",
+        description="the teacher prompts of decomposition, harder leaves, composition and direct synthesis: "
+        "finmbs (finmbs's wording beyond appendix E: decompose.txt's guidance on what a subproblem is, "
+        "leaf_harder.txt's 'not by making the numbers awkward', 'a few lines' of solution) or paper "
+        "(prompts/paper/: appendix E's templates verbatim, with only the JSON reply format added)",
+    )
     alpha_leaf: float = Field(0.8, ge=0, le=1)
     alpha_parent: float = Field(0.625, ge=0, le=1)
     Nc: int = Field(10, ge=1, description="child-combination trials per parent")
@@ -192,7 +199,7 @@ class StageParams(Settings):
     N_direct: int = Field(
         4,
         ge=1,
-        description="direct synthesis: problems asked of the teacher per call (prompt E asks for \"diverse ... "
+        description='direct synthesis: problems asked of the teacher per call (prompt E asks for "diverse ... '
         "problems\" without a count; the paper profile sets 1: eq. 5 samples one problem per call and table 7's "
         "direct row evaluates 64 candidates from 64 seeds; 4 is finmbs's, like N_leaf)",
     )
@@ -310,8 +317,8 @@ class QualitySettings(Settings):
     direct: bool = Field(
         True,
         description="judge the direct baseline's math candidates for well-posedness even with enabled off: "
-        "appendix C rejection-samples direct seed synthesis \"on quality control, goldilocks and in-budget "
-        "solvability\" (on in the paper profile; the paper names no such filter for MBS output)",
+        'appendix C rejection-samples direct seed synthesis "on quality control, goldilocks and in-budget '
+        'solvability" (on in the paper profile; the paper names no such filter for MBS output)',
     )
 
 
@@ -344,8 +351,9 @@ class VerifySettings(Settings):
         False,
         description="math: the judge (roles.judge) decides the answer comparisons math-verify has no verdict on "
         "(an answer it cannot parse, past its time limit), never one it decided: the paper's section 3.2, "
-        "\"answer matching or an LLM-as-a-judge\", on in the paper profile. Off (finmbs's default), no verdict "
-        "is not equal: a judge can only turn a rejection into an acceptance, and a small judge would accept answers it cannot read",
+        '"answer matching or an LLM-as-a-judge", on in the paper profile. Off (finmbs\'s default), no verdict '
+        "is not equal: a judge can only turn a rejection into an acceptance, and a small judge would accept "
+        "answers it cannot read",
     )
     program_line_breaks: bool = Field(
         True,
@@ -471,6 +479,7 @@ PAPER_VALUES: dict[str, Any] = {
     "stages.relabel": False,  # agreeing traces relabel a candidate
     "stages.answer_leaks": [],  # the mechanical leak check of subproblems, each of its three forms
     "stages.easy_seeds": "decompose",  # a too-easy seed decomposed like any other, not kept as a leaf
+    "stages.prompts": "paper",  # appendix E's templates verbatim (prompts/paper/), serialization alone added
     "stages.leaf_feedback": False,  # rejected variants shown to the next leaf round
     "stages.leaf_grounded": False,  # prompts/leaf_grounded.txt
     "stages.rotate_teachers": False,  # next teacher per decomposition retry, compose trial, direct call, re-grounding
@@ -487,7 +496,7 @@ PAPER_VALUES: dict[str, Any] = {
     "stages.N_direct": 1,  # eq. 5: one problem per call; table 7: 64 direct candidates from 64 seeds
     "quality.direct": True,  # appendix C: direct synthesis rejection-sampled "on quality control"
     "verify.programs": False,  # every answer computed by an executed program (finance figures quoted from d')
-    "verify.math_judge": True,  # the paper's §3.2: the judge decides where math-verify cannot (finmbs: no verdict = not equal)
+    "verify.math_judge": True,  # §3.2: the judge decides where math-verify cannot (finmbs: no verdict = not equal)
     "verify.program_samples": 1,  # a node's program for its structure drawn again while it misses the answer
     "verify.program_line_breaks": False,  # line breaks added to a program whose statements share a line
     "mine.from_facts": False,  # seeds mine: engine-chosen facts and operation, the teacher writes question and program
@@ -501,9 +510,7 @@ PROFILES = ("finmbs", "paper")
 
 # keys of PAPER_VALUES whose paper value the paper does not state: what finmbs sets there, and why
 # (`finmbs config explain` shows it as the key's origin)
-PAPER_SILENT: dict[str, str] = {
-    "stages.direct_reground": "paper silent (SPEC: re-grounded like MBS output)",
-}
+PAPER_SILENT: dict[str, str] = {"stages.direct_reground": "paper silent (SPEC: re-grounded like MBS output)"}
 
 
 def _get_dotted(data: dict[str, Any], dotted: str) -> tuple[bool, Any]:

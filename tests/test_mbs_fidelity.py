@@ -139,7 +139,12 @@ async def test_answer_leaks_counted_in_metrics(tmp_path, openai_server):
 
 @pytest.mark.parametrize(
     ("forms", "form"),
-    [(["answer", "question", "solution"], "answer"), (["question", "solution"], "solution"), (["question"], None), ([], None)],
+    [
+        (["answer", "question", "solution"], "answer"),
+        (["question", "solution"], "solution"),
+        (["question"], None),
+        ([], None),
+    ],
 )
 async def test_each_leak_form_is_its_own_switch(tmp_path, openai_server, forms, form):
     # the third child, 5 * 5 = 25, reveals the parent's answer by its answer, and its worked solution states

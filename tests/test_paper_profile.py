@@ -475,3 +475,48 @@ def test_ingest_reads_cik_company_and_period_off_a_cover_page():
     plain = ParsedDocument(text="CREDIT AGREEMENT dated as of May 1, 2022")
     cover_page(plain, plain.text)
     assert (plain.company, plain.period, plain.cik) == (None, None, None)
+
+
+# appendix E's templates -----------------------------------------------------------------------------
+APPENDIX_E = {  # each task's sentences as appendix E prints them
+    "decompose": "Identify the key skills and knowledge required by the parent. Produce two or three easier, "
+    "independent, self-contained subproblems that collectively teach those skills. Give each subproblem a correct "
+    "worked solution and one concise final answer. If a document is supplied, every subproblem must be answerable "
+    "using only that document.",
+    "leaf_harder": "Generate diverse variants that test the same core skills but are harder than the leaf and "
+    "require more reasoning steps. Each variant must be self-contained and have exactly one verifiable final "
+    "answer. Supply a correct worked solution. If a document is supplied, use no facts outside it.",
+    "compose_parent": "Combine the synthetic children into one new parent problem. Require the skills from all "
+    "children and mirror the logical dependency pattern by which the original children form the original parent. "
+    "Match the original parent's difficulty and level of abstraction; do not simplify. Return one problem, a worked "
+    "solution that composes the child results, and one final answer. A document-grounded parent must be "
+    "answerable solely from the supplied document.",
+    "direct_synthesis": "Generate diverse, self-contained problems that test the same underlying skills identified "
+    "in the original problem and its verified solution. The problem must be novel and not a simple rewrite. For "
+    "each problem, provide a correct worked solution and one final answer.",
+}
+FINMBS_WORDING = ("not by making the numbers awkward", "a few lines", "never state or ask", "Good subproblems")
+
+
+def test_paper_prompts_are_appendix_e_verbatim():
+    for name, sentences in APPENDIX_E.items():
+        text = (resource_dir("prompts") / "paper" / f"{name}.txt").read_text()
+        instructions, _, reply = text.partition("Reply with only one JSON object")
+        assert instructions.startswith(sentences), name
+        assert not any(extra in text for extra in FINMBS_WORDING), name
+        assert reply, name  # the serialization appendix E's "production wrappers" add
+    assert load_config(profile="paper").stages.prompts == "paper" and load_config().stages.prompts == "finmbs"
+
+
+async def test_the_paper_profile_asks_with_appendix_e_templates(tmp_path, openai_server):
+    agents = {"s": Agent(capacity=1, boost=2, partial=0.875)}
+    _, config = context(openai_server, tmp_path, agents, N=4, N_leaf=2, prompts="paper")
+    await run_grow(config, [SEED], tmp_path / "run")
+    for task, name in (("decompose", "decompose"), ("leaf", "leaf_harder"), ("compose", "compose_parent")):
+        sent = asks(openai_server, task)
+        assert sent and all(APPENDIX_E[name] in r.text for r in sent), task
+        assert not any(extra in r.text for r in sent for extra in FINMBS_WORDING), task
+    openai_server.reset()
+    await run_grow(config, [SEED], tmp_path / "direct", method="direct")
+    [ask] = asks(openai_server, "direct")
+    assert APPENDIX_E["direct_synthesis"] in ask.text and "holding 4 problems" in ask.text

@@ -53,7 +53,7 @@ def compose_messages(ctx: Context, node: TreeNode, chosen: list[TreeNode]) -> li
     pattern = "\n".join(
         render_prompt("pattern_child", question=c.problem.question, answer=c.problem.answer) for c in node.children
     )
-    text = render_prompt(
+    text = ctx.prompt(
         "compose_parent",
         document=document_block(node.problem),
         parent=node.problem.question,

@@ -16,10 +16,13 @@ from finmbs.executors import Tick, no_tick
 from finmbs.llm import Gateway
 from finmbs.mbs.stages import Check, Stage
 from finmbs.records import DecompositionTree, Problem, Rejection, SeedCounts, TreeNode
+from finmbs.resources import render_prompt
 
 TARGET_ROLE = "target"
 OTHER_STAGE = Stage.OTHER
 SECONDS = "model_seconds"
+# the teacher prompts with appendix E's wording in prompts/paper/ (stages.prompts: paper)
+PAPER_PROMPTS = frozenset({"decompose", "leaf_harder", "compose_parent", "direct_synthesis"})
 CURRENT_STAGE: ContextVar[str | None] = ContextVar("finmbs_stage", default=None)
 
 
@@ -90,6 +93,12 @@ class Context:
     @property
     def weakest(self) -> Endpoint:
         return self.config.roles.students[-1]
+
+    def prompt(self, name: str, **fields: object) -> str:
+        """Prompt `name` filled: appendix E's verbatim template (prompts/paper/) with `stages.prompts: paper`
+        where there is one, else finmbs's."""
+        paper = self.stages.prompts == "paper" and name in PAPER_PROMPTS
+        return render_prompt(f"paper/{name}" if paper else name, **fields)
 
     def for_seed(self) -> Context:
         """This context with a fresh per-seed token meter on its gateway."""

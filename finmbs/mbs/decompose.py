@@ -8,9 +8,10 @@ with `stages.easy_seeds: leaf` (finmbs's), decomposed like any other with S_n = 
 with `decompose` (the paper, which decomposes every verified seed). The teacher
 proposes K easier subproblems; with `stages.answer_leaks` (finmbs's; the paper has no such check) a
 subproblem that reveals its parent's answer (its answer is the parent's, its question or worked solution
-states it) is rejected with its reason and form, the others are rejection-sampled. Every S in S_n is re-sampled N times on the node with the verified children as
-worked examples; effective when conditioning raises accuracy for at least one S in S_n. Otherwise
-the teacher is re-prompted with the failed attempts as negative context, up to Nd retries; a node
+states it) is rejected with its reason and form, the others are rejection-sampled. Every S in S_n is
+re-sampled N times on the node with the verified children as worked examples; effective when
+conditioning raises accuracy for at least one S in S_n. Otherwise the teacher is re-prompted with the
+failed attempts as negative context, up to Nd retries; a node
 whose decomposition stays ineffective is dropped. Recurse on each child up to depth D; a node whose
 children are all dropped there is dropped too (it would otherwise stand as a leaf the weakest student
 fails, and at the root its harder variants would count as the seed's MBS descendants).
@@ -144,7 +145,7 @@ def attempt_teacher(ctx: Context, attempt: int) -> Endpoint:
 
 async def propose(ctx: Context, node: TreeNode, attempt: int, failed: list) -> Decomposition | None:
     teacher = attempt_teacher(ctx, attempt)
-    text = render_prompt(
+    text = ctx.prompt(
         "decompose",
         K=ctx.stages.K,
         document=document_block(node.problem),

@@ -47,7 +47,6 @@ from finmbs.mbs.programs import figure_spans, program_prompt
 from finmbs.mbs.solve import document_block
 from finmbs.mbs.stages import Stage
 from finmbs.records import Decision, DecompositionTree, Problem, TreeNode
-from finmbs.resources import render_prompt
 
 STAGE = Stage.DIRECT
 BUDGET_KEY = "construction_budget"
@@ -76,7 +75,7 @@ async def direct_call(ctx: Context, root: TreeNode, r: int, ledger: Ledger) -> l
     else:
         teacher, sample = ctx.teachers[0], r
     seed = root.problem
-    text = render_prompt(
+    text = ctx.prompt(
         "direct_synthesis",
         n=count,
         document=document_block(seed),

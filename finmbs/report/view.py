@@ -180,7 +180,12 @@ FUNNEL = [
 ]
 
 
-BASES = {"seeds_in": "seeds", "seeds_done": "finished seeds", "decompositions_attempted": "attempted", "descendants": "candidates"}
+BASES = {
+    "seeds_in": "seeds",
+    "seeds_done": "finished seeds",
+    "decompositions_attempted": "attempted",
+    "descendants": "candidates",
+}
 _NOT_A_COUNT = re.compile(r"token|cost|usd|time|rate|_s$|bytes")  # numbers that are no step of the funnel
 
 
