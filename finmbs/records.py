@@ -318,9 +318,17 @@ def merge_usage(*usages: dict[str, RoleUsage]) -> dict[str, RoleUsage]:
     return total
 
 
+# The rules a run folder's decisions and metrics follow, written to its metrics.json. 2 (issue 48): the
+# leak check's forms counted apart, too-easy seeds' roots counted apart, seed conversion over the finished
+# seeds. A folder written under another version is never resumed into (`runs.grow`); an older one is read
+# with the metrics whose meaning changed recomputed (`runs.load`), a newer one refused.
+RULES_VERSION = 2
+
+
 class RunMetrics(Record):
     """The paper's run metrics (section 4.1, table 8)."""
 
+    rules_version: int = RULES_VERSION
     method: str = "mbs"
     keep: str = "roots"
     seeds_in: int = 0
