@@ -523,11 +523,15 @@ def _get_dotted(data: dict[str, Any], dotted: str) -> tuple[bool, Any]:
 
 
 def apply_profile(
-    data: dict[str, Any], source: str | None = None, overridden: dict[str, str] | None = None
+    data: dict[str, Any],
+    source: str | None = None,
+    overridden: dict[str, str] | None = None,
+    profile_from: str = "profile: paper",
 ) -> dict[str, Any]:
     """`data` (a config mapping) with the paper profile's values set when it asks for `profile: paper`;
-    a key it sets otherwise is a ConfigError naming the key and the paper's value, and the --set that set
-    it (`overridden`: key -> the KEY=VALUE override) or else the file."""
+    a key it sets otherwise is a ConfigError naming the key and the paper's value, the --set that set
+    it (`overridden`: key -> the KEY=VALUE override) or else the file, and what asked for the profile
+    (`profile_from`: the file's `profile: paper`, or the command line's --profile paper)."""
     if data.get("profile", "finmbs") != "paper":
         return data
     for key, paper in PAPER_VALUES.items():
@@ -536,8 +540,8 @@ def apply_profile(
             by = (overridden or {}).get(key)
             cause, fix = (f"--set {by}", "drop the --set") if by else ("this config", "remove the key")
             raise ConfigError(
-                f"profile: paper runs the method as published, where {key} is {paper!r} ({cause} "
-                f"sets {value!r}): {fix}, or drop profile: paper",
+                f"{profile_from} runs the method as published, where {key} is {paper!r} ({cause} "
+                f"sets {value!r}): {fix}, or drop {profile_from}",
                 source=None if by else source,
                 key=key,
             )
@@ -662,12 +666,15 @@ def load_config(
             _set_dotted(data, key, value)  # the file's settings of finmbs's additions give way to the profile
     pairs = parse_overrides(overrides or [])
     for key, value in pairs:
+        if key == "profile" and profile is not None and value != profile:
+            raise ConfigError(f"--set profile={value} contradicts --profile {profile}: give one of them", key=key)
         try:
             _set_dotted(data, key, value)
         except (IndexError, ValueError, TypeError, AttributeError):
             raise ConfigError(f"cannot set override {key}", source=source, key=key) from None
     overridden = {key: item.strip() for (key, _), item in zip(pairs, overrides or [])}  # key -> its --set
-    apply_profile(data, source, overridden)
+    by_flag = profile == "paper" and "profile" not in overridden
+    apply_profile(data, source, overridden, "--profile paper" if by_flag else "profile: paper")
     try:
         return RunConfig.model_validate(data)
     except ValidationError as exc:
