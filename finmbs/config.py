@@ -264,6 +264,30 @@ class StageParams(Settings):
         "check rejected (a seed-only term, figure or date; the seed entity), telling it why, up "
         "to this many times",
     )
+    reground_document: Literal["excerpts", "whole"] = Field(
+        "excerpts",
+        description="finance re-grounding, what the teacher reads of a new document when it copies d': "
+        "excerpts (finmbs's: the six most relevant excerpts, a context limit) or whole (appendix E: the new "
+        "document, cut to reground_document_tokens when it is longer, the cut recorded in each re-grounded "
+        "node's meta.document_truncated); select and retrieve always number excerpts",
+    )
+    reground_document_tokens: int = Field(
+        100_000,
+        ge=1000,
+        description="reground_document: whole: the most tokens of the new document shown to the teacher "
+        "(estimated at 4 characters a token; finmbs's choice, the paper gives no context budget)",
+    )
+    reground_judge: bool = Field(
+        True,
+        description="finance re-grounding (finmbs's, not in the paper): the judge (roles.judge) confirms each "
+        "re-grounded node is answerable from d' alone and its answer supported, before any trace",
+    )
+    reground_screen: bool = Field(
+        True,
+        description="finance re-grounding (finmbs's, not in the paper; SPEC asks for it): a re-grounded node "
+        "passes its stage's weakest-student alpha screen again (alpha_leaf / alpha_parent) after its trace "
+        "verifies; off, verified re-grounded nodes go on to calibration",
+    )
     reground_concept: bool = Field(
         True,
         description="finance re-grounding (not in the paper): each unseen document is also searched for the seed's "
@@ -490,6 +514,9 @@ PAPER_VALUES: dict[str, Any] = {
     "stages.extract": "copy",  # the teacher copies d' (select / retrieve are finmbs's)
     "stages.reground_retries": 0,  # re-ask for nodes the leakage check rejected
     "stages.reground_concept": False,  # unseen documents also searched for the seed's concept
+    "stages.reground_document": "whole",  # appendix E gives the teacher the new document, not six excerpts
+    "stages.reground_judge": False,  # the answerability judge of re-grounded nodes
+    "stages.reground_screen": False,  # a second weakest-student alpha screen on re-grounded nodes
     "stages.leakage_rules": "paper",  # rule 1 only (appendix D); rules 2-5 are finmbs's
     "stages.rename": False,  # renaming at re-grounding
     "stages.direct_reground": True,  # SPEC: direct output is re-grounded like MBS output (the paper is silent)
