@@ -520,3 +520,25 @@ async def test_the_paper_profile_asks_with_appendix_e_templates(tmp_path, openai
     await run_grow(config, [SEED], tmp_path / "direct", method="direct")
     [ask] = asks(openai_server, "direct")
     assert APPENDIX_E["direct_synthesis"] in ask.text and "holding 4 problems" in ask.text
+
+
+def test_the_third_pass_switches_are_in_the_paper_table_and_differ_by_default():
+    # issue 48: each behaviour the paper does not describe has its switch, at the paper's value in the profile
+    paper_values = {
+        "stages.answer_leaks": [],
+        "stages.easy_seeds": "decompose",
+        "stages.prompts": "paper",
+        "stages.reground_document": "whole",
+        "stages.reground_judge": False,
+        "stages.reground_screen": False,
+        "stages.N_direct": 1,
+        "quality.direct": True,
+        "verify.math_judge": True,
+    }
+    assert {k: PAPER_VALUES[k] for k in paper_values} == paper_values
+    paper, finmbs = load_config(profile="paper"), load_config()
+    for key, value in paper_values.items():
+        section, name = key.split(".")
+        assert getattr(getattr(paper, section), name) == value, key
+    changed = [k for k in paper_values if getattr(getattr(finmbs, k.split(".")[0]), k.split(".")[1]) != paper_values[k]]
+    assert changed == [k for k in paper_values if k != "quality.direct"]  # quality.direct: on in both
