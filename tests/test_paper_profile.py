@@ -200,7 +200,7 @@ def test_math_answers_are_stated_as_any_number():
     assert reveals(child("What is 7 + 7 + 0?", "14"), given, by_answer=False) is None
 
 
-# composition: up to Nc trials, stop at the first that passes ------------------------------------------
+# composition: up to Nc trials; finmbs's default stops at the first that passes --------------------------
 async def test_composition_stops_at_the_first_passing_trial(tmp_path, openai_server):
     # each pool holds one 3-op variant (the 2-op one is too easy): one combination; the first trial passes
     ctx, _ = context(openai_server, tmp_path, {"s": Agent(capacity=1, boost=2, partial=0.875)}, N_leaf=2, Nc=3, N=8)
@@ -534,6 +534,7 @@ def test_the_third_pass_switches_are_in_the_paper_table_and_differ_by_default():
         "stages.N_direct": 1,
         "quality.direct": True,
         "verify.math_judge": True,
+        "stages.compose_all_trials": True,  # every passing trial a version (table 10: more roots than seeds)
     }
     assert {k: PAPER_VALUES[k] for k in paper_values} == paper_values
     paper, finmbs = load_config(profile="paper"), load_config()
