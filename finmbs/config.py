@@ -143,6 +143,30 @@ class StageParams(Settings):
         "the paper, whose rounds are fresh samples of the next teacher; a teacher shown its "
         "rejected copies can write them again)",
     )
+    answer_leaks: list[Literal["answer", "question", "solution"]] = Field(
+        ["answer", "question", "solution"],
+        description="finmbs's (not in the paper, whose section 3.3 has no such check; appendix B.3 uses an LLM "
+        "judge only in its motivating experiment): a decomposition's subproblem is rejected, before any student "
+        "sees it, when it reveals its parent's answer in one of these forms: answer (its answer equals the "
+        "parent's), question (its question states it), solution (its verified worked solution, shown to the "
+        "students, states it); each form's rejections are counted apart (leaks_by_answer, leaks_by_question, "
+        "leaks_by_solution); []: none",
+    )
+    easy_seeds: Literal["leaf", "decompose"] = Field(
+        "leaf",
+        description="a seed whose root the weakest student already solves (too easy for the student pool): leaf "
+        "(finmbs's, not in the paper): kept as a leaf, only harder variants of it are synthesized, and they "
+        "count as MBS roots (too_easy_roots in metrics.json); decompose (the paper, section 3.3, which "
+        "decomposes every verified seed): decomposed like any other, S_n being the student evaluated (the "
+        "weakest); an ineffective decomposition drops it",
+    )
+    prompts: Literal["finmbs", "paper"] = Field(
+        "finmbs",
+        description="the teacher prompts of decomposition, harder leaves, composition and direct synthesis: "
+        "finmbs (finmbs's wording beyond appendix E: decompose.txt's guidance on what a subproblem is, "
+        "leaf_harder.txt's 'not by making the numbers awkward', 'a few lines' of solution) or paper "
+        "(prompts/paper/: appendix E's templates verbatim, with only the JSON reply format added)",
+    )
     alpha_leaf: float = Field(0.8, ge=0, le=1)
     alpha_parent: float = Field(0.625, ge=0, le=1)
     Nc: int = Field(10, ge=1, description="child-combination trials per parent")
@@ -156,7 +180,8 @@ class StageParams(Settings):
     direct_reground: bool = Field(
         True,
         description="finance: re-ground the direct baseline's problems like MBS output (SPEC: the same filters, "
-        "judges, leakage check and re-grounding); false: calibrate them on the seed's own passage",
+        "judges, leakage check and re-grounding); false: calibrate them on the seed's own passage. The paper is "
+        "silent (it never says direct output is re-grounded): true in the paper profile is SPEC's choice",
     )
     extract: Literal["copy", "select", "retrieve"] = Field(
         "copy",
@@ -174,13 +199,17 @@ class StageParams(Settings):
     N_direct: int = Field(
         4,
         ge=1,
-        description="direct synthesis: problems asked of the teacher per call (prompt E asks for several; the "
-        "paper gives no count, like N_leaf)",
+        description='direct synthesis: problems asked of the teacher per call (prompt E asks for "diverse ... '
+        "problems\" without a count; the paper profile sets 1: eq. 5 samples one problem per call and table 7's "
+        "direct row evaluates 64 candidates from 64 seeds; 4 is finmbs's, like N_leaf)",
     )
     compose_all_trials: bool = Field(
         False,
-        description="composition runs all Nc trials and keeps every passing one (not in the paper, which tries "
-        "up to Nc and stops at the first that passes)",
+        description="composition runs all Nc trials and keeps every passing one as a version of the parent, so "
+        "a seed can have several synthetic roots (the paper profile: section 3.4 discards each candidate parent "
+        "on its own and says every node ends up with synthetic versions, and appendix G table 10 counts 1,345 "
+        "roots from 840 seeds at D = 1, where one version per parent would give at most one root per seed); off "
+        "(finmbs's default): the trials stop at the first that passes, one version per parent, fewer calls",
     )
     rotate_teachers: bool = Field(
         True,
@@ -238,6 +267,30 @@ class StageParams(Settings):
         "check rejected (a seed-only term, figure or date; the seed entity), telling it why, up "
         "to this many times",
     )
+    reground_document: Literal["excerpts", "whole"] = Field(
+        "excerpts",
+        description="finance re-grounding, what the teacher reads of a new document when it copies d': "
+        "excerpts (finmbs's: the six most relevant excerpts, a context limit) or whole (appendix E: the new "
+        "document, cut to reground_document_tokens when it is longer, the cut recorded in each re-grounded "
+        "node's meta.document_truncated); select and retrieve always number excerpts",
+    )
+    reground_document_tokens: int = Field(
+        100_000,
+        ge=1000,
+        description="reground_document: whole: the most tokens of the new document shown to the teacher "
+        "(estimated at 4 characters a token; finmbs's choice, the paper gives no context budget)",
+    )
+    reground_judge: bool = Field(
+        True,
+        description="finance re-grounding (finmbs's, not in the paper): the judge (roles.judge) confirms each "
+        "re-grounded node is answerable from d' alone and its answer supported, before any trace",
+    )
+    reground_screen: bool = Field(
+        True,
+        description="finance re-grounding (finmbs's, not in the paper; SPEC asks for it): a re-grounded node "
+        "passes its stage's weakest-student alpha screen again (alpha_leaf / alpha_parent) after its trace "
+        "verifies; off, verified re-grounded nodes go on to calibration",
+    )
     reground_concept: bool = Field(
         True,
         description="finance re-grounding (not in the paper): each unseen document is also searched for the seed's "
@@ -288,6 +341,12 @@ class QualitySettings(Settings):
     verified solution starts from a quantity the question never states; an ambiguous or double question)."""
 
     enabled: bool = Field(True, description="judge every math candidate for well-posedness before calibration")
+    direct: bool = Field(
+        True,
+        description="judge the direct baseline's math candidates for well-posedness even with enabled off: "
+        'appendix C rejection-samples direct seed synthesis "on quality control, goldilocks and in-budget '
+        'solvability" (on in the paper profile; the paper names no such filter for MBS output)',
+    )
 
 
 class MineSettings(Settings):
@@ -314,6 +373,14 @@ class VerifySettings(Settings):
         "agreeing on another answer relabel it (with stages.relabel), disagreeing reject it; a "
         "decomposition's parent program, calling its verified children's, must give the parent's "
         "answer (not in the paper: its traces alone verify)",
+    )
+    math_judge: bool = Field(
+        False,
+        description="math: the judge (roles.judge) decides the answer comparisons math-verify has no verdict on "
+        "(an answer it cannot parse, past its time limit), never one it decided: the paper's section 3.2, "
+        '"answer matching or an LLM-as-a-judge", on in the paper profile. Off (finmbs\'s default), no verdict '
+        "is not equal: a judge can only turn a rejection into an acceptance, and a small judge would accept "
+        "answers it cannot read",
     )
     program_line_breaks: bool = Field(
         True,
@@ -448,20 +515,29 @@ PAPER_VALUES: dict[str, Any] = {
     "novelty.unworkable": False,  # own-answer / sentence-answer / formula-answer rejections
     "quality.enabled": False,  # the math well-posed judge
     "stages.relabel": False,  # agreeing traces relabel a candidate
+    "stages.answer_leaks": [],  # the mechanical leak check of subproblems, each of its three forms
+    "stages.easy_seeds": "decompose",  # a too-easy seed decomposed like any other, not kept as a leaf
+    "stages.prompts": "paper",  # appendix E's templates verbatim (prompts/paper/), serialization alone added
     "stages.leaf_feedback": False,  # rejected variants shown to the next leaf round
     "stages.leaf_grounded": False,  # prompts/leaf_grounded.txt
     "stages.rotate_teachers": False,  # next teacher per decomposition retry, compose trial, direct call, re-grounding
     "stages.decompose_from_program": False,  # children stated from slices of the parent's program
     "stages.slice_asks": False,  # a slice's child is the parent's question with only its final ask rewritten
-    "stages.compose_all_trials": False,  # all Nc trials, every passing one kept
+    "stages.compose_all_trials": True,  # every passing trial a version: table 10 has >1 root per seed at D = 1
     "stages.keep": "roots",  # keep: all calibrates non-root nodes too
     "stages.extract": "copy",  # the teacher copies d' (select / retrieve are finmbs's)
     "stages.reground_retries": 0,  # re-ask for nodes the leakage check rejected
     "stages.reground_concept": False,  # unseen documents also searched for the seed's concept
+    "stages.reground_document": "whole",  # appendix E gives the teacher the new document, not six excerpts
+    "stages.reground_judge": False,  # the answerability judge of re-grounded nodes
+    "stages.reground_screen": False,  # a second weakest-student alpha screen on re-grounded nodes
     "stages.leakage_rules": "paper",  # rule 1 only (appendix D); rules 2-5 are finmbs's
     "stages.rename": False,  # renaming at re-grounding
-    "stages.direct_reground": True,  # SPEC: direct output is re-grounded like MBS output
+    "stages.direct_reground": True,  # SPEC: direct output is re-grounded like MBS output (the paper is silent)
+    "stages.N_direct": 1,  # eq. 5: one problem per call; table 7: 64 direct candidates from 64 seeds
+    "quality.direct": True,  # appendix C: direct synthesis rejection-sampled "on quality control"
     "verify.programs": False,  # every answer computed by an executed program (finance figures quoted from d')
+    "verify.math_judge": True,  # §3.2: the judge decides where math-verify cannot (finmbs: no verdict = not equal)
     "verify.program_samples": 1,  # a node's program for its structure drawn again while it misses the answer
     "verify.program_line_breaks": False,  # line breaks added to a program whose statements share a line
     "verify.program_agreement": 1,  # k programs drawn, a majority must agree before the trace rule
@@ -474,6 +550,10 @@ PAPER_VALUES: dict[str, Any] = {
 }
 PROFILES = ("finmbs", "paper")
 
+# keys of PAPER_VALUES whose paper value the paper does not state: what finmbs sets there, and why
+# (`finmbs config explain` shows it as the key's origin)
+PAPER_SILENT: dict[str, str] = {"stages.direct_reground": "paper silent (SPEC: re-grounded like MBS output)"}
+
 
 def _get_dotted(data: dict[str, Any], dotted: str) -> tuple[bool, Any]:
     node: Any = data
@@ -485,11 +565,15 @@ def _get_dotted(data: dict[str, Any], dotted: str) -> tuple[bool, Any]:
 
 
 def apply_profile(
-    data: dict[str, Any], source: str | None = None, overridden: dict[str, str] | None = None
+    data: dict[str, Any],
+    source: str | None = None,
+    overridden: dict[str, str] | None = None,
+    profile_from: str = "profile: paper",
 ) -> dict[str, Any]:
     """`data` (a config mapping) with the paper profile's values set when it asks for `profile: paper`;
-    a key it sets otherwise is a ConfigError naming the key and the paper's value, and the --set that set
-    it (`overridden`: key -> the KEY=VALUE override) or else the file."""
+    a key it sets otherwise is a ConfigError naming the key and the paper's value, the --set that set
+    it (`overridden`: key -> the KEY=VALUE override) or else the file, and what asked for the profile
+    (`profile_from`: the file's `profile: paper`, or the command line's --profile paper)."""
     if data.get("profile", "finmbs") != "paper":
         return data
     for key, paper in PAPER_VALUES.items():
@@ -498,8 +582,8 @@ def apply_profile(
             by = (overridden or {}).get(key)
             cause, fix = (f"--set {by}", "drop the --set") if by else ("this config", "remove the key")
             raise ConfigError(
-                f"profile: paper runs the method as published, where {key} is {paper!r} ({cause} "
-                f"sets {value!r}): {fix}, or drop profile: paper",
+                f"{profile_from} runs the method as published, where {key} is {paper!r} ({cause} "
+                f"sets {value!r}): {fix}, or drop {profile_from}",
                 source=None if by else source,
                 key=key,
             )
@@ -624,12 +708,15 @@ def load_config(
             _set_dotted(data, key, value)  # the file's settings of finmbs's additions give way to the profile
     pairs = parse_overrides(overrides or [])
     for key, value in pairs:
+        if key == "profile" and profile is not None and value != profile:
+            raise ConfigError(f"--set profile={value} contradicts --profile {profile}: give one of them", key=key)
         try:
             _set_dotted(data, key, value)
         except (IndexError, ValueError, TypeError, AttributeError):
             raise ConfigError(f"cannot set override {key}", source=source, key=key) from None
     overridden = {key: item.strip() for (key, _), item in zip(pairs, overrides or [])}  # key -> its --set
-    apply_profile(data, source, overridden)
+    by_flag = profile == "paper" and "profile" not in overridden
+    apply_profile(data, source, overridden, "--profile paper" if by_flag else "profile: paper")
     try:
         return RunConfig.model_validate(data)
     except ValidationError as exc:

@@ -253,6 +253,11 @@ class SeedCounts(Record):
     (rejected.jsonl keeps one row per problem too)."""
 
     answer_leaks: int = 0  # subproblems rejected for revealing their parent's answer
+    # of answer_leaks, per form of stages.answer_leaks: the child's answer is the parent's, its question or
+    # its worked solution states it
+    leaks_by_answer: int = 0
+    leaks_by_question: int = 0
+    leaks_by_solution: int = 0
     novelty_rejected: int = 0  # synthetic problems restating their seed, source or a sibling
     not_well_posed: int = 0  # math problems quality control rejected
     reground_unverified: int = 0  # re-grounded problems with no verified teacher trace
@@ -313,21 +318,36 @@ def merge_usage(*usages: dict[str, RoleUsage]) -> dict[str, RoleUsage]:
     return total
 
 
+# The rules a run folder's decisions and metrics follow, written to its metrics.json. 2 (issue 48): the
+# leak check's forms counted apart, too-easy seeds' roots counted apart, seed conversion over the finished
+# seeds. A folder written under another version is never resumed into (`runs.grow`); an older one is read
+# with the metrics whose meaning changed recomputed (`runs.load`), a newer one refused.
+RULES_VERSION = 2
+
+
 class RunMetrics(Record):
     """The paper's run metrics (section 4.1, table 8)."""
 
+    rules_version: int = RULES_VERSION
     method: str = "mbs"
     keep: str = "roots"
     seeds_in: int = 0
     seeds_done: int = 0  # seeds finished (their tree files written): construction tokens per seed divide by these
     seeds_with_trace: int = 0
     seeds_too_easy: int = 0  # roots the weakest student already solves (nothing to scaffold)
+    # calibrated synthetic roots (and the qualified ones) of the too-easy seeds: with stages.easy_seeds: leaf
+    # (finmbs's) harder variants of the seed itself, not grown from a decomposition
+    too_easy_roots: int = 0
+    too_easy_qualified: int = 0
     decompositions_effective: int = 0
     decompositions_attempted: int = 0
     decompositions_from_program: int = 0  # stages.decompose_from_program: attempts built from program slices
     from_program_effective: int = 0  # effective decompositions built from program slices
     prose_fallbacks: int = 0  # nodes decomposed from prose for want of a program or a usable slice (why: trees)
     answer_leaks: int = 0  # subproblems rejected for revealing their parent's answer
+    leaks_by_answer: int = 0  # of answer_leaks: the child's answer is the parent's
+    leaks_by_question: int = 0  # of answer_leaks: the child's question states the parent's answer
+    leaks_by_solution: int = 0  # of answer_leaks: the child's worked solution states it
     descendants: int = 0  # calibrated synthetic roots (the paper's count)
     gated_roots: int = 0  # synthetic roots the novelty guard or quality control rejected before calibration
     goldilocks: int = 0
@@ -375,7 +395,10 @@ class RunMetrics(Record):
 
     @property
     def seed_conversion(self) -> float:
-        return self.seeds_converted / self.seeds_in if self.seeds_in else 0.0
+        """Seeds with a qualified descendant over the finished seeds (`seeds_done`), the denominator
+        construction tokens per seed use too: a partial run's unfinished seeds are neither converted nor
+        failed yet, so dividing by `seeds_in` would understate it (both counts are in metrics.json)."""
+        return self.seeds_converted / self.seeds_done if self.seeds_done else 0.0
 
     @property
     def construction_tokens_per_seed(self) -> float:

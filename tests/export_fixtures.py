@@ -259,6 +259,7 @@ def math_run(root: Path, extra_qualified: list[Problem] = ()) -> Path:
     ]
     metrics = RunMetrics(
         seeds_in=3,
+        seeds_done=3,
         seeds_with_trace=2,
         decompositions_effective=1,
         decompositions_attempted=2,
@@ -387,6 +388,7 @@ def finance_run(root: Path, extra_qualified: list[Problem] = (), document: Path 
     )
     metrics = RunMetrics(
         seeds_in=1,
+        seeds_done=1,
         seeds_with_trace=1,
         decompositions_effective=1,
         decompositions_attempted=1,

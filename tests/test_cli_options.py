@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from finmbs.cli import app
 from finmbs.commands import config as config_command
 from finmbs.commands._common import RunOptions, with_run_options
+from finmbs.resources import resource_dir
 
 runner = CliRunner()
 EXECUTOR_COMMANDS = [["grow"], ["calibrate"], ["eval", "run"]]
@@ -110,10 +111,31 @@ def test_every_config_reading_command_takes_the_profile_and_a_set_that_contradic
     )
     assert result.exit_code == 2, result.output
     assert [line for line in result.output.splitlines() if line.startswith("error:")] == [
-        "error: profile: paper runs the method as published, where novelty.enabled is False (--set "
-        "novelty.enabled=true sets True): drop the --set, or drop profile: paper (key novelty.enabled)"
+        "error: --profile paper runs the method as published, where novelty.enabled is False (--set "
+        "novelty.enabled=true sets True): drop the --set, or drop --profile paper (key novelty.enabled)"
     ]
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_set_profile_contradicting_the_profile_option_is_one_error_naming_both(tmp_path):
+    result = runner.invoke(
+        app,
+        ["config", "show", "--profile", "paper", "--set", "profile=finmbs"],
+        env={"COLUMNS": "300", "NO_COLOR": "1"},
+    )
+    assert result.exit_code == 2, result.output
+    assert [line for line in result.output.splitlines() if line.startswith("error:")] == [
+        "error: --set profile=finmbs contradicts --profile paper: give one of them (key profile)"
+    ]
+    # a file's own profile: paper names the file's profile, not an option
+    path = tmp_path / "paper.yaml"
+    path.write_text((resource_dir("configs") / "paper-math.yaml").read_text())
+    result = runner.invoke(
+        app, ["config", "show", "--config", str(path), "--set", "stages.keep=all"], env={"COLUMNS": "300"}
+    )
+    assert result.exit_code == 2 and "--set stages.keep=all sets 'all'): drop the --set, or drop profile: paper" in (
+        " ".join(result.output.split())
+    )
 
 
 def test_a_bad_value_from_a_set_names_the_set_not_the_file(tmp_path):

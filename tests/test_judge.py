@@ -69,3 +69,20 @@ async def test_verify_answer_asks_the_judge_only_when_undecided(openai_server, m
     judged = await verify_answer("finance", "The Data Center segment", "Data Center", gateway=gateway, judge=judge)
     assert (judged.correct, judged.decided_by, judged.reason) == (True, "judge", "same segment")
     assert gateway.usage["judge"].calls == 1
+
+
+async def test_math_judge_decides_only_where_math_verify_has_no_verdict(openai_server, make_endpoint, tmp_path):
+    # verify.math_judge (the paper's §3.2, "answer matching or an LLM-as-a-judge"): math-verify's verdicts
+    # stand, equal or not; the judge is asked only about an answer math-verify cannot parse
+    openai_server.script('{"equal": true, "reason": "the numeral \u2166 is 7"}')
+    gateway, judge = _gateway(tmp_path), make_endpoint("judge")
+    for predicted, correct in (("14/2", True), ("8", False)):
+        decided = await verify_answer("math", predicted, "7", gateway=gateway, judge=judge, math_judge=True)
+        assert (decided.correct, decided.decided_by) == (correct, "math")
+    assert openai_server.request_count == 0
+    judged = await verify_answer("math", "\u2166", "7", gateway=gateway, judge=judge, math_judge=True)
+    assert (judged.correct, judged.decided_by, judged.reason) == (True, "judge", "the numeral \u2166 is 7")
+    # switched off (finmbs's default), no verdict is not equal and no judge is asked
+    unjudged = await verify_answer("math", "\u2166", "7", gateway=gateway, judge=judge)
+    assert (unjudged.correct, unjudged.decided_by, unjudged.reason) == (False, "math", "math-verify has no verdict")
+    assert openai_server.request_count == 1

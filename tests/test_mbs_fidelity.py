@@ -133,7 +133,36 @@ async def test_answer_leaks_counted_in_metrics(tmp_path, openai_server):
     metrics = await run_grow(config, [SEED], tmp_path / "run")
     # 2 attempts (Nd=1), each with one leaking child; both ineffective: the seed is dropped
     assert (metrics.answer_leaks, metrics.decompositions_effective, metrics.decompositions_attempted) == (2, 0, 2)
+    assert (metrics.leaks_by_answer, metrics.leaks_by_question, metrics.leaks_by_solution) == (2, 0, 0)
     assert metrics.descendants == 0
+
+
+@pytest.mark.parametrize(
+    ("forms", "form"),
+    [
+        (["answer", "question", "solution"], "answer"),
+        (["question", "solution"], "solution"),
+        (["question"], None),
+        ([], None),
+    ],
+)
+async def test_each_leak_form_is_its_own_switch(tmp_path, openai_server, forms, form):
+    # the third child, 5 * 5 = 25, reveals the parent's answer by its answer, and its worked solution states
+    # it: rejected by the first form on, counted under it; with neither form on (the paper profile has none)
+    # it is verified and shown to the student, and covering "*" it makes the decomposition effective
+    world = World(agents={}, reveal_answer=True)
+    agents = {"s": Agent(capacity=1, boost=2)}
+    ctx, _ = context(openai_server, tmp_path, agents, world=world, Nd=0, N=4, answer_leaks=forms)
+    root, ledger = TreeNode(problem=SEED), Ledger("a")
+    effective = await decompose(ctx, root, ledger)
+    leaks = [r for r in ledger.rejected if r.data.get("check") == ANSWER_LEAK]
+    assert [r.data["form"] for r in leaks] == ([form] if form else [])
+    counts = ledger.counts
+    assert (counts.leaks_by_answer, counts.leaks_by_question, counts.leaks_by_solution) == tuple(
+        int(form == f) for f in ("answer", "question", "solution")
+    )
+    assert effective is (form is None)
+    assert ("Compute 5 * 5." in [c.problem.question for c in root.children]) is (form is None)
 
 
 def test_reveals_by_answer_or_by_stating_it():
@@ -320,6 +349,23 @@ async def test_seed_too_easy_is_its_own_outcome(tmp_path, openai_server):
     assert decision["data"] == {"too_easy": True}
     seed_a = json.loads((tmp_path / "run" / "trees" / "a.json").read_text())
     assert not any(d["data"].get("too_easy") for d in seed_a["decomposition"]["root"]["decisions"])
+    # its roots (harder variants of the seed itself) are reported apart, and still counted with the rest
+    roots = {n["problem"]["id"] for t in tree["synthetic"] for n in [t["root"]] if n.get("target")}
+    assert metrics.too_easy_roots == len(roots) and metrics.too_easy_roots <= metrics.descendants
+    assert metrics.too_easy_qualified <= metrics.too_easy_roots
+
+
+async def test_a_too_easy_seed_is_decomposed_in_the_paper_profile(tmp_path, openai_server):
+    # stages.easy_seeds: decompose (the paper decomposes every verified seed): the teacher is asked for a
+    # decomposition, the effectivity test conditions the weakest student, S_n = [s]
+    agents = {"s": Agent(capacity=1, partial=0.875)}
+    ctx, _ = context(openai_server, tmp_path, agents, N=4, easy_seeds="decompose", Nd=0)
+    root = TreeNode(problem=Problem(id="e", question="Compute 2 + 3.", answer="5"))
+    await decompose(ctx, root, Ledger("e"))
+    info, attempt = [d for d in root.decisions if d.stage == "decompose"][:2]
+    assert info.data == {"too_easy": True} and info.reason.endswith("decomposed like any other, S_n = [s]")
+    assert attempt.data["students"] == ["s"] and attempt.data["unconditioned"] == 1.0
+    assert [r for r in openai_server.requests if TASK_MARKERS["decompose"] in r.text]
 
 
 # composition: Nc trials, and the parent's solution in the pattern --------------------------------------

@@ -57,7 +57,12 @@ VOLATILE = (
 )
 ZERO = {
     "seeds_too_easy": 0,
+    "too_easy_roots": 0,
+    "too_easy_qualified": 0,
     "answer_leaks": 0,
+    "leaks_by_answer": 0,
+    "leaks_by_question": 0,
+    "leaks_by_solution": 0,
     "not_well_posed": 0,
     "reground_unverified": 0,
     "reground_too_easy": 0,
@@ -89,6 +94,7 @@ async def test_mbs_run_folder_and_exact_metrics(tmp_path, openai_server):
     # trials stop there (the paper). Only the synthetic root is calibrated: a.s0 (target capacity 6 -> 4/8
     # goldilocks, in budget: qualified); the 3-op leaves are not calibrated.
     assert metrics_of(out) == {
+        "rules_version": 2,
         "method": "mbs",
         "keep": "roots",
         "seeds_in": 2,
@@ -219,6 +225,7 @@ async def test_direct_baseline_single_call_per_seed(tmp_path, openai_server):
     # one teacher call (weak-teacher) writes N_direct=4 renumbered copies of the 3-op seed (prompt E asks
     # for several): each verified, stale for the target
     assert metrics_of(out) | {"goldilocks_rate": 0, "qualified_rate": 0} == {
+        "rules_version": 2,
         "method": "direct",
         "keep": "roots",
         "seeds_in": 1,

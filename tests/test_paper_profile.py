@@ -12,7 +12,7 @@ import yaml
 from typer.testing import CliRunner
 
 from finmbs.cli import app
-from finmbs.config import PAPER_VALUES, ConfigError, RunConfig, load_config
+from finmbs.config import PAPER_VALUES, ConfigError, QualitySettings, RunConfig, load_config
 from finmbs.ingest.parse import ParsedDocument, cover_page
 from finmbs.llm import BudgetExceeded, Gateway
 from finmbs.mbs.compose import synthesize
@@ -111,7 +111,9 @@ def test_cli_profile_option_and_explain(tmp_path):
     }
     assert rows["novelty.enabled"][1:4] == ["False", "finmbs", "False"]
     assert rows["stages.extract"][1:4] == ["copy", "finmbs", "copy"]
-    assert rows["stages.N_direct"][1:4] == ["4", "finmbs", "(unchanged)"]
+    assert rows["stages.N_direct"][1:4] == ["1", "finmbs", "1"]  # eq. 5: one problem per call
+    assert rows["stages.direct_reground"][2].startswith("finmbs: paper silent")
+    assert rows["quality.direct"][1:4] == ["True", "finmbs", "True"]  # appendix C: "on quality control"
     symbols = {
         line.split("│")[1].strip(): [c.strip() for c in line.split("│")[1:]]
         for line in result.output.splitlines()
@@ -198,7 +200,7 @@ def test_math_answers_are_stated_as_any_number():
     assert reveals(child("What is 7 + 7 + 0?", "14"), given, by_answer=False) is None
 
 
-# composition: up to Nc trials, stop at the first that passes ------------------------------------------
+# composition: up to Nc trials; finmbs's default stops at the first that passes --------------------------
 async def test_composition_stops_at_the_first_passing_trial(tmp_path, openai_server):
     # each pool holds one 3-op variant (the 2-op one is too easy): one combination; the first trial passes
     ctx, _ = context(openai_server, tmp_path, {"s": Agent(capacity=1, boost=2, partial=0.875)}, N_leaf=2, Nc=3, N=8)
@@ -389,6 +391,20 @@ async def test_direct_asks_for_several_problems_in_one_call(tmp_path, openai_ser
     assert metrics.descendants == 3
 
 
+@pytest.mark.parametrize("direct", [True, False])
+async def test_direct_output_is_quality_controlled_as_appendix_c_says(tmp_path, openai_server, direct):
+    # the paper profile turns quality control of MBS output off (quality.enabled) but keeps it for the direct
+    # baseline (quality.direct), which appendix C rejection-samples "on quality control"
+    _, config = context(openai_server, tmp_path, {"s": Agent(capacity=1, boost=2)}, N=4, N_direct=1, L=4096)
+    config = config.model_copy(update={"quality": QualitySettings(enabled=False, direct=direct)})
+    metrics = await run_grow(config, [SEED], tmp_path / "direct", method="direct")
+    assert metrics.descendants + metrics.gated_roots == 1
+    assert len(asks(openai_server, "well_posed")) == int(direct)
+    openai_server.reset()
+    await run_grow(config, [SEED], tmp_path / "mbs")  # MBS output: quality.enabled alone decides
+    assert not asks(openai_server, "well_posed")
+
+
 async def test_matched_budget_counts_like_with_like_and_needs_a_finished_run(tmp_path, openai_server):
     _, config = context(openai_server, tmp_path, {"s": Agent(capacity=1, boost=2, partial=0.875)}, N=8, N_leaf=2)
     await run_grow(config, [SEED], tmp_path / "mbs")
@@ -459,3 +475,71 @@ def test_ingest_reads_cik_company_and_period_off_a_cover_page():
     plain = ParsedDocument(text="CREDIT AGREEMENT dated as of May 1, 2022")
     cover_page(plain, plain.text)
     assert (plain.company, plain.period, plain.cik) == (None, None, None)
+
+
+# appendix E's templates -----------------------------------------------------------------------------
+APPENDIX_E = {  # each task's sentences as appendix E prints them
+    "decompose": "Identify the key skills and knowledge required by the parent. Produce two or three easier, "
+    "independent, self-contained subproblems that collectively teach those skills. Give each subproblem a correct "
+    "worked solution and one concise final answer. If a document is supplied, every subproblem must be answerable "
+    "using only that document.",
+    "leaf_harder": "Generate diverse variants that test the same core skills but are harder than the leaf and "
+    "require more reasoning steps. Each variant must be self-contained and have exactly one verifiable final "
+    "answer. Supply a correct worked solution. If a document is supplied, use no facts outside it.",
+    "compose_parent": "Combine the synthetic children into one new parent problem. Require the skills from all "
+    "children and mirror the logical dependency pattern by which the original children form the original parent. "
+    "Match the original parent's difficulty and level of abstraction; do not simplify. Return one problem, a worked "
+    "solution that composes the child results, and one final answer. A document-grounded parent must be "
+    "answerable solely from the supplied document.",
+    "direct_synthesis": "Generate diverse, self-contained problems that test the same underlying skills identified "
+    "in the original problem and its verified solution. The problem must be novel and not a simple rewrite. For "
+    "each problem, provide a correct worked solution and one final answer.",
+}
+FINMBS_WORDING = ("not by making the numbers awkward", "a few lines", "never state or ask", "Good subproblems")
+
+
+def test_paper_prompts_are_appendix_e_verbatim():
+    for name, sentences in APPENDIX_E.items():
+        text = (resource_dir("prompts") / "paper" / f"{name}.txt").read_text()
+        instructions, _, reply = text.partition("Reply with only one JSON object")
+        assert instructions.startswith(sentences), name
+        assert not any(extra in text for extra in FINMBS_WORDING), name
+        assert reply, name  # the serialization appendix E's "production wrappers" add
+    assert load_config(profile="paper").stages.prompts == "paper" and load_config().stages.prompts == "finmbs"
+
+
+async def test_the_paper_profile_asks_with_appendix_e_templates(tmp_path, openai_server):
+    agents = {"s": Agent(capacity=1, boost=2, partial=0.875)}
+    _, config = context(openai_server, tmp_path, agents, N=4, N_leaf=2, prompts="paper")
+    await run_grow(config, [SEED], tmp_path / "run")
+    for task, name in (("decompose", "decompose"), ("leaf", "leaf_harder"), ("compose", "compose_parent")):
+        sent = asks(openai_server, task)
+        assert sent and all(APPENDIX_E[name] in r.text for r in sent), task
+        assert not any(extra in r.text for r in sent for extra in FINMBS_WORDING), task
+    openai_server.reset()
+    await run_grow(config, [SEED], tmp_path / "direct", method="direct")
+    [ask] = asks(openai_server, "direct")
+    assert APPENDIX_E["direct_synthesis"] in ask.text and "holding 4 problems" in ask.text
+
+
+def test_the_third_pass_switches_are_in_the_paper_table_and_differ_by_default():
+    # issue 48: each behaviour the paper does not describe has its switch, at the paper's value in the profile
+    paper_values = {
+        "stages.answer_leaks": [],
+        "stages.easy_seeds": "decompose",
+        "stages.prompts": "paper",
+        "stages.reground_document": "whole",
+        "stages.reground_judge": False,
+        "stages.reground_screen": False,
+        "stages.N_direct": 1,
+        "quality.direct": True,
+        "verify.math_judge": True,
+        "stages.compose_all_trials": True,  # every passing trial a version (table 10: more roots than seeds)
+    }
+    assert {k: PAPER_VALUES[k] for k in paper_values} == paper_values
+    paper, finmbs = load_config(profile="paper"), load_config()
+    for key, value in paper_values.items():
+        section, name = key.split(".")
+        assert getattr(getattr(paper, section), name) == value, key
+    changed = [k for k in paper_values if getattr(getattr(finmbs, k.split(".")[0]), k.split(".")[1]) != paper_values[k]]
+    assert changed == [k for k in paper_values if k != "quality.direct"]  # quality.direct: on in both

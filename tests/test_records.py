@@ -79,7 +79,8 @@ def test_records_round_trip(record):
 
 def test_metrics_rates():
     metrics = RunMetrics(
-        seeds_in=4,
+        seeds_in=5,  # one unfinished: conversion is over the finished seeds, as tokens per seed are
+        seeds_done=4,
         seeds_converted=3,
         descendants=10,
         goldilocks=6,

@@ -93,6 +93,7 @@ async def run_reground(
     keep="all",
     trees=None,
     excluded=frozenset(),
+    stages=None,
     **knobs,
 ):
     # keep: all re-grounds and verifies every node (what most tests here look at); keep: roots the root alone
@@ -108,6 +109,7 @@ async def run_reground(
         extract=extract,
         reground_retries=retries,
         keep=keep,
+        **(stages or {}),
     )
     gateway = Gateway.from_config(config)
     ledger = Ledger(seed.id)
@@ -387,6 +389,44 @@ async def test_regrounded_problems_pass_their_stages_screen(tmp_path, openai_ser
     )  # 0/8 on every node: all kept
     assert trees and not [r for r in ledger.rejected if r.data["check"] == "screen"]
     assert all(n.student_accuracy == {"student": 0.0} for t in trees for n in t.root.walk() if n.path == "0")
+
+
+async def test_the_papers_regrounding_has_no_judge_and_no_second_screen(tmp_path, openai_server, index):
+    # stages.reground_judge / reground_screen off (the paper profile): a node the judge would reject and
+    # nodes the weakest student solves are verified by their traces alone and kept
+    def staged():
+        tree = synthetic_tree(AV)
+        for node, stage in zip(tree.root.walk(), ["compose", "leaf", "leaf"]):
+            node.problem.provenance.stage = stage
+        return tree
+
+    off = {"reground_judge": False, "reground_screen": False}
+    trees, ledger, usage = await run_reground(
+        openai_server, tmp_path, index, AV, tree=staged(), invent={"commercial_metals"}, stages=off
+    )
+    assert trees and not [r for r in ledger.rejected if r.data["check"] in ("judge", "screen")]
+    assert "judge" not in usage and any("commercial" in t.grounding.doc_id for t in trees)
+    assert all(
+        n.decisions[-1].reason.count("leakage check passed; answer verified") for t in trees for n in t.root.walk()
+    )
+
+
+async def test_the_teacher_reads_the_whole_new_document_cut_to_its_budget(tmp_path, openai_server, index):
+    # stages.reground_document: whole (appendix E): the teacher copies d' from the new document itself, cut to
+    # reground_document_tokens (4 characters a token), the cut recorded on every re-grounded node
+    whole = {"reground_document": "whole", "reground_document_tokens": 1000}
+    trees, ledger, _ = await run_reground(openai_server, tmp_path, index, AV, stages=whole)
+    extracts = [r for r in openai_server.requests if "<new_document" in r.text]
+    assert trees, [r.reason for r in ledger.rejected]
+    for tree in trees:
+        text = index.document_text(tree.grounding.doc_id)
+        assert any(text[:4000] in r.text for r in extracts) and len(text) > 4000
+        for node in tree.root.walk():
+            cut = node.problem.meta["document_truncated"]
+            assert (
+                cut
+                == f"{tree.grounding.doc_id}: first 4,000 of {len(text):,} characters shown (reground_document_tokens)"
+            )
 
 
 def test_the_teacher_is_told_the_seed_only_facts_and_the_new_terms_before_it_writes():

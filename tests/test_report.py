@@ -57,7 +57,7 @@ def test_report_in_a_real_browser(tmp_path, browser):
         for row in browser.find_elements(By.CSS_SELECTOR, "#metrics tr")
     }
     assert metrics["qualified"] == "3 (60.0%)" and metrics["decompositions"] == "1 / 2"
-    assert metrics["seed_conversion"] == "2 (66.7%)" and metrics["wall_time_s"] == "93.5 s"
+    assert metrics["seed_conversion"] == "2 (66.7%) of 3 finished, 3 in" and metrics["wall_time_s"] == "93.5 s"
 
     bars = {
         (b.get_attribute("data-group"), b.get_attribute("data-series")): int(b.get_attribute("data-count"))

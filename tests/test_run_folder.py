@@ -127,3 +127,33 @@ def test_seeds_file_bom_non_utf8_and_ids_that_cannot_be_told_apart(tmp_path):
     message = str(caught.value)
     assert "line 2: duplicate id 'q1' (cannot be told apart from line 1)" in message
     assert "line 3: duplicate id" in message and "line 4: id ' q3' has surrounding spaces" in message
+
+
+def test_a_folder_of_other_rules_is_read_recomputed_and_never_resumed(tmp_path):
+    from export_fixtures import math_run
+
+    from finmbs.records import RULES_VERSION
+    from finmbs.runs.grow import check_rules
+    from finmbs.runs.load import RunReadError, load_run
+
+    root = math_run(tmp_path / "run")
+    metrics_path = root / "metrics.json"
+    current = json.loads(metrics_path.read_text())
+    assert current["rules_version"] == RULES_VERSION == 2
+    check_rules(RunDir(root))  # the same rules: it may be continued
+    # written before versions (rules 1): seed conversion then divided by the seeds in; read, it is recomputed
+    # over the finished seeds from the folder's own counts, and the folder is not grown into
+    old = {k: v for k, v in current.items() if k != "rules_version"}
+    metrics_path.write_text(
+        json.dumps({**old, "seeds_in": 4, "seeds_done": 2, "seeds_converted": 1, "seed_conversion": 0.25})
+    )
+    assert load_run(root).metrics["seed_conversion"] == 0.5
+    with pytest.raises(RunReadError) as err:
+        check_rules(RunDir(root))
+    assert str(err.value).count("\n") == 0 and "rules version 1" in str(err.value) and "version 2" in str(err.value)
+    # one a newer finmbs wrote is refused in one line naming the file
+    metrics_path.write_text(json.dumps({**current, "rules_version": 3}))
+    with pytest.raises(
+        RunReadError, match=r"metrics.json: written under finmbs rules version 3; this finmbs reads up to 2"
+    ):
+        load_run(root)

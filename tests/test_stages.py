@@ -45,7 +45,9 @@ def test_report_order_follows_the_declaration():
 
 def test_the_ledger_counts_as_it_rejects_each_problem_once():
     ledger = Ledger("s")
-    ledger.reject(problem("s.d0c0"), Stage.DECOMPOSE, "reveals the answer", check=Check.ANSWER_LEAK)
+    ledger.reject(problem("s.d0c0"), Stage.DECOMPOSE, "reveals the answer", check=Check.ANSWER_LEAK, form="question")
+    # a row of an older run, without data.form: its form read from the reason
+    ledger.reject(problem("s.d0c1"), Stage.DECOMPOSE, "its worked solution states '25'", check=Check.ANSWER_LEAK)
     ledger.reject(problem("s.h0v0"), Stage.LEAF, "unverified", check=Check.PROGRAM)
     ledger.reject(problem("s.h0v0"), Stage.NOVELTY, "restates its seed")  # a second rejection: not counted
     since = len(ledger.rejected)
@@ -57,7 +59,10 @@ def test_the_ledger_counts_as_it_rejects_each_problem_once():
     counts = ledger.counts.model_dump()
     assert counts == {
         **counts,
-        "answer_leaks": 1,
+        "answer_leaks": 2,
+        "leaks_by_answer": 0,
+        "leaks_by_question": 1,
+        "leaks_by_solution": 1,
         "program_rejected": 1,
         "novelty_rejected": 2,
         "gated_roots": 1,

@@ -7,7 +7,7 @@ import yaml
 from rich.table import Table
 
 from finmbs.commands._common import RunOptions, cli_errors, console, with_run_options
-from finmbs.config import PAPER_VALUES
+from finmbs.config import PAPER_SILENT, PAPER_VALUES
 
 # The paper's symbols (section 3, appendix D), in the order the stages use them.
 SYMBOLS = {
@@ -42,6 +42,8 @@ def origin(key: str) -> str:
     """ "paper" for a symbol the paper sets; "finmbs" for a symbol whose value the paper does not give and
     for every option beyond the symbols (an addition, config.PAPER_VALUES, or a parameter of one)."""
     name = key.split(".")[-1]
+    if key in PAPER_SILENT:
+        return f"finmbs: {PAPER_SILENT[key]}"
     return "paper" if key.startswith("stages.") and name in SYMBOLS and name not in UNGIVEN else "finmbs"
 
 

@@ -34,14 +34,23 @@ def summary_table(metrics: RunMetrics, out: Path) -> Table:
             f"{metrics.from_program_effective} / {metrics.decompositions_from_program}, {metrics.prose_fallbacks}",
         ),
         ("seeds too easy (weakest student solves the root)", metrics.seeds_too_easy),
+        (
+            "roots from too-easy seeds: calibrated / qualified (in the counts below)",
+            f"{metrics.too_easy_roots} / {metrics.too_easy_qualified}",
+        ),
         ("descendants (calibrated synthetic roots)", metrics.descendants),
         ("roots rejected by novelty / quality before calibration (in the rates)", metrics.gated_roots),
         ("goldilocks", f"{metrics.goldilocks} ({metrics.goldilocks_rate:.1%})"),
         ("qualified", f"{metrics.qualified} ({metrics.qualified_rate:.1%})"),
-        ("seed conversion", f"{metrics.seeds_converted} ({metrics.seed_conversion:.1%})"),
         (
-            "rejected: answer leaks / novelty / not well-posed",
-            f"{metrics.answer_leaks} / {metrics.novelty_rejected} / {metrics.not_well_posed}",
+            "seed conversion (of the finished seeds)",
+            f"{metrics.seeds_converted} ({metrics.seed_conversion:.1%}) of {metrics.seeds_done} finished, "
+            f"{metrics.seeds_in} in",
+        ),
+        (
+            "rejected: answer leaks (by answer, question, solution) / novelty / not well-posed",
+            f"{metrics.answer_leaks} ({metrics.leaks_by_answer}, {metrics.leaks_by_question}, "
+            f"{metrics.leaks_by_solution}) / {metrics.novelty_rejected} / {metrics.not_well_posed}",
         ),
         ("rejected by program / qualified relabeled", f"{metrics.program_rejected} / {metrics.relabeled}"),
         *(

@@ -5,9 +5,10 @@ Up to Nc child-combination trials per parent: each picks one synthetic version p
 trials cycle through them again, each retry a fresh teacher sample). The teacher composes a parent
 with the original (parent with its verified solution, children) configuration as the pattern (the
 dependency pattern lives in the parent's solution, appendix E). Candidates are verified and discarded
-when the weakest student's accuracy exceeds alpha_parent; the trials stop at the first that passes,
-the node's synthetic version ("up to Nc trials are attempted per parent"). With
-`stages.compose_all_trials` (finmbs's) all Nc run at once and every passing one is a version.
+when the weakest student's accuracy exceeds alpha_parent. With `stages.compose_all_trials` (the paper
+profile) all Nc run at once and every passing one is a version: section 3.4 discards each candidate on
+its own, "every node ends up with synthetic versions", and appendix G's table 10 counts more roots than
+seeds at D = 1. Off (finmbs's default), the trials stop at the first that passes, the node's one version.
 
 A child with no synthetic version does not stop its parent: the parent is composed from the
 synthetic versions of the children that have them (the pattern still shows every original child);
@@ -53,7 +54,7 @@ def compose_messages(ctx: Context, node: TreeNode, chosen: list[TreeNode]) -> li
     pattern = "\n".join(
         render_prompt("pattern_child", question=c.problem.question, answer=c.problem.answer) for c in node.children
     )
-    text = render_prompt(
+    text = ctx.prompt(
         "compose_parent",
         document=document_block(node.problem),
         parent=node.problem.question,
@@ -101,8 +102,8 @@ async def run_trials(
     ctx: Context, node: TreeNode, pools: list[list[TreeNode]], chosen: list[tuple[int, ...]], ledger: Ledger
 ) -> tuple[list[TreeNode], int]:
     """(the synthetic versions of `node`, trials run): trial by trial until one passes verification and
-    the alpha_parent screen (the paper); with `stages.compose_all_trials` every trial at once, every
-    passing one kept."""
+    the alpha_parent screen (finmbs's default); with `stages.compose_all_trials` (the paper profile) every
+    trial at once, every passing one kept."""
 
     def trial(t: int) -> Awaitable[TreeNode | None]:
         return compose_trial(ctx, node, [pool[i] for pool, i in zip(pools, chosen[t])], t, ledger)

@@ -16,10 +16,13 @@ from finmbs.executors import Tick, no_tick
 from finmbs.llm import Gateway
 from finmbs.mbs.stages import Check, Stage
 from finmbs.records import DecompositionTree, Problem, Rejection, SeedCounts, TreeNode
+from finmbs.resources import render_prompt
 
 TARGET_ROLE = "target"
 OTHER_STAGE = Stage.OTHER
 SECONDS = "model_seconds"
+# the teacher prompts with appendix E's wording in prompts/paper/ (stages.prompts: paper)
+PAPER_PROMPTS = frozenset({"decompose", "leaf_harder", "compose_parent", "direct_synthesis"})
 CURRENT_STAGE: ContextVar[str | None] = ContextVar("finmbs_stage", default=None)
 
 
@@ -91,6 +94,12 @@ class Context:
     def weakest(self) -> Endpoint:
         return self.config.roles.students[-1]
 
+    def prompt(self, name: str, **fields: object) -> str:
+        """Prompt `name` filled: appendix E's verbatim template (prompts/paper/) with `stages.prompts: paper`
+        where there is one, else finmbs's."""
+        paper = self.stages.prompts == "paper" and name in PAPER_PROMPTS
+        return render_prompt(f"paper/{name}" if paper else name, **fields)
+
     def for_seed(self) -> Context:
         """This context with a fresh per-seed token meter on its gateway."""
         inner = self.gateway.inner if isinstance(self.gateway, SeedGateway) else self.gateway
@@ -116,6 +125,12 @@ class Context:
         return sum(n for role, n in self.tokens().items() if role != TARGET_ROLE)
 
 
+def leak_form(reason: str) -> str:
+    """The form of an answer leak recorded before rejections carried `data.form` (rejected.jsonl rows of
+    older runs, replayed), read from the reason `novelty.revealing` wrote."""
+    return "question" if "its question states" in reason else "solution" if "worked solution" in reason else "answer"
+
+
 @dataclass
 class Ledger:
     """One seed's record of every candidate that did not make it, with stage and reason, and the counts
@@ -134,7 +149,10 @@ class Ledger:
             return
         self.first[problem.id] = rejection
         check, counts = data.get("check"), self.counts
-        counts.answer_leaks += stage == Stage.DECOMPOSE and check == Check.ANSWER_LEAK
+        if stage == Stage.DECOMPOSE and check == Check.ANSWER_LEAK:
+            counts.answer_leaks += 1
+            form = data.get("form") or leak_form(reason)
+            setattr(counts, f"leaks_by_{form}", getattr(counts, f"leaks_by_{form}") + 1)
         counts.novelty_rejected += stage == Stage.NOVELTY
         counts.not_well_posed += stage == Stage.QUALITY
         counts.reground_unverified += stage == Stage.REGROUND and check == Check.VERIFY

@@ -3,12 +3,15 @@
 At each node the students are evaluated weakest -> strongest until one scores > 0; S_n is the
 students evaluated with zero accuracy (weakest up to the strongest with zero accuracy, the
 "evaluated student"). A node the weakest student already solves needs no scaffold and stays a leaf;
-at the root this is its own outcome, a seed too easy for the student pool (`too_easy`). The teacher
-proposes K easier subproblems; a subproblem that reveals its parent's answer (appendix B.3: its
-answer is the parent's, or its question states it) is rejected with its reason, the others are
-rejection-sampled. Every S in S_n is re-sampled N times on the node with the verified children as
-worked examples; effective when conditioning raises accuracy for at least one S in S_n. Otherwise
-the teacher is re-prompted with the failed attempts as negative context, up to Nd retries; a node
+at the root this is its own outcome, a seed too easy for the student pool (`too_easy`), kept as a leaf
+with `stages.easy_seeds: leaf` (finmbs's), decomposed like any other with S_n = {the weakest student}
+with `decompose` (the paper, which decomposes every verified seed). The teacher
+proposes K easier subproblems; with `stages.answer_leaks` (finmbs's; the paper has no such check) a
+subproblem that reveals its parent's answer (its answer is the parent's, its question or worked solution
+states it) is rejected with its reason and form, the others are rejection-sampled. Every S in S_n is
+re-sampled N times on the node with the verified children as worked examples; effective when
+conditioning raises accuracy for at least one S in S_n. Otherwise the teacher is re-prompted with the
+failed attempts as negative context, up to Nd retries; a node
 whose decomposition stays ineffective is dropped. Recurse on each child up to depth D; a node whose
 children are all dropped there is dropped too (it would otherwise stand as a leaf the weakest student
 fails, and at the root its harder variants would count as the seed's MBS descendants).
@@ -24,6 +27,7 @@ prose, each attempt's decision saying why (`data.prose_fallback`).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Collection
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -39,7 +43,7 @@ from finmbs.mbs.candidates import (
     written_items,
 )
 from finmbs.mbs.context import Context, Ledger
-from finmbs.mbs.novelty import reveals
+from finmbs.mbs.novelty import revealing
 from finmbs.mbs.programs import CHECK as PROGRAM_CHECK
 from finmbs.mbs.programs import (
     WrittenProgram,
@@ -141,7 +145,7 @@ def attempt_teacher(ctx: Context, attempt: int) -> Endpoint:
 
 async def propose(ctx: Context, node: TreeNode, attempt: int, failed: list) -> Decomposition | None:
     teacher = attempt_teacher(ctx, attempt)
-    text = render_prompt(
+    text = ctx.prompt(
         "decompose",
         K=ctx.stages.K,
         document=document_block(node.problem),
@@ -192,19 +196,21 @@ def without_leaks(
     node: TreeNode,
     candidates: list[Problem],
     ledger: Ledger,
+    forms: Collection[str],
     limit: int | None = None,
-    by_answer: bool = True,
     shown: dict[str, str] | None = None,
 ) -> list[Problem]:
-    """The subproblems that do not reveal the parent's answer (appendix B.3), the first `limit` of them;
-    the others looked at are rejected. `shown`: per child id, the worked solution students will read
-    beside it (its verified trace), which must not state the parent's answer either."""
+    """The subproblems that do not reveal the parent's answer in one of `forms` (`stages.answer_leaks`,
+    finmbs's: the paper has no such check), the first `limit` of them; the others looked at are rejected,
+    each with its form (`data.form`, counted per form in metrics.json). `shown`: per child id, the worked
+    solution students will read beside it (its verified trace)."""
     kept: list[Problem] = []
     for child in candidates:
         if limit is not None and len(kept) >= limit:
             break
-        if why := reveals(child, node.problem, by_answer, shown=(shown or {}).get(child.id, "")):
-            ledger.reject(child, STAGE, why, check=ANSWER_LEAK)
+        if found := revealing(child, node.problem, forms, shown=(shown or {}).get(child.id, "")):
+            form, why = found
+            ledger.reject(child, STAGE, why, check=ANSWER_LEAK, form=form)
             continue
         kept.append(child)
     return kept
@@ -245,7 +251,9 @@ async def verified_children(
     # ones): before any trace only the question is checked, and every child's answer once it is verified
     of_slice = sliced_ids(node, attempt, slices or [])
     candidates = await on_slice(ctx, candidates, of_slice, ledger)
-    candidates = without_leaks(node, candidates, ledger, limit=ctx.stages.K, by_answer=not ctx.stages.relabel)
+    forms = ctx.stages.answer_leaks
+    stated = [f for f in forms if f != "answer"] if ctx.stages.relabel else forms
+    candidates = without_leaks(node, candidates, ledger, stated, limit=ctx.stages.K)
     nodes = await asyncio.gather(
         *(verified_node(ctx, c, ledger, stage=STAGE, path=c.provenance.tree_path) for c in candidates)
     )
@@ -254,7 +262,7 @@ async def verified_children(
     verified = [n for n in verified if n.problem.id in on]
     # before any student sees them: the children, and the traces shown with them as worked examples
     traces = {n.problem.id: n.trace.text for n in verified if n.trace}
-    kept = {p.id for p in without_leaks(node, [n.problem for n in verified], ledger, shown=traces)}
+    kept = {p.id for p in without_leaks(node, [n.problem for n in verified], ledger, forms, shown=traces)}
     return [n for n in verified if n.problem.id in kept]
 
 
@@ -332,6 +340,19 @@ def solved_leaf(ctx: Context, node: TreeNode, depth: int) -> Decision:
     return Decision(stage=STAGE, outcome="info", reason=f"leaf: weakest student {weakest} already solves it ({acc})")
 
 
+def easy_seed(ctx: Context, node: TreeNode) -> Decision:
+    """`stages.easy_seeds: decompose` (the paper): the decision for a seed the weakest student already
+    solves, decomposed like any other with S_n = {the weakest student}, the one student evaluated."""
+    weakest = ctx.weakest.name
+    return Decision(
+        stage=STAGE,
+        outcome="info",
+        data={"too_easy": True},
+        reason=f"seed too easy: weakest student {weakest} already solves it (accuracy "
+        f"{node.student_accuracy[weakest]:.3f}); decomposed like any other, S_n = [{weakest}]",
+    )
+
+
 async def effectivity(
     ctx: Context, node: TreeNode, students: list[Endpoint], children: list[TreeNode]
 ) -> dict[str, float]:
@@ -353,9 +374,12 @@ async def decompose(ctx: Context, node: TreeNode, ledger: Ledger, depth: int = 0
         node.decisions.append(Decision(stage=STAGE, outcome="info", reason=f"leaf: depth limit D={ctx.stages.D}"))
         return True
     students = await evaluated_students(ctx, node)
-    if not students:
+    if not students and (depth > 0 or ctx.stages.easy_seeds == "leaf"):
         node.decisions.append(solved_leaf(ctx, node, depth))
         return True
+    if not students:  # the paper decomposes every verified seed: S_n is the one student evaluated, the weakest
+        node.decisions.append(easy_seed(ctx, node))
+        students = [ctx.weakest]
     base = {s.name: node.student_accuracy[s.name] for s in students}
     programmed, slices, fallback = await program_plan(ctx, node)
     failed: list[Failed] = []

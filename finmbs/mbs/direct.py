@@ -2,8 +2,11 @@
 its verified trace and answer, asking for several problems (`stages.N_direct`: prompt E asks for
 "diverse ... problems", the paper gives no count); each problem is verified by rejection sampling and
 goes through what MBS output goes through: the novelty guard, re-grounding with its leakage check and
-answerability judge in finance (`stages.direct_reground`, on by default as SPEC asks), quality
-control, final calibration and the same metrics.
+answerability judge in finance (`stages.direct_reground`, on by default as SPEC asks; the paper is
+silent on it), quality control (`quality.direct`: on in the paper profile too, as appendix C
+rejection-samples direct synthesis "on quality control"), final calibration and the same metrics.
+The paper profile asks for one problem per call (`N_direct: 1`): eq. 5 samples one problem per call,
+and table 7's direct row evaluates 64 candidates from 64 seeds.
 
 Matched budget (appendix C, table 7): a seed whose `meta["construction_budget"]` is set (what an MBS
 run spent on constructing that seed's problems, `finmbs.runs.construction_budgets`) gets further direct calls,
@@ -44,7 +47,6 @@ from finmbs.mbs.programs import figure_spans, program_prompt
 from finmbs.mbs.solve import document_block
 from finmbs.mbs.stages import Stage
 from finmbs.records import Decision, DecompositionTree, Problem, TreeNode
-from finmbs.resources import render_prompt
 
 STAGE = Stage.DIRECT
 BUDGET_KEY = "construction_budget"
@@ -73,7 +75,7 @@ async def direct_call(ctx: Context, root: TreeNode, r: int, ledger: Ledger) -> l
     else:
         teacher, sample = ctx.teachers[0], r
     seed = root.problem
-    text = render_prompt(
+    text = ctx.prompt(
         "direct_synthesis",
         n=count,
         document=document_block(seed),
@@ -125,7 +127,7 @@ async def grow_seed_direct(seed: Problem, ctx: Context) -> SeedOutcome:
     grounded = await regrounded(ctx, seed, synthetic, ledger, on=ctx.stages.direct_reground)
     trees = synthetic + (grounded or [])
     nodes = guarded(ctx, seed, synthetic if grounded is None else grounded, problems_by_id(seed, tree, trees), ledger)
-    nodes = await quality_checked(ctx, seed, nodes, ledger)
+    nodes = await quality_checked(ctx, seed, nodes, ledger, direct=True)
     roots, others = await calibrated(ctx, nodes, ledger)
     return outcome(ctx, seed, tree, trees, ledger, roots=roots, others=others)
 

@@ -109,7 +109,7 @@ def leaf_prompt(ctx: Context, leaf: TreeNode, ledger: Ledger, operator: Operator
     )
     if operator is not None:
         return render_prompt("leaf_operator", operator=operator_block(operator, programs_on(ctx)), **fields)
-    return render_prompt("leaf_harder", n=ctx.stages.N_leaf, **fields)
+    return ctx.prompt("leaf_harder", n=ctx.stages.N_leaf, **fields)
 
 
 @dataclass

@@ -19,6 +19,7 @@ that a subproblem not reveal its parent's answer. Both come down to comparing tw
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from difflib import SequenceMatcher
 from fractions import Fraction
 
@@ -107,18 +108,34 @@ def _states(domain: str, text: str, answer: str, question: str, counts: bool = T
     return any(_same_figure(f, gold[0], question) for f in figures(text))
 
 
-def reveals(child: Problem, parent: Problem, by_answer: bool = True, shown: str = "") -> str | None:
-    """Why `child` gives away `parent`'s answer (by its answer, unless `by_answer` is False; by its
-    question; by `shown`, the worked solution students read beside it), or None."""
-    if by_answer and same_answer(parent.domain, child.answer, parent.answer, parent.question):
-        return f"reveals the parent's answer: its answer {child.answer!r} is the parent's ({parent.answer!r})"
-    if _states(parent.domain, parent.question, parent.answer, parent.question):
+LEAK_FORMS = ("answer", "question", "solution")  # stages.answer_leaks: how a subproblem can reveal its parent's answer
+
+
+def revealing(
+    child: Problem, parent: Problem, forms: Collection[str] = LEAK_FORMS, shown: str = ""
+) -> tuple[str, str] | None:
+    """(form, why) when `child` gives away `parent`'s answer in one of `forms` (stages.answer_leaks): its
+    answer is the parent's (`answer`), its question states it (`question`), or `shown`, the worked solution
+    students read beside it, states it (`solution`); else None."""
+    if "answer" in forms and same_answer(parent.domain, child.answer, parent.answer, parent.question):
+        return "answer", f"reveals the parent's answer: its answer {child.answer!r} is the parent's ({parent.answer!r})"
+    if not {"question", "solution"} & set(forms) or _states(
+        parent.domain, parent.question, parent.answer, parent.question
+    ):
         return None  # a figure the parent's own question gives is a given of the child too, not a reveal
-    if _states(parent.domain, child.question, parent.answer, parent.question):
-        return f"reveals the parent's answer: its question states {parent.answer!r}"
-    if shown and _states(parent.domain, shown, parent.answer, parent.question):
-        return f"reveals the parent's answer: its worked solution states {parent.answer!r}"
+    if "question" in forms and _states(parent.domain, child.question, parent.answer, parent.question):
+        return "question", f"reveals the parent's answer: its question states {parent.answer!r}"
+    if "solution" in forms and shown and _states(parent.domain, shown, parent.answer, parent.question):
+        return "solution", f"reveals the parent's answer: its worked solution states {parent.answer!r}"
     return None
+
+
+def reveals(child: Problem, parent: Problem, by_answer: bool = True, shown: str = "") -> str | None:
+    """Why `child` gives away `parent`'s answer in any form (by its answer, unless `by_answer` is False; by
+    its question; by `shown`), or None."""
+    forms = LEAK_FORMS if by_answer else ("question", "solution")
+    found = revealing(child, parent, forms, shown)
+    return found[1] if found else None
 
 
 def gives_own_answer(problem: Problem) -> str | None:

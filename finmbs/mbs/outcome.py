@@ -188,13 +188,15 @@ async def regrounded(
         return await reground_trees(ctx, seed, synthetic, ledger)
 
 
-async def quality_checked(ctx: Context, seed: Problem, nodes: list[TreeNode], ledger: Ledger) -> list[TreeNode]:
-    """Quality control (math): the nodes the judge finds well-posed."""
+async def quality_checked(
+    ctx: Context, seed: Problem, nodes: list[TreeNode], ledger: Ledger, direct: bool = False
+) -> list[TreeNode]:
+    """Quality control (math): the nodes the judge finds well-posed (`direct`: the direct baseline's)."""
     if seed.domain != "math":
         return nodes
     since = len(ledger.rejected)
     with in_stage(QUALITY):
-        kept = await well_posed(ctx, nodes, ledger)
+        kept = await well_posed(ctx, nodes, ledger, direct)
     ledger.mark_roots(since, {n.problem.id for n in nodes if is_root(n)})
     return kept
 

@@ -59,10 +59,17 @@ async def judge_well_posed(ctx: Context, node: TreeNode) -> WellPosed | None:
     return verdict
 
 
-async def well_posed(ctx: Context, nodes: list[TreeNode], ledger: Ledger) -> list[TreeNode]:
+def quality_on(ctx: Context, direct: bool) -> bool:
+    """Whether quality control runs: `quality.enabled` (finmbs's, for MBS output), or for the direct
+    baseline `quality.direct` (appendix C rejection-samples direct synthesis "on quality control")."""
+    return ctx.config.quality.enabled or (direct and ctx.config.quality.direct)
+
+
+async def well_posed(ctx: Context, nodes: list[TreeNode], ledger: Ledger, direct: bool = False) -> list[TreeNode]:
     """The nodes the judge finds well-posed; the rest are rejected with the judge's reason. A reply
-    that never parses keeps its node (the check is a filter, not a gate a broken judge closes)."""
-    if not ctx.config.quality.enabled or not nodes:
+    that never parses keeps its node (the check is a filter, not a gate a broken judge closes).
+    `direct`: the nodes are the direct baseline's."""
+    if not quality_on(ctx, direct) or not nodes:
         return nodes
     verdicts = await asyncio.gather(*(judge_well_posed(ctx, node) for node in nodes))
     kept: list[TreeNode] = []

@@ -121,6 +121,7 @@ class NewGround:
     document: Document
     snippet: Snippet
     entity: str
+    truncated: str | None = None  # reground_document: whole: how the document shown was cut, if it was
 
 
 # 1. the seed's own document and the unseen ones ----------------------------------------------
@@ -388,10 +389,24 @@ def selected(index: Index, doc: Document, chunks: list[Chunk], numbers: list[int
     return stored_snippet(doc, text, start, end, next(c for c in run if c.char_start == start))
 
 
+CHARS_PER_TOKEN = 4  # reground_document: whole: the context budget's characters per token (an estimate)
+
+
+def whole_document(ctx: Context, index: Index, doc: Document) -> tuple[str, str | None]:
+    """`stages.reground_document: whole` (appendix E gives the teacher the new document): its text, cut to
+    `reground_document_tokens`; (text, how it was cut, or None when it fits)."""
+    text = index.document_text(doc.doc_id)
+    limit = ctx.stages.reground_document_tokens * CHARS_PER_TOKEN
+    if len(text) <= limit:
+        return text, None
+    return text[:limit], f"{doc.doc_id}: first {limit:,} of {len(text):,} characters shown (reground_document_tokens)"
+
+
 async def ask_ground(
-    ctx: Context, seed: Problem, slot: int, doc: Document, chunks: list[Chunk]
+    ctx: Context, seed: Problem, slot: int, doc: Document, chunks: list[Chunk], whole: str | None = None
 ) -> Selection | Extraction | None:
-    """The teacher's reply naming e' and d' in `doc` (`stages.extract`: a copy or a choice of excerpts)."""
+    """The teacher's reply naming e' and d' in `doc` (`stages.extract`: a copy or a choice of excerpts);
+    `whole`: the document to copy from instead of its excerpts."""
     snippet = seed.snippet or Snippet(text="")
     teacher = ctx.teachers[slot % len(ctx.teachers)] if ctx.stages.rotate_teachers else ctx.teachers[0]
     select = ctx.stages.extract == "select"
@@ -401,7 +416,7 @@ async def ask_ground(
         seed_passage=snippet.text,
         doc_id=doc.doc_id,
         title=doc.title,
-        document=numbered(chunks) if select else excerpt(chunks),
+        document=numbered(chunks) if select else whole if whole is not None else excerpt(chunks),
     )
     [reply] = await ctx.gateway.structured(
         teacher, Selection if select else Extraction, role="teacher", messages=[{"role": "user", "content": text}]
@@ -424,10 +439,14 @@ async def new_ground(
     excerpts, verbatim by construction), or record the rejection. `concept`: the seed's, searched for too."""
     snippet = seed.snippet or Snippet(text="")
     chunks = document_chunks(index, doc.doc_id, snippet.text or seed.question, EXCERPT_CHUNKS, concept)
+    truncated = None
     if ctx.stages.extract == "retrieve":  # no teacher call: the most relevant excerpt, the document's company
         reply = Selection(reason="retrieved", entity=doc.company or doc.title or "", excerpts=[1] if chunks else [])
     else:
-        reply = await ask_ground(ctx, seed, slot, doc, chunks)
+        whole = None
+        if ctx.stages.extract == "copy" and ctx.stages.reground_document == "whole":
+            whole, truncated = whole_document(ctx, index, doc)
+        reply = await ask_ground(ctx, seed, slot, doc, chunks, whole)
     named = reply.entity.strip() if reply else ""
     # a teacher may name the seed's own borrower as a new document's entity: e' is then the document's company
     seed_name = (entity_name(seed.entity) or "").lower()
@@ -468,7 +487,7 @@ async def new_ground(
     if located is None:
         ledger.reject(candidate, STAGE, f"passage not verbatim in {doc.doc_id}", check="verbatim", document=doc.doc_id)
         return None
-    return NewGround(slot, doc, located, entity)
+    return NewGround(slot, doc, located, entity, truncated)
 
 
 async def answerability(ctx: Context, problem: Problem) -> Answerability:
@@ -573,6 +592,8 @@ def grounded_problem(
     question, solution, answer = (rename(t.strip(), renames) for t in (new.question, new.solution, new.answer))
     meta = {k: v for k, v in old.meta.items() if k not in PROGRAM_META}  # the original's program is not d''s
     meta.update(teacher_solution=solution, regrounded_from=old.id, document=ground.document.doc_id)
+    if ground.truncated:
+        meta["document_truncated"] = ground.truncated
     program, why = bound_program(new, ground.snippet.text)  # verify.programs: the new program, quoting d'
     if program:
         meta["program"] = program
@@ -628,6 +649,11 @@ class Regrounder:
             )
         return self._groundings[ground.slot]
 
+    @property
+    def passed(self) -> str:
+        """What a re-grounded node passed before its trace."""
+        return "leakage check and judge passed" if self.ctx.stages.reground_judge else "leakage check passed"
+
     async def judge(self, problem: Problem) -> Answerability:
         return await answerability(self.ctx, problem)
 
@@ -665,7 +691,7 @@ class Regrounder:
         if self.ctx.config.novelty.unworkable and (bad := unworkable(problem)):
             self.ledger.reject(problem, STAGE, bad[1], check=bad[0], document=document)
             return None
-        if not await self.check(problem):
+        if self.ctx.stages.reground_judge and not await self.check(problem):  # finmbs's judge
             return None
         if programs_on(self.ctx):  # finmbs's layer: the program on d' computes the answer too (programs.py)
             new = await program_node(
@@ -681,9 +707,7 @@ class Regrounder:
             )
             if new is None:
                 return None
-            new.decisions[
-                -1
-            ].reason = f"grounded on {document}; leakage check and judge passed; {new.decisions[-1].reason}"
+            new.decisions[-1].reason = f"grounded on {document}; {self.passed}; {new.decisions[-1].reason}"
         else:
             trace, why = await teacher_trace(self.ctx, problem)
             if trace is None:
@@ -692,12 +716,14 @@ class Regrounder:
             decision = Decision(
                 stage=STAGE,
                 outcome="accepted",
-                reason=f"grounded on {document}; leakage check and judge passed; answer verified by {trace.model}",
+                reason=f"grounded on {document}; {self.passed}; answer verified by {trace.model}",
             )
             new = TreeNode(problem=problem, path=node.path, mirrors=node.mirrors, decisions=[decision], trace=trace)
         alpha = {"leaf": self.ctx.stages.alpha_leaf, "compose": self.ctx.stages.alpha_parent}.get(
             node.problem.provenance.stage
         )
+        if not self.ctx.stages.reground_screen:  # the paper screens leaves and parents once, before re-grounding
+            alpha = None
         if alpha is not None and not await weakest_screen(
             self.ctx, new, alpha, STAGE, self.ledger, check=Check.SCREEN, document=document
         ):

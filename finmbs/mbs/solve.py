@@ -101,6 +101,7 @@ async def rollouts(
             question=problem.question,
             gateway=ctx.gateway,
             judge=ctx.config.roles.judge,
+            math_judge=ctx.config.verify.math_judge,
         )
         result.append(
             Rollout(

@@ -103,6 +103,7 @@ KNOWN_METRICS = {
     "method",
     "usage",
     "seeds_in",
+    "seeds_done",
     "seeds_with_trace",
     "decompositions_effective",
     "decompositions_attempted",
@@ -153,7 +154,12 @@ def metrics_rows(m: dict[str, Any]) -> list[tuple[str, str, str]]:
         ("descendants", "candidates (synthetic descendants)", str(get("descendants"))),
         ("goldilocks", "Goldilocks", f"{get('goldilocks')} ({get('goldilocks_rate') * 100:.1f}%)"),
         ("qualified", "qualified", f"{get('qualified')} ({get('qualified_rate') * 100:.1f}%)"),
-        ("seed_conversion", "seed conversion", f"{get('seeds_converted')} ({get('seed_conversion') * 100:.1f}%)"),
+        (
+            "seed_conversion",
+            "seed conversion (of the finished seeds)",
+            f"{get('seeds_converted')} ({get('seed_conversion') * 100:.1f}%) of {get('seeds_done')} finished, "
+            f"{get('seeds_in')} in",
+        ),
         ("cache_hits", "cache hits", str(get("cache_hits"))),
         ("wall_time_s", "wall time", f"{get('wall_time_s'):.1f} s"),
         *extra_metrics(m),
@@ -164,7 +170,8 @@ def metrics_rows(m: dict[str, Any]) -> list[tuple[str, str, str]]:
 FUNNEL = [
     ("seeds_in", "seeds in", None),
     ("seeds_with_trace", "seeds with a verified trace", "seeds_in"),
-    ("seeds_converted", "seeds converted (a qualified descendant)", "seeds_in"),
+    ("seeds_done", "seeds finished", "seeds_in"),
+    ("seeds_converted", "seeds converted (a qualified descendant)", "seeds_done"),
     ("decompositions_attempted", "decompositions attempted", None),
     ("decompositions_effective", "effective decompositions", "decompositions_attempted"),
     ("descendants", "synthetic candidates", None),
@@ -173,7 +180,12 @@ FUNNEL = [
 ]
 
 
-BASES = {"seeds_in": "seeds", "decompositions_attempted": "attempted", "descendants": "candidates"}
+BASES = {
+    "seeds_in": "seeds",
+    "seeds_done": "finished seeds",
+    "decompositions_attempted": "attempted",
+    "descendants": "candidates",
+}
 _NOT_A_COUNT = re.compile(r"token|cost|usd|time|rate|_s$|bytes")  # numbers that are no step of the funnel
 
 

@@ -31,7 +31,7 @@ from finmbs.mbs.outcome import SeedOutcome
 from finmbs.mbs.pipeline import growers
 from finmbs.mbs.reground import excluded_documents
 from finmbs.mbs.stages import Progress
-from finmbs.records import Problem, RoleUsage, RunMetrics, merge_usage
+from finmbs.records import RULES_VERSION, Problem, RoleUsage, RunMetrics, merge_usage
 from finmbs.runs.folder import (
     CONFIG,
     CONFIG_CHANGES,
@@ -49,6 +49,7 @@ from finmbs.runs.folder import (
     atomic_write_text,
     file_name,
 )
+from finmbs.runs.load import RunReadError, rules_of
 from finmbs.runs.metrics import collect_metrics, screen_model
 
 METRICS_EVERY_S = 30.0  # metrics.json refresh; usage itself reaches usage.jsonl with every call and seed
@@ -89,6 +90,20 @@ def previous_totals(run: RunDir, ledger: UsageLedger) -> tuple[dict[str, RoleUsa
 def spent(usage: dict[str, RoleUsage]) -> tuple[int, float]:
     """(tokens, dollars) of a usage table."""
     return sum(u.prompt_tokens + u.completion_tokens for u in usage.values()), sum(u.cost_usd for u in usage.values())
+
+
+def check_rules(run: RunDir) -> None:
+    """An existing run folder is continued only under the rules it was grown with (`RULES_VERSION`): its
+    tree files' decisions and counts would otherwise mix two rule sets. One error naming both versions."""
+    path = run.path(METRICS)
+    if not path.exists():
+        return
+    version = rules_of(json.loads(path.read_text(encoding="utf-8")))
+    if version != RULES_VERSION:
+        raise RunReadError(
+            f"{run.root} was grown under finmbs rules version {version}, this finmbs runs version {RULES_VERSION}: "
+            "its decisions would be mixed with other rules; grow into a new --out (report and export still read it)"
+        )
 
 
 def record_config(run: RunDir, config: RunConfig, allow_change: bool) -> None:
@@ -190,6 +205,7 @@ async def _grow_locked(
     executor: Executor | None,
     allow_config_change: bool,
 ) -> RunMetrics:
+    check_rules(run)
     record_config(run, config, allow_config_change)
     atomic_write_text(run.path(SEEDS), "".join(s.model_dump_json() + "\n" for s in seeds))
     ledger = UsageLedger(run.path(USAGE))

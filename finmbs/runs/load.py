@@ -12,7 +12,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from finmbs.errors import FinmbsError
-from finmbs.records import Problem, Rejection, SeedTrees, first_error
+from finmbs.records import RULES_VERSION, Problem, Rejection, SeedTrees, first_error
 from finmbs.runs.folder import CONFIG, METRICS, QUALIFIED, REJECTED, SEEDS, TREES
 
 M = TypeVar("M", bound=BaseModel)
@@ -115,4 +115,26 @@ def load_run(root: str | Path) -> Run:
             run.metrics = json.loads(metrics_path.read_text(encoding="utf-8"))
         except json.JSONDecodeError as exc:
             raise RunReadError(f"{metrics_path} line {exc.lineno}: not JSON ({exc.msg})") from None
+        run.metrics = current_metrics(run.metrics, metrics_path)
     return run
+
+
+def rules_of(metrics: dict[str, Any]) -> int:
+    """The rules version a metrics.json was written under (1: before versions were written)."""
+    return int(metrics.get("rules_version", 1))
+
+
+def current_metrics(metrics: dict[str, Any], path: Path) -> dict[str, Any]:
+    """metrics.json as this finmbs's rules define it: one written under older rules has the metrics whose
+    meaning changed recomputed from its own counts (seed conversion over the finished seeds, version 2),
+    the per-form leak counts it never had left absent rather than read as 0; one a newer finmbs wrote is
+    refused."""
+    version = rules_of(metrics)
+    if version > RULES_VERSION:
+        raise RunReadError(
+            f"{path}: written under finmbs rules version {version}; this finmbs reads up to {RULES_VERSION}"
+        )
+    if version < 2:
+        done = metrics.get("seeds_done") or 0
+        metrics = {**metrics, "seed_conversion": (metrics.get("seeds_converted") or 0) / done if done else 0.0}
+    return metrics

@@ -81,6 +81,9 @@ def add_seed(metrics: RunMetrics, trees: SeedTrees, screened_by: str | None) -> 
         for n in seen.values()
     )
     metrics.seeds_converted += any(r.qualified for r in roots)
+    if too_easy(tree):  # reported apart: roots of seeds the weakest student already solved
+        metrics.too_easy_roots += len(roots)
+        metrics.too_easy_qualified += sum(r.qualified for r in roots)
     structures(metrics, [n.problem for n in seen.values() if n.target and n.target.qualified and is_root(n)])
     metrics.other_descendants += len(others)
     metrics.other_goldilocks += sum(r.band == "goldilocks" for r in others)

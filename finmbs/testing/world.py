@@ -275,7 +275,7 @@ class World:
 
     def leaf(self, agent: Agent, text: str) -> dict:
         expr = norm(expression(blocks(text, "problem")[0]))
-        n = int(re.search(r"Generate (\d+)", text).group(1))  # type: ignore[union-attr]
+        n = int(re.search(r"(?:Generate|holding) (\d+)", text).group(1))  # type: ignore[union-attr]
         if agent.lazy:
             return {"variants": [worked(renumber(expr, s + 1)) for s in range(n)]}
         variants = [worked(f"({expr})" + "".join(f" + {k + 1}" for k in range(s + 1))) for s in range(n)]
@@ -315,7 +315,7 @@ class World:
 
     def direct(self, agent: Agent, text: str) -> dict:
         expr = norm(expression(blocks(text, "problem")[0]))
-        n = int(re.search(r"Generate (\d+)", text).group(1))  # type: ignore[union-attr]
+        n = int(re.search(r"(?:Generate|holding) (\d+)", text).group(1))  # type: ignore[union-attr]
         if agent.parrot:
             return {"problems": [{**worked(expr), "question": f"Now, {question(expr)}"}] * n}
         return {"problems": [worked(renumber(expr, s + 1)) for s in range(n)]}

@@ -75,16 +75,16 @@ class _Worker:
         line, self._buffer = self._buffer.split(b"\n", 1)
         return json.loads(line)
 
-    def check(self, predicted: str, ground_truth: str, limit_s: float) -> bool | None:
-        """math-verify's verdict, or None when the worker overran `limit_s` or died."""
+    def check(self, predicted: str, ground_truth: str, limit_s: float) -> dict | None:
+        """The worker's reply ({"equal": true, false or null: no verdict}), or None when it overran `limit_s`
+        or died."""
         request = json.dumps({"pred": predicted, "gold": ground_truth, "limit": limit_s}) + "\n"
         try:
             self.proc.stdin.write(request.encode("utf-8"))
             self.proc.stdin.flush()
         except OSError:
             return None
-        reply = self._read_line(limit_s)
-        return None if reply is None else bool(reply["equal"])
+        return self._read_line(limit_s)
 
     def kill(self) -> None:
         self.proc.kill()
@@ -172,24 +172,25 @@ def _wrap(expr: str) -> str:
 
 
 @lru_cache(maxsize=65536)
-def _verified(predicted: str, ground_truth: str, limit_s: float) -> bool:
-    """math-verify's verdict from a worker; MathCheckTimeout (not cached) when it overruns."""
+def _verified(predicted: str, ground_truth: str, limit_s: float) -> bool | None:
+    """math-verify's verdict from a worker (None: it has none); MathCheckTimeout (not cached) when it overruns."""
     pool = _get_pool()
     worker = pool.acquire()
-    equal = None
+    reply = None
     try:
-        equal = worker.check(_wrap(predicted), _wrap(ground_truth), limit_s)
+        reply = worker.check(_wrap(predicted), _wrap(ground_truth), limit_s)
     finally:
-        if equal is None:
+        if reply is None:
             worker.kill()
-        pool.release(None if equal is None else worker)
-    if equal is None:
+        pool.release(None if reply is None else worker)
+    if reply is None:
         raise MathCheckTimeout(f"math-verify took over {limit_s:g} s")
-    return equal
+    return None if reply["equal"] is None else bool(reply["equal"])
 
 
-def math_equal(predicted: str, ground_truth: str, timeout_s: float | None = None) -> bool:
-    """True when the two answers are mathematically equivalent; False when not, or past the time limit."""
+def math_verdict(predicted: str, ground_truth: str, timeout_s: float | None = None) -> bool | None:
+    """math-verify's verdict: True / False, or None when it has none (an answer it cannot parse, past the
+    time limit); only then may a judge decide (`verify.math_judge`)."""
     global _timeouts
     if not predicted or not ground_truth:
         return False
@@ -201,8 +202,14 @@ def math_equal(predicted: str, ground_truth: str, timeout_s: float | None = None
     except MathCheckTimeout:
         with _pool_lock:
             _timeouts += 1
-        log.warning("math check timed out after %g s (scored 0): %.80r vs %.80r", limit_s, predicted, ground_truth)
-        return False
+        log.warning("math check timed out after %g s (no verdict): %.80r vs %.80r", limit_s, predicted, ground_truth)
+        return None
+
+
+def math_equal(predicted: str, ground_truth: str, timeout_s: float | None = None) -> bool:
+    """True when the two answers are mathematically equivalent; False when not, when math-verify has no
+    verdict, or past the time limit."""
+    return math_verdict(predicted, ground_truth, timeout_s) is True
 
 
 def score_math(solution: str, ground_truth: str) -> tuple[str | None, float]:

@@ -25,16 +25,22 @@ def _die_with_parent() -> None:
         pass
 
 
-def _equal(predicted: str, ground_truth: str, limit_s: float) -> bool:
+def _verdict(predicted: str, ground_truth: str, limit_s: float) -> bool | None:
+    """math-verify's verdict; None when it has none: an answer it cannot parse, its own timeout, or a
+    failure inside it (a caller may then ask a judge, `verify.math_judge`, or count it not equal)."""
     from math_verify import parse, verify
 
     seconds = max(1, math.ceil(limit_s))
     try:
         gold = parse(ground_truth, parsing_timeout=seconds)
         pred = parse(predicted, parsing_timeout=seconds)
-        return bool(gold and pred and verify(gold, pred, timeout_seconds=seconds))
-    except Exception:  # unparsable input, math-verify's own timeout, MemoryError-like failures: not equal
-        return False
+        if gold and pred and verify(gold, pred, timeout_seconds=seconds):
+            return True
+        # parse() falls back to the raw string when it extracts no expression: such a side was never parsed
+        parsed = all(any(not isinstance(x, str) for x in side) for side in (gold, pred))
+        return False if parsed else None
+    except Exception:  # math-verify's own timeout, MemoryError-like failures: no verdict
+        return None
 
 
 def main() -> None:
@@ -47,7 +53,7 @@ def main() -> None:
     replies.write(json.dumps({"ready": True}) + "\n")
     for line in sys.stdin:
         request = json.loads(line)
-        replies.write(json.dumps({"equal": _equal(request["pred"], request["gold"], request["limit"])}) + "\n")
+        replies.write(json.dumps({"equal": _verdict(request["pred"], request["gold"], request["limit"])}) + "\n")
 
 
 if __name__ == "__main__":
