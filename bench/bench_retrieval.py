@@ -56,6 +56,7 @@ MODES = {
     "hybrid+metadata": {"concepts": False},
     "no-concepts": {"concepts": False},
     "default": {},
+    "page-window": {"context_scope": "page"},
 }
 
 
@@ -124,13 +125,17 @@ def _pct(values: list[float], q: float) -> float:
 def quality(args: argparse.Namespace) -> None:
     qs = questions()
     used = {e["doc_name"] for q in qs for e in q["evidence"]}
+    if args.half != "all":  # one half of the companies only (`held_out`): the documents and the questions
+        wanted = args.half == "held-out"
+        qs = [q for q in qs if held_out(q["company"]) == wanted]
+        used = {e["doc_name"] for q in qs for e in q["evidence"]}
     pdfs = sorted((p for p in (DATA / "pdfs").glob("*.pdf") if p.stem in used), key=lambda p: p.stat().st_size)
     if args.max_docs:
         pdfs = pdfs[: args.max_docs]
     results_file = Path(f"{args.index_path}.json")
     li_dir = f"{args.index_path}-llamaindex"
     mb = sum(f.stat().st_size for f in pdfs) / 2**20
-    key = f"{len(pdfs)} pdfs:workers={args.workers}"
+    key = f"{len(pdfs)} pdfs{'' if args.half == 'all' else ':' + args.half}:workers={args.workers}"
     overlap_key = "" if args.overlap is None else f":overlap={args.overlap}"
     profiles = [p for p in args.profiles.split(",") if p]
     ingests = {}
@@ -163,6 +168,7 @@ def quality(args: argparse.Namespace) -> None:
         dict
     )  # column -> question id -> a top-5 hit holds the evidence's figures
     latency: dict[str, list[float]] = defaultdict(list)
+    returned: dict[str, dict[str, list[tuple[tuple[str, int | None], str]]]] = defaultdict(dict)  # top-5 (page, text)
     recognised = 0
     for profile in profiles:
         embed, model = PROFILES[profile]
@@ -193,10 +199,16 @@ def quality(args: argparse.Namespace) -> None:
                         whole[column][q["financebench_id"]] = holds_evidence(
                             q, [(h.context or h.chunk).text for h in hits[:5]]
                         )
+                        returned[column][q["financebench_id"]] = [
+                            ((h.chunk.doc_id, h.chunk.page), (h.context or h.chunk).text) for h in hits[:5]
+                        ]
                         if column == profile:
                             whole[f"{profile} (chunk only)"][q["financebench_id"]] = holds_evidence(
                                 q, [h.chunk.text for h in hits[:5]]
                             )
+                            returned[f"{profile} (chunk only)"][q["financebench_id"]] = [
+                                ((h.chunk.doc_id, h.chunk.page), h.chunk.text) for h in hits[:5]
+                            ]
                         if column == profile and profile == profiles[0]:
                             gold_doc = index.document(next(doc for doc, _ in gold if doc in indexed))
                             recognised += company_key(gold_doc.company) in index.recognise(q["question"]).companies
@@ -217,6 +229,7 @@ def quality(args: argparse.Namespace) -> None:
                 any(r[:2] in gold for r in ranked),
             )
             whole["llamaindex"][q["financebench_id"]] = holds_evidence(q, [r[2] for r in ranked[:5]])
+            returned["llamaindex"][q["financebench_id"]] = [(r[:2], r[2]) for r in ranked[:5]]
     print(f"questions evaluated: {len(evaluated)} (evidence PDF indexed); the company of {recognised} recognised")
     groups: dict[str, list[dict]] = defaultdict(list)
     for q in evaluated:
@@ -235,6 +248,7 @@ def quality(args: argparse.Namespace) -> None:
     for column, values in whole.items():
         known = [v for v in values.values() if v is not None]
         print(f"  {column:34s} {sum(known) / max(len(known), 1):.3f} of {len(known)}")
+    budgeted(evaluated, returned, args.budget_chars)
     if "default" in args.modes.split(",") or "no-concepts" in args.modes.split(","):
         held = [q for q in evaluated if held_out(q["company"])]
         print(
@@ -244,6 +258,50 @@ def quality(args: argparse.Namespace) -> None:
         for column in (profiles[0], f"{profiles[0]} no-concepts"):
             if column in found:
                 print(f"  {column:34s} {_share(found[column], held, 0):.3f} / {_share(found[column], held, 1):.3f}")
+
+
+def within(hits: list[tuple[tuple[str, int | None], str]], budget: int) -> list[tuple[tuple[str, int | None], str]]:
+    """The hits a reader gets within `budget` characters of returned text, best first; the hit that crosses
+    the budget is cut there (one that would start past it is not returned)."""
+    out, left = [], budget
+    for where, text in hits:
+        if left <= 0:
+            break
+        out.append((where, text[:left]))
+        left -= len(text)
+    return out
+
+
+def budgeted(evaluated: list[dict], returned: dict, budget: int) -> None:
+    """Each column's top 5 at an equal returned-text budget: characters returned (mean), the evidence page
+    among the hits returned within `budget` characters, and one of them holding >= 60% of the evidence's
+    figures; overall and per half of the companies (`held_out`)."""
+    halves = {
+        "all": evaluated,
+        "tuning half": [q for q in evaluated if not held_out(q["company"])],
+        "held-out half": [q for q in evaluated if held_out(q["company"])],
+    }
+    print(f"top 5 at an equal budget of {budget} characters returned (evidence page hit / evidence text hit):")
+    print(f"  {'column':34s} {'chars returned (top 5, mean)':>28s} " + " ".join(f"{h:>24s}" for h in halves))
+    for column, by_question in returned.items():
+        if column.endswith("pass 2"):
+            continue
+        sizes = [sum(len(t) for _, t in hits) for hits in by_question.values()]
+        cells = []
+        for members in halves.values():
+            pages, texts = [], []
+            for q in members:
+                if q["financebench_id"] not in by_question:
+                    continue
+                kept = within(by_question[q["financebench_id"]], budget)
+                gold = {(e["doc_name"], e["evidence_page_num"] + 1) for e in q["evidence"]}
+                pages.append(any(where in gold for where, _ in kept))
+                if (held := holds_evidence(q, [t for _, t in kept])) is not None:
+                    texts.append(held)
+            cells.append(
+                f"{sum(pages) / max(len(pages), 1):.3f} / {sum(texts) / max(len(texts), 1):.3f} ({len(pages):3d})"
+            )
+        print(f"  {column:34s} {statistics.mean(sizes) if sizes else 0:28.0f} " + " ".join(f"{c:>24s}" for c in cells))
 
 
 def _share(found: dict[str, tuple[bool, bool]], members: list[dict], at: int) -> float:
@@ -395,6 +453,18 @@ def main() -> None:
     )
     q.add_argument(
         "--modes", default="", help="more search modes of the first profile: dense,hybrid,hybrid+metadata,no-concepts"
+    )
+    q.add_argument(
+        "--half",
+        choices=("all", "tuning", "held-out"),
+        default="all",
+        help="only the questions (and their PDFs) of one half of the companies (`held_out`)",
+    )
+    q.add_argument(
+        "--budget-chars",
+        type=int,
+        default=10000,
+        help="the equal returned-text budget: characters of the top 5 hits a reader gets, in rank order",
     )
     q.add_argument(
         "--overlap", type=int, default=None, help="index.chunk_overlap of the finmbs ingests (default: the setting's)"
