@@ -22,6 +22,8 @@ concepts split (`held_out`): half of the companies, recall with and without `con
 kept (finmbs skips unchanged files; finished timings are kept in DIR.json), so a killed run resumes.
 `agreements`: ingest the 34 shared credit agreements (timed, in its own process), then clause queries
 (a defined term, a section, a figure) with the rank of the right chunk, hybrid vs dense.
+`probe`: the five shared 10-K HTMLs (sec_10k) and questions written from their facts (`data/sec10k_probe.jsonl`):
+whether a top-5 hit holds the answer's figures, finmbs beside plain LlamaIndex, at an equal budget.
 `engines`: the same random vectors and payloads in both embedded engines behind the `Store`
 interface; p50/p95 latency of a top-10 search with a payload filter, and the ratio.
 """
@@ -309,6 +311,50 @@ def _share(found: dict[str, tuple[bool, bool]], members: list[dict], at: int) ->
     return sum(values) / max(len(values), 1)
 
 
+PROBE = Path(__file__).with_name("data") / "sec10k_probe.jsonl"
+
+
+def probe(args: argparse.Namespace) -> None:
+    """Filings no rule was fitted to: the five shared 10-K HTMLs, and questions written from their facts before
+    any retrieval result was seen (`data/sec10k_probe.jsonl`: question, file, the figures the answer needs).
+    A hit holds the answer when its returned text holds every figure; the top 5 at the equal budget."""
+    rows = [json.loads(line) for line in PROBE.read_text().splitlines() if line.strip()]
+    files = sorted({DATA.parent / "sec_10k" / r["file"] for r in rows})
+    results_file = Path(f"{args.index_path}.json")
+    embed, model = PROFILES[args.profile]
+    path = f"{args.index_path}-{args.profile}"
+    runs = {
+        args.profile: resumable(
+            results_file, f"probe:finmbs-{args.profile}", lambda: measure("finmbs", files, path, None, model, embed)
+        ),
+        "llamaindex": resumable(
+            results_file, "probe:llamaindex", lambda: measure("llamaindex", files, f"{args.index_path}-llamaindex")
+        ),
+    }
+    mb = sum(f.stat().st_size for f in files) / 2**20
+    print(f"probe: {len(files)} 10-K HTMLs ({mb:.1f} MiB), {len(rows)} questions")
+    for name, r in runs.items():
+        print(f"  ingest {name:10s} {r['seconds']:7.1f} s  {mb / r['seconds']:.3f} MiB/s  {r['chunks']:6d} chunks")
+    returned: dict[str, list] = defaultdict(list)
+    with open_index(IndexSettings(path=path, embedding_model=model, embed=embed)) as index:
+        for scope in ("section", "page"):
+            for r in rows:
+                hits = index.search(r["question"], 5, context_scope=scope)
+                returned[f"{args.profile} ({scope} window)"].append([(h.context or h.chunk).text for h in hits])
+        returned[f"{args.profile} (chunk only)"] = [
+            [h.chunk.text for h in index.search(r["question"], 5, context_tokens=0)] for r in rows
+        ]
+    rank = llamaindex_ranker(f"{args.index_path}-llamaindex")
+    returned["llamaindex"] = [[t for _, _, t in rank(r["question"], 5)] for r in rows]
+    print(f"a top-5 hit holds the answer's figures (of {len(rows)}), all returned / within {args.budget_chars} chars:")
+    for column, per_question in returned.items():
+        held = [any(all(f in t for f in r["figures"]) for t in texts) for r, texts in zip(rows, per_question)]
+        kept = [[t for _, t in within([((None, None), t) for t in texts], args.budget_chars)] for texts in per_question]
+        held_b = [any(all(f in t for f in r["figures"]) for t in texts) for r, texts in zip(rows, kept)]
+        chars = statistics.mean(sum(len(t) for t in texts) for texts in per_question)
+        print(f"  {column:34s} {sum(held):3d} / {sum(held_b):3d}   (mean {chars:6.0f} chars returned)")
+
+
 AGREEMENTS = DATA.parent / "credit_agreements" / "docs"
 CLAUSES = [  # (query, what the right chunk is, test on the chunk)
     (
@@ -486,12 +532,16 @@ def main() -> None:
         action="store_true",
         help="only the agreements the clause queries point at, and as many small others",
     )
+    p = sub.add_parser("probe")
+    p.add_argument("--index-path", default=".finmbs/bench-probe")
+    p.add_argument("--profile", default="full", choices=sorted(PROFILES))
+    p.add_argument("--budget-chars", type=int, default=10000)
     e = sub.add_parser("engines")
     e.add_argument("--points", type=int, default=100000)
     e.add_argument("--engines", default="qdrant-edge", help="comma-separated: qdrant-edge, qdrant-client local")
     e.add_argument("--queries", type=int, default=50)
     args = parser.parse_args()
-    {"quality": quality, "agreements": agreements, "engines": engines}[args.cmd](args)
+    {"quality": quality, "agreements": agreements, "engines": engines, "probe": probe}[args.cmd](args)
 
 
 if __name__ == "__main__":
