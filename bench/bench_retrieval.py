@@ -250,7 +250,8 @@ def quality(args: argparse.Namespace) -> None:
     for column, values in whole.items():
         known = [v for v in values.values() if v is not None]
         print(f"  {column:34s} {sum(known) / max(len(known), 1):.3f} of {len(known)}")
-    budgeted(evaluated, returned, args.budget_chars)
+    for budget in args.budget_chars.split(","):
+        budgeted(evaluated, returned, int(budget))
     if "default" in args.modes.split(",") or "no-concepts" in args.modes.split(","):
         held = [q for q in evaluated if held_out(q["company"])]
         print(
@@ -346,13 +347,21 @@ def probe(args: argparse.Namespace) -> None:
         ]
     rank = llamaindex_ranker(f"{args.index_path}-llamaindex")
     returned["llamaindex"] = [[t for _, _, t in rank(r["question"], 5)] for r in rows]
-    print(f"a top-5 hit holds the answer's figures (of {len(rows)}), all returned / within {args.budget_chars} chars:")
+    budgets = [int(b) for b in args.budget_chars.split(",")]
+    print(
+        f"a top-5 hit holds the answer's figures (of {len(rows)}): all returned"
+        + "".join(f" / within {b} chars" for b in budgets)
+    )
     for column, per_question in returned.items():
-        held = [any(all(f in t for f in r["figures"]) for t in texts) for r, texts in zip(rows, per_question)]
-        kept = [[t for _, t in within([((None, None), t) for t in texts], args.budget_chars)] for texts in per_question]
-        held_b = [any(all(f in t for f in r["figures"]) for t in texts) for r, texts in zip(rows, kept)]
+        cells = []
+        for budget in [None, *budgets]:
+            kept = [
+                texts if budget is None else [t for _, t in within([((None, None), t) for t in texts], budget)]
+                for texts in per_question
+            ]
+            cells.append(sum(any(all(f in t for f in r["figures"]) for t in texts) for r, texts in zip(rows, kept)))
         chars = statistics.mean(sum(len(t) for t in texts) for texts in per_question)
-        print(f"  {column:34s} {sum(held):3d} / {sum(held_b):3d}   (mean {chars:6.0f} chars returned)")
+        print(f"  {column:34s} " + " / ".join(f"{c:3d}" for c in cells) + f"   (mean {chars:6.0f} chars returned)")
 
 
 AGREEMENTS = DATA.parent / "credit_agreements" / "docs"
@@ -508,9 +517,8 @@ def main() -> None:
     )
     q.add_argument(
         "--budget-chars",
-        type=int,
-        default=10000,
-        help="the equal returned-text budget: characters of the top 5 hits a reader gets, in rank order",
+        default="10000,6000",
+        help="the equal returned-text budgets (comma-separated): characters of the top 5 hits a reader gets, in rank order",
     )
     q.add_argument(
         "--overlap", type=int, default=None, help="index.chunk_overlap of the finmbs ingests (default: the setting's)"
@@ -535,7 +543,7 @@ def main() -> None:
     p = sub.add_parser("probe")
     p.add_argument("--index-path", default=".finmbs/bench-probe")
     p.add_argument("--profile", default="full", choices=sorted(PROFILES))
-    p.add_argument("--budget-chars", type=int, default=10000)
+    p.add_argument("--budget-chars", default="10000,6000", help="comma-separated equal returned-text budgets")
     e = sub.add_parser("engines")
     e.add_argument("--points", type=int, default=100000)
     e.add_argument("--engines", default="qdrant-edge", help="comma-separated: qdrant-edge, qdrant-client local")
