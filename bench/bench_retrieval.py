@@ -134,10 +134,25 @@ def quality(args: argparse.Namespace) -> None:
     pdfs = sorted((p for p in (DATA / "pdfs").glob("*.pdf") if p.stem in used), key=lambda p: p.stat().st_size)
     if args.max_docs:
         pdfs = pdfs[: args.max_docs]
+    alias = {p.stem: p.stem for p in pdfs}  # FinanceBench name -> the name the indexes know it by
+    if args.anonymous:  # as an unseen filing arrives: a neutral file name and no manifest beside it
+        folder = Path(f"{args.index_path}-files")
+        folder.mkdir(parents=True, exist_ok=True)
+        named = []
+        for pdf in pdfs:
+            copy = folder / f"filing-{hashlib.sha1(pdf.stem.encode()).hexdigest()[:8]}.pdf"
+            if not copy.exists():
+                shutil.copyfile(pdf, copy)
+            alias[pdf.stem] = copy.stem
+            named.append(copy)
+        pdfs = named
     results_file = Path(f"{args.index_path}.json")
     li_dir = f"{args.index_path}-llamaindex"
     mb = sum(f.stat().st_size for f in pdfs) / 2**20
-    key = f"{len(pdfs)} pdfs{'' if args.half == 'all' else ':' + args.half}:workers={args.workers}"
+    key = (
+        f"{len(pdfs)} pdfs{'' if args.half == 'all' else ':' + args.half}{':anonymous' if args.anonymous else ''}"
+        f":workers={args.workers}"
+    )
     overlap_key = "" if args.overlap is None else f":overlap={args.overlap}"
     profiles = [p for p in args.profiles.split(",") if p]
     ingests = {}
@@ -164,7 +179,7 @@ def quality(args: argparse.Namespace) -> None:
             f"{r.get('over_window', 0):5d} over MiniLM's window  peak RSS {r['peak_rss_mb']:6.0f} MiB{ratio}"
         )
     indexed = {p.stem for p in pdfs}
-    evaluated = [q for q in qs if any(e["doc_name"] in indexed for e in q["evidence"])]
+    evaluated = [q for q in qs if any(alias.get(e["doc_name"]) in indexed for e in q["evidence"])]
     found: dict[str, dict[str, tuple[bool, bool]]] = defaultdict(dict)  # column -> question id -> (@5, @20)
     whole: dict[str, dict[str, bool | None]] = defaultdict(
         dict
@@ -189,7 +204,7 @@ def quality(args: argparse.Namespace) -> None:
                     }
                 for column, options in modes.items():
                     for q in evaluated:
-                        gold = {(e["doc_name"], e["evidence_page_num"] + 1) for e in q["evidence"]}
+                        gold = {(alias.get(e["doc_name"]), e["evidence_page_num"] + 1) for e in q["evidence"]}
                         start = time.perf_counter()
                         hits = index.search(q["question"], 20, **options)
                         latency[column].append(time.perf_counter() - start)
@@ -222,7 +237,7 @@ def quality(args: argparse.Namespace) -> None:
         rank = llamaindex_ranker(li_dir)
         rank("warm up", 1)
         for q in evaluated:
-            gold = {(e["doc_name"], e["evidence_page_num"] + 1) for e in q["evidence"]}
+            gold = {(alias.get(e["doc_name"]), e["evidence_page_num"] + 1) for e in q["evidence"]}
             start = time.perf_counter()
             ranked = rank(q["question"], 20)
             latency["llamaindex"].append(time.perf_counter() - start)
@@ -251,7 +266,7 @@ def quality(args: argparse.Namespace) -> None:
         known = [v for v in values.values() if v is not None]
         print(f"  {column:34s} {sum(known) / max(len(known), 1):.3f} of {len(known)}")
     for budget in args.budget_chars.split(","):
-        budgeted(evaluated, returned, int(budget))
+        budgeted(evaluated, returned, int(budget), alias)
     if "default" in args.modes.split(",") or "no-concepts" in args.modes.split(","):
         held = [q for q in evaluated if held_out(q["company"])]
         print(
@@ -275,10 +290,10 @@ def within(hits: list[tuple[tuple[str, int | None], str]], budget: int) -> list[
     return out
 
 
-def budgeted(evaluated: list[dict], returned: dict, budget: int) -> None:
+def budgeted(evaluated: list[dict], returned: dict, budget: int, alias: dict[str, str]) -> None:
     """Each column's top 5 at an equal returned-text budget: characters returned (mean), the evidence page
     among the hits returned within `budget` characters, and one of them holding >= 60% of the evidence's
-    figures; overall and per half of the companies (`held_out`)."""
+    figures; overall and per half of the companies (`held_out`). `alias`: a FinanceBench name -> its indexed name."""
     halves = {
         "all": evaluated,
         "tuning half": [q for q in evaluated if not held_out(q["company"])],
@@ -297,7 +312,7 @@ def budgeted(evaluated: list[dict], returned: dict, budget: int) -> None:
                 if q["financebench_id"] not in by_question:
                     continue
                 kept = within(by_question[q["financebench_id"]], budget)
-                gold = {(e["doc_name"], e["evidence_page_num"] + 1) for e in q["evidence"]}
+                gold = {(alias.get(e["doc_name"]), e["evidence_page_num"] + 1) for e in q["evidence"]}
                 pages.append(any(where in gold for where, _ in kept))
                 if (held := holds_evidence(q, [t for _, t in kept])) is not None:
                     texts.append(held)
@@ -514,6 +529,12 @@ def main() -> None:
         choices=("all", "tuning", "held-out"),
         default="all",
         help="only the questions (and their PDFs) of one half of the companies (`held_out`)",
+    )
+    q.add_argument(
+        "--anonymous",
+        action="store_true",
+        help="ingest copies under neutral file names with no manifest beside them (DIR-files): metadata only from "
+        "the filings themselves, as for an unseen filing",
     )
     q.add_argument(
         "--budget-chars",
