@@ -28,6 +28,9 @@ _LEGAL_FORMS = {
 }
 
 
+LEGAL_FORMS = frozenset(_LEGAL_FORMS)  # "plc", "inc", ...: words that name no company on their own
+
+
 def company_words(name: str | None) -> list[str]:
     """'Amazon.com, Inc.' -> ['amazon']: lower-case words, legal suffixes dropped."""
     words = re.sub(r"[^a-z0-9& ]", " ", (name or "").lower()).split()
