@@ -22,6 +22,8 @@ concepts split (`held_out`): half of the companies, recall with and without `con
 kept (finmbs skips unchanged files; finished timings are kept in DIR.json), so a killed run resumes.
 `agreements`: ingest the 34 shared credit agreements (timed, in its own process), then clause queries
 (a defined term, a section, a figure) with the rank of the right chunk, hybrid vs dense.
+`probe`: the five shared 10-K HTMLs (sec_10k) and questions written from their facts (`data/sec10k_probe.jsonl`):
+whether a top-5 hit holds the answer's figures, finmbs beside plain LlamaIndex, at an equal budget.
 `engines`: the same random vectors and payloads in both embedded engines behind the `Store`
 interface; p50/p95 latency of a top-10 search with a payload filter, and the ratio.
 """
@@ -56,6 +58,7 @@ MODES = {
     "hybrid+metadata": {"concepts": False},
     "no-concepts": {"concepts": False},
     "default": {},
+    "page-window": {"context_scope": "page"},
 }
 
 
@@ -124,13 +127,32 @@ def _pct(values: list[float], q: float) -> float:
 def quality(args: argparse.Namespace) -> None:
     qs = questions()
     used = {e["doc_name"] for q in qs for e in q["evidence"]}
+    if args.half != "all":  # one half of the companies only (`held_out`): the documents and the questions
+        wanted = args.half == "held-out"
+        qs = [q for q in qs if held_out(q["company"]) == wanted]
+        used = {e["doc_name"] for q in qs for e in q["evidence"]}
     pdfs = sorted((p for p in (DATA / "pdfs").glob("*.pdf") if p.stem in used), key=lambda p: p.stat().st_size)
     if args.max_docs:
         pdfs = pdfs[: args.max_docs]
+    alias = {p.stem: p.stem for p in pdfs}  # FinanceBench name -> the name the indexes know it by
+    if args.anonymous:  # as an unseen filing arrives: a neutral file name and no manifest beside it
+        folder = Path(f"{args.index_path}-files")
+        folder.mkdir(parents=True, exist_ok=True)
+        named = []
+        for pdf in pdfs:
+            copy = folder / f"filing-{hashlib.sha1(pdf.stem.encode()).hexdigest()[:8]}.pdf"
+            if not copy.exists():
+                shutil.copyfile(pdf, copy)
+            alias[pdf.stem] = copy.stem
+            named.append(copy)
+        pdfs = named
     results_file = Path(f"{args.index_path}.json")
     li_dir = f"{args.index_path}-llamaindex"
     mb = sum(f.stat().st_size for f in pdfs) / 2**20
-    key = f"{len(pdfs)} pdfs:workers={args.workers}"
+    key = (
+        f"{len(pdfs)} pdfs{'' if args.half == 'all' else ':' + args.half}{':anonymous' if args.anonymous else ''}"
+        f":workers={args.workers}"
+    )
     overlap_key = "" if args.overlap is None else f":overlap={args.overlap}"
     profiles = [p for p in args.profiles.split(",") if p]
     ingests = {}
@@ -157,12 +179,13 @@ def quality(args: argparse.Namespace) -> None:
             f"{r.get('over_window', 0):5d} over MiniLM's window  peak RSS {r['peak_rss_mb']:6.0f} MiB{ratio}"
         )
     indexed = {p.stem for p in pdfs}
-    evaluated = [q for q in qs if any(e["doc_name"] in indexed for e in q["evidence"])]
+    evaluated = [q for q in qs if any(alias.get(e["doc_name"]) in indexed for e in q["evidence"])]
     found: dict[str, dict[str, tuple[bool, bool]]] = defaultdict(dict)  # column -> question id -> (@5, @20)
     whole: dict[str, dict[str, bool | None]] = defaultdict(
         dict
     )  # column -> question id -> a top-5 hit holds the evidence's figures
     latency: dict[str, list[float]] = defaultdict(list)
+    returned: dict[str, dict[str, list[tuple[tuple[str, int | None], str]]]] = defaultdict(dict)  # top-5 (page, text)
     recognised = 0
     for profile in profiles:
         embed, model = PROFILES[profile]
@@ -181,7 +204,7 @@ def quality(args: argparse.Namespace) -> None:
                     }
                 for column, options in modes.items():
                     for q in evaluated:
-                        gold = {(e["doc_name"], e["evidence_page_num"] + 1) for e in q["evidence"]}
+                        gold = {(alias.get(e["doc_name"]), e["evidence_page_num"] + 1) for e in q["evidence"]}
                         start = time.perf_counter()
                         hits = index.search(q["question"], 20, **options)
                         latency[column].append(time.perf_counter() - start)
@@ -193,10 +216,16 @@ def quality(args: argparse.Namespace) -> None:
                         whole[column][q["financebench_id"]] = holds_evidence(
                             q, [(h.context or h.chunk).text for h in hits[:5]]
                         )
+                        returned[column][q["financebench_id"]] = [
+                            ((h.chunk.doc_id, h.chunk.page), (h.context or h.chunk).text) for h in hits[:5]
+                        ]
                         if column == profile:
                             whole[f"{profile} (chunk only)"][q["financebench_id"]] = holds_evidence(
                                 q, [h.chunk.text for h in hits[:5]]
                             )
+                            returned[f"{profile} (chunk only)"][q["financebench_id"]] = [
+                                ((h.chunk.doc_id, h.chunk.page), h.chunk.text) for h in hits[:5]
+                            ]
                         if column == profile and profile == profiles[0]:
                             gold_doc = index.document(next(doc for doc, _ in gold if doc in indexed))
                             recognised += company_key(gold_doc.company) in index.recognise(q["question"]).companies
@@ -208,7 +237,7 @@ def quality(args: argparse.Namespace) -> None:
         rank = llamaindex_ranker(li_dir)
         rank("warm up", 1)
         for q in evaluated:
-            gold = {(e["doc_name"], e["evidence_page_num"] + 1) for e in q["evidence"]}
+            gold = {(alias.get(e["doc_name"]), e["evidence_page_num"] + 1) for e in q["evidence"]}
             start = time.perf_counter()
             ranked = rank(q["question"], 20)
             latency["llamaindex"].append(time.perf_counter() - start)
@@ -217,6 +246,7 @@ def quality(args: argparse.Namespace) -> None:
                 any(r[:2] in gold for r in ranked),
             )
             whole["llamaindex"][q["financebench_id"]] = holds_evidence(q, [r[2] for r in ranked[:5]])
+            returned["llamaindex"][q["financebench_id"]] = [(r[:2], r[2]) for r in ranked[:5]]
     print(f"questions evaluated: {len(evaluated)} (evidence PDF indexed); the company of {recognised} recognised")
     groups: dict[str, list[dict]] = defaultdict(list)
     for q in evaluated:
@@ -235,6 +265,8 @@ def quality(args: argparse.Namespace) -> None:
     for column, values in whole.items():
         known = [v for v in values.values() if v is not None]
         print(f"  {column:34s} {sum(known) / max(len(known), 1):.3f} of {len(known)}")
+    for budget in args.budget_chars.split(","):
+        budgeted(evaluated, returned, int(budget), alias)
     if "default" in args.modes.split(",") or "no-concepts" in args.modes.split(","):
         held = [q for q in evaluated if held_out(q["company"])]
         print(
@@ -246,9 +278,105 @@ def quality(args: argparse.Namespace) -> None:
                 print(f"  {column:34s} {_share(found[column], held, 0):.3f} / {_share(found[column], held, 1):.3f}")
 
 
+def within(hits: list[tuple[tuple[str, int | None], str]], budget: int) -> list[tuple[tuple[str, int | None], str]]:
+    """The hits a reader gets within `budget` characters of returned text, best first; the hit that crosses
+    the budget is cut there (one that would start past it is not returned)."""
+    out, left = [], budget
+    for where, text in hits:
+        if left <= 0:
+            break
+        out.append((where, text[:left]))
+        left -= len(text)
+    return out
+
+
+def budgeted(evaluated: list[dict], returned: dict, budget: int, alias: dict[str, str]) -> None:
+    """Each column's top 5 at an equal returned-text budget: characters returned (mean), the evidence page
+    among the hits returned within `budget` characters, and one of them holding >= 60% of the evidence's
+    figures; overall and per half of the companies (`held_out`). `alias`: a FinanceBench name -> its indexed name."""
+    halves = {
+        "all": evaluated,
+        "tuning half": [q for q in evaluated if not held_out(q["company"])],
+        "held-out half": [q for q in evaluated if held_out(q["company"])],
+    }
+    print(f"top 5 at an equal budget of {budget} characters returned (evidence page hit / evidence text hit):")
+    print(f"  {'column':34s} {'chars returned (top 5, mean)':>28s} " + " ".join(f"{h:>24s}" for h in halves))
+    for column, by_question in returned.items():
+        if column.endswith("pass 2"):
+            continue
+        sizes = [sum(len(t) for _, t in hits) for hits in by_question.values()]
+        cells = []
+        for members in halves.values():
+            pages, texts = [], []
+            for q in members:
+                if q["financebench_id"] not in by_question:
+                    continue
+                kept = within(by_question[q["financebench_id"]], budget)
+                gold = {(alias.get(e["doc_name"]), e["evidence_page_num"] + 1) for e in q["evidence"]}
+                pages.append(any(where in gold for where, _ in kept))
+                if (held := holds_evidence(q, [t for _, t in kept])) is not None:
+                    texts.append(held)
+            cells.append(
+                f"{sum(pages) / max(len(pages), 1):.3f} / {sum(texts) / max(len(texts), 1):.3f} ({len(pages):3d})"
+            )
+        print(f"  {column:34s} {statistics.mean(sizes) if sizes else 0:28.0f} " + " ".join(f"{c:>24s}" for c in cells))
+
+
 def _share(found: dict[str, tuple[bool, bool]], members: list[dict], at: int) -> float:
     values = [found[q["financebench_id"]][at] for q in members if q["financebench_id"] in found]
     return sum(values) / max(len(values), 1)
+
+
+PROBE = Path(__file__).with_name("data") / "sec10k_probe.jsonl"
+
+
+def probe(args: argparse.Namespace) -> None:
+    """Filings no rule was fitted to: the five shared 10-K HTMLs, and questions written from their facts before
+    any retrieval result was seen (`data/sec10k_probe.jsonl`: question, file, the figures the answer needs).
+    A hit holds the answer when its returned text holds every figure; the top 5 at the equal budget."""
+    rows = [json.loads(line) for line in PROBE.read_text().splitlines() if line.strip()]
+    files = sorted({DATA.parent / "sec_10k" / r["file"] for r in rows})
+    results_file = Path(f"{args.index_path}.json")
+    embed, model = PROFILES[args.profile]
+    path = f"{args.index_path}-{args.profile}"
+    runs = {
+        args.profile: resumable(
+            results_file, f"probe:finmbs-{args.profile}", lambda: measure("finmbs", files, path, None, model, embed)
+        ),
+        "llamaindex": resumable(
+            results_file, "probe:llamaindex", lambda: measure("llamaindex", files, f"{args.index_path}-llamaindex")
+        ),
+    }
+    mb = sum(f.stat().st_size for f in files) / 2**20
+    print(f"probe: {len(files)} 10-K HTMLs ({mb:.1f} MiB), {len(rows)} questions")
+    for name, r in runs.items():
+        print(f"  ingest {name:10s} {r['seconds']:7.1f} s  {mb / r['seconds']:.3f} MiB/s  {r['chunks']:6d} chunks")
+    returned: dict[str, list] = defaultdict(list)
+    with open_index(IndexSettings(path=path, embedding_model=model, embed=embed)) as index:
+        for scope in ("section", "page"):
+            for r in rows:
+                hits = index.search(r["question"], 5, context_scope=scope)
+                returned[f"{args.profile} ({scope} window)"].append([(h.context or h.chunk).text for h in hits])
+        returned[f"{args.profile} (chunk only)"] = [
+            [h.chunk.text for h in index.search(r["question"], 5, context_tokens=0)] for r in rows
+        ]
+    rank = llamaindex_ranker(f"{args.index_path}-llamaindex")
+    returned["llamaindex"] = [[t for _, _, t in rank(r["question"], 5)] for r in rows]
+    budgets = [int(b) for b in args.budget_chars.split(",")]
+    print(
+        f"a top-5 hit holds the answer's figures (of {len(rows)}): all returned"
+        + "".join(f" / within {b} chars" for b in budgets)
+    )
+    for column, per_question in returned.items():
+        cells = []
+        for budget in [None, *budgets]:
+            kept = [
+                texts if budget is None else [t for _, t in within([((None, None), t) for t in texts], budget)]
+                for texts in per_question
+            ]
+            cells.append(sum(any(all(f in t for f in r["figures"]) for t in texts) for r, texts in zip(rows, kept)))
+        chars = statistics.mean(sum(len(t) for t in texts) for texts in per_question)
+        print(f"  {column:34s} " + " / ".join(f"{c:3d}" for c in cells) + f"   (mean {chars:6.0f} chars returned)")
 
 
 AGREEMENTS = DATA.parent / "credit_agreements" / "docs"
@@ -397,6 +525,23 @@ def main() -> None:
         "--modes", default="", help="more search modes of the first profile: dense,hybrid,hybrid+metadata,no-concepts"
     )
     q.add_argument(
+        "--half",
+        choices=("all", "tuning", "held-out"),
+        default="all",
+        help="only the questions (and their PDFs) of one half of the companies (`held_out`)",
+    )
+    q.add_argument(
+        "--anonymous",
+        action="store_true",
+        help="ingest copies under neutral file names with no manifest beside them (DIR-files): metadata only from "
+        "the filings themselves, as for an unseen filing",
+    )
+    q.add_argument(
+        "--budget-chars",
+        default="10000,6000",
+        help="the equal returned-text budgets (comma-separated): characters of the top 5 hits a reader gets, in rank order",
+    )
+    q.add_argument(
         "--overlap", type=int, default=None, help="index.chunk_overlap of the finmbs ingests (default: the setting's)"
     )
     q.add_argument(
@@ -416,12 +561,16 @@ def main() -> None:
         action="store_true",
         help="only the agreements the clause queries point at, and as many small others",
     )
+    p = sub.add_parser("probe")
+    p.add_argument("--index-path", default=".finmbs/bench-probe")
+    p.add_argument("--profile", default="full", choices=sorted(PROFILES))
+    p.add_argument("--budget-chars", default="10000,6000", help="comma-separated equal returned-text budgets")
     e = sub.add_parser("engines")
     e.add_argument("--points", type=int, default=100000)
     e.add_argument("--engines", default="qdrant-edge", help="comma-separated: qdrant-edge, qdrant-client local")
     e.add_argument("--queries", type=int, default=50)
     args = parser.parse_args()
-    {"quality": quality, "agreements": agreements, "engines": engines}[args.cmd](args)
+    {"quality": quality, "agreements": agreements, "engines": engines, "probe": probe}[args.cmd](args)
 
 
 if __name__ == "__main__":

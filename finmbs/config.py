@@ -468,6 +468,11 @@ class IndexSettings(Settings):
         description="finmbs's (not in the paper): small-to-big: each hit carries its enclosing table or section "
         "window up to this many tokens (0: none)",
     )
+    context_scope: Literal["section", "page"] = Field(
+        "section",
+        description="finmbs's (not in the paper): what a small-to-big window may span: section: the hit's section "
+        "on its page; page: its whole PDF page, across section headings",
+    )
     lock_timeout_s: float = Field(
         600.0, gt=0, description="embedded index: how long a process waits for another's turn at the index"
     )
@@ -547,6 +552,7 @@ PAPER_VALUES: dict[str, Any] = {
     "verify.quote_spans": False,  # finance programs choose document figures among the passage's extracted spans
     "index.embed": "full",  # every chunk embedded by MiniLM at ingest (cascade: static + BM25, MiniLM at query time)
     "index.context_tokens": 0,  # hits alone, without their enclosing table or section window (small-to-big)
+    "index.context_scope": "section",  # (moot without a window) a window never crosses a section heading
 }
 PROFILES = ("finmbs", "paper")
 

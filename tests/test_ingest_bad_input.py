@@ -38,6 +38,11 @@ def bad_folder(tmp_path):
     blank = pymupdf.open()
     blank.new_page()
     blank.save(folder / "scanned.pdf")
+    image = pymupdf.open()  # a scanned page: an image and no text layer
+    pixmap = pymupdf.Pixmap(pymupdf.csRGB, pymupdf.IRect(0, 0, 64, 32), False)
+    pixmap.set_rect(pixmap.irect, (200, 200, 200))
+    image.new_page().insert_image(pymupdf.Rect(72, 72, 272, 172), pixmap=pixmap)
+    image.save(folder / "scanned-image.pdf")
     (folder / "junk.html").write_bytes(bytes(range(256)) * 40)
     (folder / "unreadable.txt").symlink_to(folder / "missing-target.txt")
     (tmp_path / "nothing").mkdir()
@@ -50,6 +55,7 @@ EXPECTED = {
     "empty.pdf": "empty file",
     "encrypted.pdf": "encrypted PDF",
     "scanned.pdf": "no extractable text",
+    "scanned-image.pdf": "no extractable text",
     "junk.html": "binary content",
     "unreadable.txt": "unreadable",
     "nothing": "folder holds no documents",
@@ -75,7 +81,14 @@ def test_cli_exit_code_and_json_report(bad_folder):
     bad = runner.invoke(app, ["ingest", str(bad_folder / "in"), "--index-path", index, "--json"])
     assert bad.exit_code == 1
     report = json.loads(bad.stdout)
-    assert report["documents"] == 1 and len(report["skipped"]) == 6
+    assert report["documents"] == 1 and len(report["skipped"]) == 7
+    skipped = {os.path.basename(s["path"]): s["reason"] for s in report["skipped"]}
+    assert skipped["scanned-image.pdf"] == "no extractable text (scanned or image-only PDF)"
+    wide = runner.invoke(
+        app, ["ingest", str(bad_folder / "in"), "--index-path", str(bad_folder / "index2")], env={"COLUMNS": "300"}
+    )
+    named = [line for line in wide.output.splitlines() if "scanned-image.pdf: no extractable text" in line]
+    assert wide.exit_code == 1 and len(named) == 1  # one line of the report names the scanned PDF
     good = runner.invoke(app, ["ingest", str(bad_folder / "in" / "good.md"), "--index-path", index])
     assert good.exit_code == 0 and "unchanged" in good.output
     hits = json.loads(

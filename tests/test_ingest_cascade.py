@@ -393,6 +393,40 @@ def test_a_table_hit_carries_its_whole_table_and_a_prose_hit_its_section(indexes
         assert tight.text == hit.chunk.text
 
 
+def test_a_page_window_crosses_a_section_heading_and_a_section_window_does_not():
+    from finmbs.ingest.index import Index, Layout
+    from finmbs.records import Chunk
+
+    pieces = [  # one PDF page: a section's last paragraph, then a new section's table
+        ("Item 7 > Liquidity", "text", "Cash and cash equivalents were $1,250 million at year end."),
+        ("Item 8 > Statements", "text", "CONSOLIDATED BALANCE SHEETS (in millions)"),
+        (
+            "Item 8 > Statements",
+            "table",
+            "| Total current assets | 4,410 | 3,980 |\n| Total current liabilities | 2,205 | 2,110 |",
+        ),
+    ]
+    text, chunks = "", []
+    for i, (section, kind, body) in enumerate(pieces):
+        start = len(text) + (2 if text else 0)
+        text = f"{text}\n\n{body}" if text else body
+        chunks.append(
+            Chunk(
+                chunk_id=f"d#{i:05d}", text=body, doc_id="d", section_path=section, page=3,
+                char_start=start, char_end=start + len(body), kind=kind,
+            )
+        )  # fmt: skip
+    index = Index.__new__(Index)  # context() reads only the document's chunks, text and embedder
+    index.chunks = lambda doc_id: list(chunks)
+    index.document_text = lambda doc_id: text
+    index._layout = Layout("full", MODEL)
+    section = index.context(chunks[0], 512)
+    assert section.text == chunks[0].text  # the next chunk is another section's
+    page = index.context(chunks[0], 512, "page")
+    assert page.text == text and (page.char_start, page.char_end) == (0, len(text))
+    assert index.context(chunks[2], 512, "page").text == text  # the table with the paragraphs around it
+
+
 # ---------------------------------------------------------------- device
 
 

@@ -107,6 +107,16 @@ def test_filters_exclude_company_doc_type_period(index):
     assert none == [] and "no document of 'nonexistent corp' in the index" in none.notes[0]
 
 
+def test_a_query_naming_a_company_the_index_lacks_says_so(index):
+    # as `--company` does: the question asks about a company none of the index's documents is of
+    hits = index.search("What was Tesla's revenue in FY2022?", 5)
+    assert hits and "the query names 'Tesla', and no company of the index goes by that name" in hits.notes[0]
+    assert "FOOTLOCKER" in hits.notes[0]  # the index's companies are listed
+    held = index.search("What was Foot Locker's dividend?", 3)  # a company it holds
+    assert held and not any("no company of the index" in note for note in held.notes)
+    assert not index.search("What is the Company's total debt?", 5).notes  # no company named
+
+
 def test_a_company_filter_names_a_company_as_a_query_would(index):
     # `--company Tetra` found nothing while "Tetra's ..." in the query chose TETRA TECH INC's filing
     query = "net revenue of the company"

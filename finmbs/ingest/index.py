@@ -20,6 +20,7 @@ from finmbs.ingest.query import (
     company_key,
     doc_type_key,
     periods,
+    possessive_names,
     query_terms,
     query_words,
     ranking_text,
@@ -471,6 +472,7 @@ class Index:
         concepts: bool = True,
         per_page: int = 1,
         context_tokens: int | None = None,
+        context_scope: str | None = None,
     ) -> Hits:
         """Top-k chunks for a query: dense and BM25 candidates fused by RRF in Qdrant (`hybrid=False`: dense
         only), at most `per_page` hits from one PDF page (0: no limit), optionally excluding documents and
@@ -484,7 +486,8 @@ class Index:
         chunks to the fusion. A cascade index ranks the first stage's top `index.rerank_depth` candidates
         again with the full embedder, embedding (and writing back) those it meets for the first time.
         Each hit carries `context`: its enclosing table or section window, up to `context_tokens`
-        (default `index.context_tokens`; 0: none)."""
+        (default `index.context_tokens`; 0: none), within its section or its whole page (`context_scope`,
+        default `index.context_scope`)."""
         with self._held():
             return self._search(
                 query,
@@ -499,6 +502,7 @@ class Index:
                 concepts=concepts,
                 per_page=per_page,
                 context_tokens=context_tokens,
+                context_scope=context_scope,
             )
 
     def _search(
@@ -516,6 +520,7 @@ class Index:
         concepts,
         per_page,
         context_tokens,
+        context_scope,
     ) -> Hits:
         notes: list[str] = []
         hybrid = hybrid and self.store.has_sparse(self.chunk_col)
@@ -524,9 +529,14 @@ class Index:
             recognised = self.recognise(query) if not doc_id else Recognised(terms=query_terms(query, self.terms()))
         filtered_companies = self.company_keys(company) if company else recognised.companies
         if company and not set(filtered_companies) & set(self.catalogue()):
-            names = sorted(set(self._names.values()))
-            listed = ", ".join(names[:20]) + (" ..." if len(names) > 20 else "")
-            notes.append(f"no document of {company!r} in the index (its companies: {listed})")
+            notes.append(f"no document of {company!r} in the index (its companies: {self._listed()})")
+        elif metadata and not company and not doc_id and not recognised.companies:
+            unknown = [n for n in possessive_names(query) if company_key(n) not in self.catalogue()]
+            if unknown:
+                notes.append(
+                    f"the query names {unknown[0]!r}, and no company of the index goes by that name (its companies: "
+                    f"{self._listed()}): all documents were searched"
+                )
         named_here = bool(recognised.companies) and (
             not company or bool(set(filtered_companies) & set(recognised.companies))
         )
@@ -554,8 +564,14 @@ class Index:
         hits = _per_page(hits, per_page)[:k]
         budget = self.settings.context_tokens if context_tokens is None else context_tokens
         if budget:
-            hits = [hit.model_copy(update={"context": self.context(hit.chunk, budget)}) for hit in hits]
+            scope = context_scope or self.settings.context_scope
+            hits = [hit.model_copy(update={"context": self.context(hit.chunk, budget, scope)}) for hit in hits]
         return Hits(hits, notes)
+
+    def _listed(self) -> str:
+        """The index's companies as its documents name them (the first 20)."""
+        names = sorted(set(self._names.values()))
+        return ", ".join(names[:20]) + (" ..." if len(names) > 20 else "")
 
     def _vectors(self, ranking: str, reported: str, hybrid: bool, terms: list[str]) -> Search:
         texts = [ranking, reported] if reported else [ranking]
@@ -647,11 +663,12 @@ class Index:
             self.chunk_col, RERANK, {pid: v for (pid, _), v in zip(missing, vectors)}
         )
 
-    def context(self, chunk: Chunk, budget: int) -> Chunk:
+    def context(self, chunk: Chunk, budget: int, scope: str = "section") -> Chunk:
         """Small-to-big: the hit's enclosing window of its document, up to `budget` tokens: a table chunk's
         whole table first (its row-split parts), then the neighbouring chunks of the same section (and PDF
-        page), nearest first, as long as the window fits. The window is the stored document's exact text
-        between its first and last chunk (offsets included), so it can be quoted verbatim."""
+        page; `scope` "page": of the same page, whatever their section), nearest first, as long as the
+        window fits. The window is the stored document's exact text between its first and last chunk
+        (offsets included), so it can be quoted verbatim."""
         if chunk.char_start is None or chunk.char_end is None or not chunk.doc_id:
             return chunk
         from finmbs.ingest.embed import token_counter
@@ -660,7 +677,7 @@ class Index:
         siblings = [
             c
             for c in self.chunks(chunk.doc_id)
-            if c.section_path == chunk.section_path
+            if (scope == "page" or c.section_path == chunk.section_path)
             and c.page == chunk.page
             and c.char_start is not None
             and c.char_end is not None

@@ -26,6 +26,7 @@ import pymupdf
 import pymupdf.table
 
 from finmbs.errors import FinmbsError
+from finmbs.ingest.query import LEGAL_FORMS
 
 PDF_EXTS = {".pdf"}
 DOCX_EXTS = {".docx"}
@@ -514,11 +515,24 @@ def _sidecar(path: Path) -> dict[str, object]:
 # a filing's cover page: "Central Index Key: 0000320193", the registrant's name on the line above
 # "(Exact name of registrant as specified in its charter)", "For the fiscal year ended September 30, 2023"
 _COVER_CIK = re.compile(r"central\s+index\s+key\W{0,5}(\d{4,10})\b", re.I)
-_COVER_NAME = re.compile(r"^[ \t|*#]*([^\n|]{2,120}?)[ \t|*]*\n[ \t|*\n]*\(\s*exact name of registrant", re.I | re.M)
+# Words may be joined by no-break spaces (pymupdf keeps a PDF's U+00A0): `\s` matches them, a literal space not.
+_COVER_NAME = re.compile(
+    r"^[^\S\n|*#]*([^\n|]{2,120}?)[^\S\n|*]*\n[\s|*]*\(\s*exact\s+name\s+of\s+registrant", re.I | re.M
+)
+_NOT_A_NAME = re.compile(r"commission\s+file|file\s+number|^\W*\(|^\W*$", re.I)  # the line above when no name is
 _COVER_PERIOD = re.compile(
-    r"for the (?:fiscal )?(?:year|quarterly period|quarter|transition period) ended:?\s+"
-    r"([A-Z][a-z]+\.? \d{1,2},? \d{4})",
+    r"for\s+the\s+(?:fiscal\s+)?(?:year|quarterly\s+period|quarter|transition\s+period)\s+ended:?\s+"
+    r"([A-Z][a-z]+\.?\s\d{1,2},?\s\d{4})",
     re.I,
+)
+_REPORT_DATE = re.compile(  # an 8-K's cover: "Date of Report (Date of earliest event reported): August 30, 2023"
+    r"date\s+of\s+report\b[^:]{0,60}:?\s*([A-Z][a-z]+\.?\s\d{1,2},?\s\d{4})", re.I
+)
+# an earnings release names its company with its listing: "Ulta Beauty, Inc. (NASDAQ: ULTA) today announced"
+_LISTED_NAME = re.compile(
+    r"(?:^|[\n.;)–—]|--)\s*(?:[–—]\s*)?(?:\(?[A-Z][\w.&' ]{0,40}\)?--\s*)?"  # a dateline, a wire's name
+    r"([A-Z][\w.&'-]*(?:[ ,]+[A-Z&][\w.&'-]*){0,6})\s*"
+    r"\((?:NYSE|NASDAQ|Nasdaq|NYSE\s+American)\s*:\s*[A-Z.]{1,6}\)"
 )
 
 
@@ -532,10 +546,15 @@ def cover_page(doc: ParsedDocument, head: str) -> None:
     """CIK, company and period where a filing's cover page states them and nothing else has set them."""
     if not doc.cik and (m := _COVER_CIK.search(head)):
         doc.cik = cik_of(m.group(1))
-    if not doc.company and (m := _COVER_NAME.search(head)):
-        doc.company = m.group(1).strip()
-    if not doc.period and (m := _COVER_PERIOD.search(head)):
-        doc.period = m.group(1)
+    if not doc.company and (m := _COVER_NAME.search(head)) and not _NOT_A_NAME.search(m.group(1)):
+        name = m.group(1)
+        if set(re.sub(r"[^a-z& ]", " ", name.lower()).split()) <= LEGAL_FORMS:  # "AMCOR", then "PLC" alone
+            name = f"{head[: m.start()].rstrip().rsplit(chr(10), 1)[-1]} {name}"
+        doc.company = " ".join(name.split())
+    if not doc.company and (m := _LISTED_NAME.search(head)):
+        doc.company = " ".join(m.group(1).split()).strip(" ,")
+    if not doc.period and (m := _COVER_PERIOD.search(head) or _REPORT_DATE.search(head)):
+        doc.period = " ".join(m.group(1).split())
 
 
 def _fill_metadata(doc: ParsedDocument, path: Path) -> None:

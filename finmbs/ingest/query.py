@@ -28,6 +28,9 @@ _LEGAL_FORMS = {
 }
 
 
+LEGAL_FORMS = frozenset(_LEGAL_FORMS)  # "plc", "inc", ...: words that name no company on their own
+
+
 def company_words(name: str | None) -> list[str]:
     """'Amazon.com, Inc.' -> ['amazon']: lower-case words, legal suffixes dropped."""
     words = re.sub(r"[^a-z0-9& ]", " ", (name or "").lower()).split()
@@ -218,6 +221,28 @@ def written_as_name(words: list[tuple[str, int, int, str]], i: int, alias: str) 
     if alias not in _GENERIC:
         return True
     return bare != written or (bare.isupper() and len(bare) > 1) or any(ch.isdigit() for ch in bare)
+
+
+# Capitalised words whose possessive names no company ("the Company's", "the Board's", "Fiscal Year's").
+_NOT_A_COMPANY = _GENERIC | set(
+    """company companies corporation firm board management year quarter fiscal segment segments business
+nation nation's country world today fund registrant issuer borrower lender lenders agent parent subsidiary
+i we our its""".split()
+)
+_LEAD = set("the what which who how when where why does did do is was were are has have had in on for by and".split())
+
+
+def possessive_names(query: str) -> list[str]:
+    """The names a query writes in the possessive with capitals ("Tesla's", "Best Buy's", "Procter & Gamble's"):
+    what a question names as the company it asks about, recognised or not."""
+    found = []
+    for match in re.finditer(r"((?:[A-Z0-9][\w.&-]*\s+|&\s+)*[A-Z0-9][\w.&-]*)['’]s?(?!\w)", query):
+        words = match[1].split()
+        while words and (words[0].lower() in _LEAD or words[0] == "&" or re.fullmatch(r"(?:FY|Q[1-4])?\d*", words[0])):
+            words = words[1:]
+        if words and not all(w.lower() in _NOT_A_COMPANY for w in words) and not words[-1].isdigit():
+            found.append(" ".join(words))
+    return found
 
 
 def ranking_text(query: str, spans: Sequence[tuple[int, int]]) -> str:
