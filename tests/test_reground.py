@@ -369,14 +369,16 @@ async def test_regrounded_problems_get_a_verified_trace(tmp_path, openai_server,
     )
 
 
+def staged():
+    """A synthetic tree of AV whose root was composed and whose two nodes below are leaf variants."""
+    tree = synthetic_tree(AV)
+    for node, stage in zip(tree.root.walk(), ["compose", "leaf", "leaf"]):
+        node.problem.provenance.stage = stage
+    return tree
+
+
 async def test_regrounded_problems_pass_their_stages_screen(tmp_path, openai_server, index):
     # a composed root is screened at alpha_parent, leaf variants at alpha_leaf, on the weakest student
-    def staged():
-        tree = synthetic_tree(AV)
-        for node, stage in zip(tree.root.walk(), ["compose", "leaf", "leaf"]):
-            node.problem.provenance.stage = stage
-        return tree
-
     trees, ledger, _ = await run_reground(openai_server, tmp_path, index, AV, tree=staged())  # the student solves all
     screened = [r for r in ledger.rejected if r.data["check"] == "screen"]
     assert trees == [] and screened
@@ -394,12 +396,6 @@ async def test_regrounded_problems_pass_their_stages_screen(tmp_path, openai_ser
 async def test_the_papers_regrounding_has_no_judge_and_no_second_screen(tmp_path, openai_server, index):
     # stages.reground_judge / reground_screen off (the paper profile): a node the judge would reject and
     # nodes the weakest student solves are verified by their traces alone and kept
-    def staged():
-        tree = synthetic_tree(AV)
-        for node, stage in zip(tree.root.walk(), ["compose", "leaf", "leaf"]):
-            node.problem.provenance.stage = stage
-        return tree
-
     off = {"reground_judge": False, "reground_screen": False}
     trees, ledger, usage = await run_reground(
         openai_server, tmp_path, index, AV, tree=staged(), invent={"commercial_metals"}, stages=off
