@@ -361,6 +361,13 @@ class MineSettings(Settings):
         "quote(); the program's result is the answer (finmbs/mine/facts.py; not in the paper; off: the "
         "teacher writes question, answer and evidence from the passage)",
     )
+    engine_program: bool = Field(
+        True,
+        description="with mine.from_facts: the teacher writes the question alone and the program's last line is "
+        "the engine's chosen operation over the named facts and givens (`answer = principal * rate * days / "
+        "360`); the answer is still the program's result, checked by a teacher trace and the judge like any "
+        "mined question (finmbs's; off: the teacher writes that line too, which prompts/mine_facts.txt shows it)",
+    )
 
 
 class VerifySettings(Settings):
@@ -547,6 +554,7 @@ PAPER_VALUES: dict[str, Any] = {
     "verify.program_line_breaks": False,  # line breaks added to a program whose statements share a line
     "verify.program_agreement": 1,  # k programs drawn, a majority must agree before the trace rule
     "mine.from_facts": False,  # seeds mine: engine-chosen facts and operation, the teacher writes question and program
+    "mine.engine_program": False,  # with from_facts: the engine writes the program's operation line
     "stages.leaf_operators": False,  # named mutation operators (prompts/operators/) instead of "harder"
     "novelty.structure": False,  # a leaf variant with its source's program skeleton rejected
     "verify.quote_spans": False,  # finance programs choose document figures among the passage's extracted spans

@@ -213,10 +213,13 @@ def index_settings(tmp_path_factory):
     return agreements_index(tmp_path_factory.getbasetemp() / "facts-index", SHARED_DATA)
 
 
-def facts_config(server, tmp_path: Path, settings: IndexSettings, **knobs: set[str]) -> RunConfig:
+def facts_config(
+    server, tmp_path: Path, settings: IndexSettings, engine_program: bool = True, **knobs: set[str]
+) -> RunConfig:
     server.handler = FactsWorld(**knobs)
     config = world_config(server.base_url, ["teacher"], ["student"], "target", str(tmp_path / "c.sqlite"), N=4, Nt=2)
-    return config.model_copy(update={"index": settings, "domain": "finance"})
+    mine = config.mine.model_copy(update={"engine_program": engine_program})
+    return config.model_copy(update={"index": settings, "domain": "finance", "mine": mine})
 
 
 def mine_facts(config: RunConfig, tmp_path: Path, documents: list[str]):
@@ -262,7 +265,9 @@ def test_seeds_from_facts_are_computed_by_their_program(tmp_path, openai_server,
     ],
 )
 def test_each_fact_rule_is_a_counted_rejection(tmp_path, openai_server, index_settings, knob, check, why):
-    config = facts_config(openai_server, tmp_path, index_settings, **{knob: {"Commercial Metals"}})
+    # the program rules bind the teacher's own line: mine.engine_program off
+    engine = knob == "leak"
+    config = facts_config(openai_server, tmp_path, index_settings, engine, **{knob: {"Commercial Metals"}})
     metrics, seeds, rejected = mine_facts(config, tmp_path, [CMC])
     assert not seeds and rejected and all(r["data"]["check"] == check for r in rejected)
     assert all(why in r["reason"] for r in rejected)
@@ -275,3 +280,18 @@ def test_with_the_switch_off_the_teacher_writes_the_evidence(tmp_path, openai_se
     mine_facts(config, tmp_path, [CMC])
     assert not [r for r in openai_server.requests if FACTS_MARKER in r.text]
     assert [r for r in openai_server.requests if "a set of hard finance questions" in r.text]
+
+
+def test_with_engine_program_the_teacher_writes_the_question_alone(tmp_path, openai_server, index_settings):
+    # a teacher whose program lines would be wrong: asked for the question alone, its seeds are computed by
+    # the engine's operation line, checked as before by a teacher trace
+    config = facts_config(openai_server, tmp_path, index_settings, True, wrong={"Commercial Metals"})
+    metrics, seeds, rejected = mine_facts(config, tmp_path, [CMC])
+    assert seeds and not rejected and metrics.kept == len(seeds)
+    for seed in seeds:
+        assert seed["meta"]["program"].endswith(f"\nanswer = {seed['meta']['formula']}")
+        assert "program_as_written" not in seed["meta"]
+    asked = [r for r in openai_server.requests if FACTS_MARKER in r.text]
+    assert asked and all('"program":' not in r.text and "write only the question." in r.text for r in asked)
+    schema = json.dumps(asked[0].body.get("response_format", {}))
+    assert '"question"' in schema and '"program"' not in schema

@@ -2,8 +2,11 @@
 
 For each planned fact set the teacher writes the question and a program over the named facts and givens
 (prompt `prompts/mine_facts.txt`); the engine writes the program's first lines (each fact quoted from the
-passage, each given bound), so a quote cannot be invented and a name cannot be undefined. Checks before
-the usual ones (finmbs/mine/questions.py), each a counted rejection:
+passage, each given bound), so a quote cannot be invented and a name cannot be undefined. With
+`mine.engine_program` (finmbs's, on by default) the teacher writes the question alone
+(`prompts/mine_facts_question.txt`) and the program's last line is the engine's own operation: the
+teacher's line was only ever a copy of the formula the prompt shows it, which the 1.5B left names out of.
+Checks before the usual ones (finmbs/mine/questions.py), each a counted rejection:
 
     program     the teacher's lines do not parse, use a name the engine did not define, rebind a fact or a
                 given, quote a figure themselves, leave a fact or a given out, or fail in the sandbox
@@ -18,9 +21,9 @@ from __future__ import annotations
 
 import ast
 from fractions import Fraction
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import AfterValidator, BaseModel, Field
 
 from finmbs.ingest.index import Index
 from finmbs.mbs.candidates import placeholder
@@ -52,18 +55,23 @@ HELPERS = {"abs", "round", "min", "max", "sum", "math"}  # names a program may u
 PASSAGES_PER_QUESTION = 6  # passages scanned for fact sets per question asked
 
 
-class FactQuestion(BaseModel):
+def written(value: str) -> str:
+    """A reply field's text, or the error that it is the template's placeholder, not content."""
+    if placeholder(value):
+        raise ValueError(f"a placeholder, not content: {value.strip()[:40]!r}")
+    return value
+
+
+class FactAsk(BaseModel):
+    """The teacher's reply with `mine.engine_program`: the question over the named facts alone."""
+
+    question: Annotated[str, AfterValidator(written)] = Field(min_length=1)
+
+
+class FactQuestion(FactAsk):
     """The teacher's reply: the question over the named facts, and the program over their names."""
 
-    question: str = Field(min_length=1)
-    program: str = Field(min_length=1, json_schema_extra=BINDS_ANSWER)
-
-    @field_validator("question", "program")
-    @classmethod
-    def _written(cls, value: str) -> str:
-        if placeholder(value):
-            raise ValueError(f"a placeholder, not content: {value.strip()[:40]!r}")
-        return value
+    program: Annotated[str, AfterValidator(written)] = Field(min_length=1, json_schema_extra=BINDS_ANSWER)
 
 
 def fact_plan(doc: Document, text: str, chunks: list[Chunk], count: int) -> list[tuple[FactSet, Passage]]:
@@ -169,12 +177,13 @@ class FactMiner(DocumentMiner):
         super().__init__(*args, **kwargs)
         self.sets = sets
 
-    async def ask(self, number: int, kind: str, passage: Passage) -> FactQuestion | None:  # type: ignore[override]
+    async def ask(self, number: int, kind: str, passage: Passage) -> FactAsk | None:  # type: ignore[override]
         fact_set = self.sets[number]
         teacher = self.ctx.teachers[number % len(self.ctx.teachers)]
         filing = any(f.concept for f in fact_set.facts)
+        engine = self.ctx.config.mine.engine_program
         prompt = render_prompt(
-            "mine_facts",
+            "mine_facts_question" if engine else "mine_facts",
             company=self.company,
             short=self.name,
             title=self.doc.title or self.doc.doc_id,
@@ -186,7 +195,7 @@ class FactMiner(DocumentMiner):
             kind_of_document="annual report" if filing else "credit agreement",
         )
         [reply] = await self.ctx.gateway.structured(
-            teacher, FactQuestion, role="teacher", messages=[{"role": "user", "content": prompt}]
+            teacher, FactAsk if engine else FactQuestion, role="teacher", messages=[{"role": "user", "content": prompt}]
         )
         self.ctx.tick(STAGE)
         return reply
@@ -238,8 +247,11 @@ class FactMiner(DocumentMiner):
         """The candidate with the engine's bindings and the teacher's lines run as its program, and its
         result as the answer, or None (the rejection recorded): the checks `program`, `operation`, `facts`."""
         fact_set = self.sets[int(problem.id.rsplit(".q", 1)[1])]
-        written = lined(self.ctx, reply.program.strip())
-        problem.meta["program_as_written"] = reply.program
+        if self.ctx.config.mine.engine_program:  # the engine's operation is the program's one line
+            written = f"answer = {fact_set.formula}"
+        else:
+            written = lined(self.ctx, reply.program.strip())
+            problem.meta["program_as_written"] = reply.program
         if why := body_error(written, fact_set):
             self.reject(problem, "program", why)
             return None
