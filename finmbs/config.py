@@ -368,6 +368,15 @@ class MineSettings(Settings):
         "360`); the answer is still the program's result, checked by a teacher trace and the judge like any "
         "mined question (finmbs's; off: the teacher writes that line too, which prompts/mine_facts.txt shows it)",
     )
+    engine_question: bool = Field(
+        True,
+        description="with mine.from_facts: the engine writes the question from its operation too, stating every "
+        "given with its value (\"Under X's credit agreement, a loan of $25,000,000 bears interest at a benchmark "
+        'rate of 4.8% plus [NAME]. How much interest accrues on it over 90 days ...?"); the teacher writes only '
+        "the few words that name the passage's figure (no rate or amount), and a filing's facts are named by their "
+        "statement lines (no teacher call). The program's line is the engine's, as with mine.engine_program "
+        "(finmbs's; off: the teacher writes the question)",
+    )
 
 
 class VerifySettings(Settings):
@@ -555,6 +564,7 @@ PAPER_VALUES: dict[str, Any] = {
     "verify.program_agreement": 1,  # k programs drawn, a majority must agree before the trace rule
     "mine.from_facts": False,  # seeds mine: engine-chosen facts and operation, the teacher writes question and program
     "mine.engine_program": False,  # with from_facts: the engine writes the program's operation line
+    "mine.engine_question": False,  # with from_facts: the engine writes the question, the teacher names the figure
     "stages.leaf_operators": False,  # named mutation operators (prompts/operators/) instead of "harder"
     "novelty.structure": False,  # a leaf variant with its source's program skeleton rejected
     "verify.quote_spans": False,  # finance programs choose document figures among the passage's extracted spans

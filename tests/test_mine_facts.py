@@ -31,6 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = ROOT / "corpora" / "finance" / "docs"
 IXBRL = ROOT / "tests" / "fixtures" / "ixbrl" / "aapl_2024_statements_of_operations.xhtml"
 FACTS_MARKER = "The figures and the computation are chosen for you"
+NAME_MARKER = "write only the few words that name the figure"
 
 
 def prepared(path: Path) -> tuple[Document, str, list]:
@@ -166,6 +167,8 @@ class FactsWorld:
 
     def __call__(self, request: Request) -> Reply:
         text = request.messages[0]["content"] if request.messages else request.text
+        if NAME_MARKER in text:
+            return Reply(texts=[json.dumps(self.name(text))])
         if FACTS_MARKER in text:
             return Reply(texts=[json.dumps(self.write(text))])
         if "the passage alone must suffice" in text:
@@ -178,8 +181,9 @@ class FactsWorld:
     def knob(self, name: str, company: str) -> bool:
         return any(m in company for m in self.knobs.get(name, set()))
 
-    def write(self, text: str) -> dict:
-        name = re.search(r"Name (.+?) in the question", text).group(1)  # type: ignore[union-attr]
+    @staticmethod
+    def computed(text: str) -> tuple[float, dict[str, str], list[str]]:
+        """The operation's value from the prompt's facts, givens and formula; the facts' texts; the givens."""
         formula = re.search(r"^answer = (.+)$", text, re.M).group(1)  # type: ignore[union-attr]
         scope: dict[str, float] = {}
         shown: dict[str, str] = {}
@@ -191,7 +195,22 @@ class FactsWorld:
         for given, value, how in re.findall(r"^- (\w+) = ([-\d.e]+): .*?; state it as (.+)$", text, re.M):
             scope[given] = float(value)
             stated.append(f"the {given} is {how}")
-        value = eval(formula, {"__builtins__": {}}, scope)  # noqa: S307 (the test's own arithmetic)
+        return eval(formula, {"__builtins__": {}}, scope), shown, stated  # noqa: S307 (the test's own arithmetic)
+
+    def name(self, text: str) -> dict:
+        """Asked to name the figure (mine.engine_question): words unique to this request, remembered with the
+        answer so that the teacher solves the engine's question right (`leak`: the words state the figure)."""
+        value, shown, _ = self.computed(text)
+        words = f"the scripted provision {len(self.answers):03d}x"
+        if self.knob("leak", re.search(r"about (.+?)\. The figures", text).group(1)):  # type: ignore[union-attr]
+            words += f" at {next(iter(shown.values()))}"
+        self.answers[words] = f"${value:,.2f}"
+        return {"name": words}
+
+    def write(self, text: str) -> dict:
+        name = re.search(r"Name (.+?) in the question", text).group(1)  # type: ignore[union-attr]
+        formula = re.search(r"^answer = (.+)$", text, re.M).group(1)  # type: ignore[union-attr]
+        value, shown, stated = self.computed(text)
         question = f"Under {name}'s credit agreement, where {', '.join(stated)}, what is the result for the provision?"
         if self.knob("leak", name):
             question = question.replace("the provision", f"the provision at {next(iter(shown.values()))}")
@@ -214,11 +233,16 @@ def index_settings(tmp_path_factory):
 
 
 def facts_config(
-    server, tmp_path: Path, settings: IndexSettings, engine_program: bool = True, **knobs: set[str]
+    server,
+    tmp_path: Path,
+    settings: IndexSettings,
+    engine_program: bool = True,
+    engine_question: bool = True,
+    **knobs: set[str],
 ) -> RunConfig:
     server.handler = FactsWorld(**knobs)
     config = world_config(server.base_url, ["teacher"], ["student"], "target", str(tmp_path / "c.sqlite"), N=4, Nt=2)
-    mine = config.mine.model_copy(update={"engine_program": engine_program})
+    mine = config.mine.model_copy(update={"engine_program": engine_program, "engine_question": engine_question})
     return config.model_copy(update={"index": settings, "domain": "finance", "mine": mine})
 
 
@@ -267,7 +291,7 @@ def test_seeds_from_facts_are_computed_by_their_program(tmp_path, openai_server,
 def test_each_fact_rule_is_a_counted_rejection(tmp_path, openai_server, index_settings, knob, check, why):
     # the program rules bind the teacher's own line: mine.engine_program off
     engine = knob == "leak"
-    config = facts_config(openai_server, tmp_path, index_settings, engine, **{knob: {"Commercial Metals"}})
+    config = facts_config(openai_server, tmp_path, index_settings, engine, False, **{knob: {"Commercial Metals"}})
     metrics, seeds, rejected = mine_facts(config, tmp_path, [CMC])
     assert not seeds and rejected and all(r["data"]["check"] == check for r in rejected)
     assert all(why in r["reason"] for r in rejected)
@@ -285,7 +309,7 @@ def test_with_the_switch_off_the_teacher_writes_the_evidence(tmp_path, openai_se
 def test_with_engine_program_the_teacher_writes_the_question_alone(tmp_path, openai_server, index_settings):
     # a teacher whose program lines would be wrong: asked for the question alone, its seeds are computed by
     # the engine's operation line, checked as before by a teacher trace
-    config = facts_config(openai_server, tmp_path, index_settings, True, wrong={"Commercial Metals"})
+    config = facts_config(openai_server, tmp_path, index_settings, True, False, wrong={"Commercial Metals"})
     metrics, seeds, rejected = mine_facts(config, tmp_path, [CMC])
     assert seeds and not rejected and metrics.kept == len(seeds)
     for seed in seeds:
@@ -295,3 +319,33 @@ def test_with_engine_program_the_teacher_writes_the_question_alone(tmp_path, ope
     assert asked and all('"program":' not in r.text and "write only the question." in r.text for r in asked)
     schema = json.dumps(asked[0].body.get("response_format", {}))
     assert '"question"' in schema and '"program"' not in schema
+
+
+def test_with_engine_question_the_teacher_only_names_the_figure(tmp_path, openai_server, index_settings):
+    # the engine's question states every given and names the figure by the teacher's words; words that state
+    # the figure's rate are a counted rejection
+    config = facts_config(openai_server, tmp_path, index_settings)
+    metrics, seeds, rejected = mine_facts(config, tmp_path, [BF, CMC])
+    assert seeds and not rejected and metrics.kept == len(seeds)
+    for seed in seeds:
+        meta = seed["meta"]
+        assert meta["figure_name"] in seed["question"] and seed["question"].startswith("Under ")
+        for given, value in meta["givens"].items():  # each stated with its value
+            shown = (
+                f"{value} days"
+                if given == "days"
+                else f"{float(value) * 100:g}%"
+                if "." in value
+                else f"${int(value):,}"
+            )
+            assert shown in seed["question"], (given, seed["question"])
+        assert meta["program"].endswith(f"\nanswer = {meta['formula']}")
+        result = run_program(meta["program"], seed["snippet"]["text"])
+        assert result.ok and f"${result.value:,.2f}" == seed["answer"]
+    asked = [r for r in openai_server.requests if NAME_MARKER in r.text]
+    assert len(asked) == metrics.candidates and all("[NAME]" in r.text for r in asked)
+    openai_server.reset()
+    config = facts_config(openai_server, tmp_path / "leak", index_settings, leak={"Commercial Metals"})
+    metrics, seeds, rejected = mine_facts(config, tmp_path / "leak", [CMC])
+    assert not seeds and rejected and all(r["data"]["check"] == "facts" for r in rejected)
+    assert all("the words naming the figure state" in r["reason"] for r in rejected)

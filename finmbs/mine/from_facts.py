@@ -68,6 +68,12 @@ class FactAsk(BaseModel):
     question: Annotated[str, AfterValidator(written)] = Field(min_length=1)
 
 
+class FactName(BaseModel):
+    """The teacher's reply with `mine.engine_question`: the words that name the passage's figure."""
+
+    name: Annotated[str, AfterValidator(written)] = Field(min_length=3, max_length=160)
+
+
 class FactQuestion(FactAsk):
     """The teacher's reply: the question over the named facts, and the program over their names."""
 
@@ -170,6 +176,52 @@ def stating_error(question: str, fact_set: FactSet) -> str | None:
     return None
 
 
+NAME = "[NAME]"  # where the teacher's words naming the figure go in the engine's question
+
+
+def engine_question(fact_set: FactSet, short: str, document: str, name: str = NAME) -> str:
+    """`mine.engine_question`: the question the engine writes for its operation, stating every given with
+    its value and naming the passage's figure by `name` (the teacher's words); a filing's facts are named
+    by their statement lines, so their question needs no words from the teacher."""
+    stated = {g.name: g.stated() for g in fact_set.givens}
+    head = f"Under {short}'s {document}"
+    if fact_set.operation == "interest" and "margin" in fact_set.names:
+        return (
+            f"{head}, a loan of {stated['principal']} bears interest at a benchmark rate of {stated['benchmark']} "
+            f"plus {name}. How much interest accrues on it over {stated['days']}, on a 360-day year?"
+        )
+    if fact_set.operation == "interest":
+        return (
+            f"{head}, how much accrues on a principal of {stated['principal']} over {stated['days']} at {name}, "
+            "on a 360-day year?"
+        )
+    if fact_set.operation == "fee":
+        return (
+            f"{head}, the total commitments are {stated['commitment']}, of which {stated['used']} is drawn "
+            f"throughout a period of {stated['days']}. How much {name} accrues on the unused commitments over "
+            "that period, on a 360-day year?"
+        )
+    if fact_set.operation == "headroom":
+        fall = fact_set.formula.startswith("numerator")
+        return (
+            f"{head}, the numerator of the ratio that {name} governs is {stated['numerator']} and its "
+            f"denominator is {stated['denominator']}. By how much can the numerator {'fall' if fall else 'grow'} "
+            f"before the ratio {'falls below' if fall else 'exceeds'} the level the {document} sets?"
+        )
+    return f"According to {short}'s {document}, what is {fact_set.description}?"
+
+
+def document_kind(fact_set: FactSet) -> str:
+    """What the questions call the document: a filing's facts come from an annual report."""
+    return "annual report" if any(f.concept for f in fact_set.facts) else "credit agreement"
+
+
+def naming_error(name: str) -> str | None:
+    """Why the teacher's words cannot name the figure in the question: they state a rate or an amount."""
+    stated = [f.text for f in figures(name) if f.kind in ("percent", "money")]
+    return f"the words naming the figure state {', '.join(stated)}: the solver must look it up" if stated else None
+
+
 class FactMiner(DocumentMiner):
     """A DocumentMiner whose candidates are questions over planned fact sets (`fact_plan`)."""
 
@@ -177,11 +229,31 @@ class FactMiner(DocumentMiner):
         super().__init__(*args, **kwargs)
         self.sets = sets
 
-    async def ask(self, number: int, kind: str, passage: Passage) -> FactAsk | None:  # type: ignore[override]
+    async def ask(self, number: int, kind: str, passage: Passage) -> FactAsk | FactName | None:  # type: ignore[override]
         fact_set = self.sets[number]
         teacher = self.ctx.teachers[number % len(self.ctx.teachers)]
         filing = any(f.concept for f in fact_set.facts)
         engine = self.ctx.config.mine.engine_program
+        document = document_kind(fact_set)
+        if self.ctx.config.mine.engine_question:  # the engine's question; the teacher names the figure
+            if filing:  # a filing's facts are named by their statement lines: nothing to ask
+                return FactName.model_construct(name=fact_set.description)  # the engine's own words
+            prompt = render_prompt(
+                "mine_facts_name",
+                company=self.company,
+                title=self.doc.title or self.doc.doc_id,
+                passage=passage.text,
+                facts="\n".join(described(f) for f in fact_set.facts),
+                givens="\n".join(described_given(g) for g in fact_set.givens) or "- none",
+                description=fact_set.description,
+                formula=fact_set.formula,
+                question=engine_question(fact_set, self.name, document),
+            )
+            [named] = await self.ctx.gateway.structured(
+                teacher, FactName, role="teacher", messages=[{"role": "user", "content": prompt}]
+            )
+            self.ctx.tick(STAGE)
+            return named
         prompt = render_prompt(
             "mine_facts_question" if engine else "mine_facts",
             company=self.company,
@@ -192,7 +264,7 @@ class FactMiner(DocumentMiner):
             givens="\n".join(described_given(g) for g in fact_set.givens) or "- none",
             description=fact_set.description,
             formula=fact_set.formula,
-            kind_of_document="annual report" if filing else "credit agreement",
+            kind_of_document=document,
         )
         [reply] = await self.ctx.gateway.structured(
             teacher, FactAsk if engine else FactQuestion, role="teacher", messages=[{"role": "user", "content": prompt}]
@@ -238,7 +310,10 @@ class FactMiner(DocumentMiner):
             "givens": {g.name: g.literal() for g in fact_set.givens},
             "evidence": evidence,
         }
-        question = reply.question.strip() if reply else ""
+        question = reply.question.strip() if isinstance(reply, FactAsk) else ""
+        if isinstance(reply, FactName):
+            question = engine_question(fact_set, self.name, document_kind(fact_set), reply.name.strip().rstrip("."))
+            meta["figure_name"] = reply.name
         if question and "round" not in question.lower():
             question = f"{question} {rounding(fact_set.unit)}"
         return problem.model_copy(update={"question": question, "meta": meta})
@@ -247,7 +322,10 @@ class FactMiner(DocumentMiner):
         """The candidate with the engine's bindings and the teacher's lines run as its program, and its
         result as the answer, or None (the rejection recorded): the checks `program`, `operation`, `facts`."""
         fact_set = self.sets[int(problem.id.rsplit(".q", 1)[1])]
-        if self.ctx.config.mine.engine_program:  # the engine's operation is the program's one line
+        if isinstance(reply, FactName) and (why := naming_error(reply.name)):
+            self.reject(problem, "facts", why)
+            return None
+        if self.ctx.config.mine.engine_program or isinstance(reply, FactName):  # the engine's operation line
             written = f"answer = {fact_set.formula}"
         else:
             written = lined(self.ctx, reply.program.strip())
