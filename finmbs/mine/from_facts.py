@@ -232,30 +232,20 @@ class FactMiner(DocumentMiner):
     async def ask(self, number: int, kind: str, passage: Passage) -> FactAsk | FactName | None:  # type: ignore[override]
         fact_set = self.sets[number]
         teacher = self.ctx.teachers[number % len(self.ctx.teachers)]
-        filing = any(f.concept for f in fact_set.facts)
-        engine = self.ctx.config.mine.engine_program
+        mine = self.ctx.config.mine
+        if mine.engine_question and any(f.concept for f in fact_set.facts):
+            # a filing's facts are named by their statement lines: nothing to ask
+            return FactName.model_construct(name=fact_set.description)
+        template, shape = (
+            ("mine_facts_name", FactName)  # the engine's question; the teacher names the figure
+            if mine.engine_question
+            else ("mine_facts_question", FactAsk)  # the engine's program line; the teacher writes the question
+            if mine.engine_program
+            else ("mine_facts", FactQuestion)
+        )
         document = document_kind(fact_set)
-        if self.ctx.config.mine.engine_question:  # the engine's question; the teacher names the figure
-            if filing:  # a filing's facts are named by their statement lines: nothing to ask
-                return FactName.model_construct(name=fact_set.description)  # the engine's own words
-            prompt = render_prompt(
-                "mine_facts_name",
-                company=self.company,
-                title=self.doc.title or self.doc.doc_id,
-                passage=passage.text,
-                facts="\n".join(described(f) for f in fact_set.facts),
-                givens="\n".join(described_given(g) for g in fact_set.givens) or "- none",
-                description=fact_set.description,
-                formula=fact_set.formula,
-                question=engine_question(fact_set, self.name, document),
-            )
-            [named] = await self.ctx.gateway.structured(
-                teacher, FactName, role="teacher", messages=[{"role": "user", "content": prompt}]
-            )
-            self.ctx.tick(STAGE)
-            return named
         prompt = render_prompt(
-            "mine_facts_question" if engine else "mine_facts",
+            template,
             company=self.company,
             short=self.name,
             title=self.doc.title or self.doc.doc_id,
@@ -265,9 +255,10 @@ class FactMiner(DocumentMiner):
             description=fact_set.description,
             formula=fact_set.formula,
             kind_of_document=document,
+            question=engine_question(fact_set, self.name, document),
         )
         [reply] = await self.ctx.gateway.structured(
-            teacher, FactAsk if engine else FactQuestion, role="teacher", messages=[{"role": "user", "content": prompt}]
+            teacher, shape, role="teacher", messages=[{"role": "user", "content": prompt}]
         )
         self.ctx.tick(STAGE)
         return reply
