@@ -16,7 +16,7 @@ import pytest
 from finmbs.config import IndexSettings, RunConfig
 from finmbs.ingest.pipeline import prepare
 from finmbs.mine.facts import ixbrl_fact_sets, ixbrl_facts, raw_filing, span_fact_sets
-from finmbs.mine.from_facts import body_error, fact_plan
+from finmbs.mine.from_facts import body_error, fact_plan, naming_error
 from finmbs.mine.questions import Options
 from finmbs.mine.run import run_mine
 from finmbs.records import Document
@@ -319,6 +319,12 @@ def test_with_engine_program_the_teacher_writes_the_question_alone(tmp_path, ope
     assert asked and all('"program":' not in r.text and "write only the question." in r.text for r in asked)
     schema = json.dumps(asked[0].body.get("response_format", {}))
     assert '"question"' in schema and '"program"' not in schema
+
+
+def test_words_naming_a_figure_may_state_no_rate_and_name_a_provision():
+    assert naming_error("the Applicable Margin for Term SOFR Loans at Level II") is None
+    assert "state three percent" in naming_error("three percent (3.00%)")  # the 1.5B's, on Alphatec's
+    assert naming_error("rate") == "the words 'rate' name no provision"
 
 
 def test_with_engine_question_the_teacher_only_names_the_figure(tmp_path, openai_server, index_settings):

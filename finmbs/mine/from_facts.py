@@ -217,9 +217,14 @@ def document_kind(fact_set: FactSet) -> str:
 
 
 def naming_error(name: str) -> str | None:
-    """Why the teacher's words cannot name the figure in the question: they state a rate or an amount."""
+    """Why the teacher's words cannot name the figure in the question: they state a rate or an amount, or
+    are one bare word ("rate": the 1.5B's, which names no provision)."""
     stated = [f.text for f in figures(name) if f.kind in ("percent", "money")]
-    return f"the words naming the figure state {', '.join(stated)}: the solver must look it up" if stated else None
+    if stated:
+        return f"the words naming the figure state {'; '.join(stated)}: the solver must look it up"
+    if len(name.split()) < 2:
+        return f"the words {name.strip()!r} name no provision"
+    return None
 
 
 class FactMiner(DocumentMiner):
