@@ -267,12 +267,15 @@ class StageParams(Settings):
         "check rejected (a seed-only term, figure or date; the seed entity), telling it why, up "
         "to this many times",
     )
-    reground_document: Literal["excerpts", "whole"] = Field(
-        "excerpts",
-        description="finance re-grounding, what the teacher reads of a new document when it copies d': "
-        "excerpts (finmbs's: the six most relevant excerpts, a context limit) or whole (appendix E: the new "
-        "document, cut to reground_document_tokens when it is longer, the cut recorded in each re-grounded "
-        "node's meta.document_truncated); select and retrieve always number excerpts",
+    reground_document: Literal["excerpts", "windows", "whole"] = Field(
+        "windows",
+        description="finance re-grounding, what the teacher reads of a new document: windows (finmbs's: the six "
+        "most relevant excerpts, each widened to its small-to-big window, index.context_tokens within "
+        "index.context_scope: a whole table, a clause with its neighbouring sentences; under extract select "
+        "and retrieve d' is a chosen window), excerpts (finmbs's: the six excerpts as the index chunked them) "
+        "or whole (appendix E: the new document, cut to reground_document_tokens when it is longer, the cut "
+        "recorded in each re-grounded node's meta.document_truncated; with extract copy only, select and "
+        "retrieve number windows then)",
     )
     reground_document_tokens: int = Field(
         100_000,

@@ -28,6 +28,7 @@ from finmbs.mbs.reground import (
     tree_renames,
     unseen_documents,
     vocabulary,
+    windows,
 )
 from finmbs.records import Document, Problem, Snippet, SyntheticTree, TreeNode
 from finmbs.testing.finance_world import DUPLICATE, INVENTED, FinanceWorld, agreements_index
@@ -280,17 +281,56 @@ def test_the_new_documents_own_name_for_the_seed_term_comes_first():
     assert term_chunks(_shipped_chunks("avidxchange_2022_credit_and_security_agreement"), "no quoted term", 3) == []
 
 
-async def test_retrieve_takes_the_most_relevant_excerpt_without_asking_the_teacher(tmp_path, openai_server, index):
-    # stages.extract: retrieve: d' is the first excerpt the select prompt would show, e' the document's company
-    trees, ledger, _ = await run_reground(openai_server, tmp_path, index, AV, extract="retrieve")
+@pytest.mark.parametrize("shown", ["windows", "excerpts"])
+async def test_retrieve_takes_the_most_relevant_excerpt_without_asking_the_teacher(
+    tmp_path, openai_server, index, shown
+):
+    # stages.extract: retrieve: d' is the first excerpt the select prompt would show, e' the document's company;
+    # reground_document: windows (the default) widens it to its small-to-big window, excerpts leaves the chunk
+    trees, ledger, _ = await run_reground(
+        openai_server, tmp_path, index, AV, extract="retrieve", stages={"reground_document": shown}
+    )
     assert trees, [r.reason for r in ledger.rejected]
     assert not any("analogous passage" in r.text for r in openai_server.requests)
+    wider = 0
     for tree in trees:
-        doc = index.document(tree.grounding.doc_id)
+        g, doc = tree.grounding, index.document(tree.grounding.doc_id)
         concept = named_concept(AV.question, AV.snippet.text)  # stages.reground_concept: searched for too
         [first, *_] = document_chunks(index, doc.doc_id, AV.snippet.text, 6, concept)
-        assert (tree.grounding.char_start, tree.grounding.char_end) == (first.char_start, first.char_end)
+        if shown == "excerpts":
+            assert (g.char_start, g.char_end) == (first.char_start, first.char_end)
+        else:
+            window = index.context(first, index.settings.context_tokens, index.settings.context_scope)
+            assert (g.char_start, g.char_end) == (window.char_start, window.char_end)
+            assert g.char_start <= first.char_start and first.char_end <= g.char_end
+            wider += g.char_end - g.char_start > first.char_end - first.char_start
+        assert g.text == index.document_text(doc.doc_id)[g.char_start : g.char_end]
         assert tree.entity == (doc.company or doc.title)
+    assert shown == "excerpts" or wider  # some d' is more than its chunk
+
+
+def test_the_teacher_reads_each_excerpt_as_its_window_once(index):
+    # reground_document: windows: an excerpt is widened to its enclosing window (the stored text around it,
+    # within its section and page), and an excerpt whose window lies inside one already shown is not shown
+    # again (two excerpts of one table or clause are one window)
+    doc = next(d for d in index.documents() if d.doc_id.startswith("brown_forman"))
+    chunks, text = index.chunks(doc.doc_id), index.document_text(doc.doc_id)
+    budget, scope = index.settings.context_tokens, index.settings.context_scope
+    assert budget
+    grown = [
+        c
+        for c in chunks
+        if index.context(c, budget, scope).char_end - index.context(c, budget, scope).char_start
+        > c.char_end - c.char_start
+    ]
+    assert grown
+    chunk = grown[0]
+    [window] = windows(index, [chunk, chunk])
+    assert window.char_start <= chunk.char_start and chunk.char_end <= window.char_end
+    assert window.text == text[window.char_start : window.char_end] and len(window.text) > len(chunk.text)
+    other = next(c for c in chunks if c.page != chunk.page or c.section_path != chunk.section_path)
+    assert [w.char_start for w in windows(index, [chunk, other])][0] == window.char_start
+    assert len(windows(index, [chunk, other])) == 2
 
 
 async def test_planted_seed_only_number_caught(tmp_path, openai_server, index):

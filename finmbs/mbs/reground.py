@@ -309,6 +309,29 @@ def document_chunks(index: Index, doc_id: str, seed_text: str, k: int, concept: 
     return defined + [c for c in fused(named, nearest) if c.chunk_id in shown and c.chunk_id not in first]
 
 
+def windows(index: Index, chunks: list[Chunk]) -> list[Chunk]:
+    """`stages.reground_document: windows`: each excerpt widened to its small-to-big window (`Index.context`,
+    `index.context_tokens` within `index.context_scope`), in the excerpts' order; a window that lies inside
+    one already shown is left out (two excerpts of one table are one window). Windows are the stored
+    document's exact text with offsets, so d' chosen among them is verbatim by construction."""
+    budget, scope = index.settings.context_tokens, index.settings.context_scope
+    if not budget:
+        return chunks
+    shown: list[Chunk] = []
+    for chunk in chunks:
+        window = index.context(chunk, budget, scope)
+        inside = window.char_start is not None and any(
+            w.char_start is not None
+            and w.char_end is not None
+            and w.char_start <= window.char_start
+            and window.char_end <= w.char_end
+            for w in shown
+        )
+        if not inside:
+            shown.append(window)
+    return shown
+
+
 def excerpt(chunks: list[Chunk]) -> str:
     return "\n...\n".join(f"[{c.section_path}]\n{c.text}" if c.section_path else c.text for c in chunks)
 
@@ -439,6 +462,8 @@ async def new_ground(
     excerpts, verbatim by construction), or record the rejection. `concept`: the seed's, searched for too."""
     snippet = seed.snippet or Snippet(text="")
     chunks = document_chunks(index, doc.doc_id, snippet.text or seed.question, EXCERPT_CHUNKS, concept)
+    if ctx.stages.reground_document != "excerpts":  # the teacher reads (and d' is) whole tables and clauses
+        chunks = windows(index, chunks)
     truncated = None
     if ctx.stages.extract == "retrieve":  # no teacher call: the most relevant excerpt, the document's company
         reply = Selection(reason="retrieved", entity=doc.company or doc.title or "", excerpts=[1] if chunks else [])
