@@ -1,7 +1,9 @@
 """Re-grounding step 1, searched by the seed passage alone and also by the seed's concept
 (`stages.reground_concept`), side by side: for every (seed, unseen document) pair, is the document's
 analogous clause among the excerpts the teacher sees, and is it the first excerpt (d' under
-`stages.extract: retrieve`)?
+`stages.extract: retrieve`)? Then, for the passage + concept excerpts, as chunks (`stages.reground_document:
+excerpts`) and as their small-to-big windows (`windows`): does one excerpt hold the whole clause, does d'
+hold it, and how many characters the teacher reads.
 
 The analogous clause is the one that states the default interest margin, found in each shipped agreement
 by its own words (Alphatec Section 10.5, AvidXchange's "Default Rate" definition, Realty Income's
@@ -22,7 +24,7 @@ import sys
 from pathlib import Path
 
 from finmbs.ingest import find_verbatim, open_index
-from finmbs.mbs.reground import EXCERPT_CHUNKS, document_chunks, excluded_documents, seed_concept
+from finmbs.mbs.reground import EXCERPT_CHUNKS, document_chunks, excluded_documents, seed_concept, windows
 from finmbs.records import Chunk
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -55,10 +57,21 @@ def clause_rank(chunks: list[Chunk], span: tuple[int, int]) -> int | None:
     return None
 
 
+def holds_clause(chunk: Chunk, span: tuple[int, int]) -> bool:
+    """The excerpt holds the whole clause's span."""
+    return (
+        chunk.char_start is not None
+        and chunk.char_end is not None
+        and chunk.char_start <= span[0]
+        and span[1] <= chunk.char_end
+    )
+
+
 async def main(args: argparse.Namespace) -> None:
     ctx, seeds = bench_context(args, reground_concept=True)
     config, gateway = ctx.config, ctx.gateway
     counts = {"pairs": 0, "old_seen": 0, "new_seen": 0, "old_first": 0, "new_first": 0}
+    whole = {shown: {"held": 0, "first": 0, "chars": 0} for shown in ("excerpts", "windows")}
     try:
         with open_index(config.index) as index:
             documents = index.documents()
@@ -84,6 +97,10 @@ async def main(args: argparse.Namespace) -> None:
                     old = document_chunks(index, doc.doc_id, seed.snippet.text, EXCERPT_CHUNKS)
                     new = document_chunks(index, doc.doc_id, seed.snippet.text, EXCERPT_CHUNKS, concept)
                     was, now = clause_rank(old, span), clause_rank(new, span)
+                    for shown, excerpts in (("excerpts", new), ("windows", windows(index, new))):
+                        whole[shown]["held"] += any(holds_clause(c, span) for c in excerpts)
+                        whole[shown]["first"] += bool(excerpts) and holds_clause(excerpts[0], span)
+                        whole[shown]["chars"] += sum(len(c.text) for c in excerpts)
                     counts["pairs"] += 1
                     counts["old_seen"] += was is not None
                     counts["new_seen"] += now is not None
@@ -101,6 +118,11 @@ async def main(args: argparse.Namespace) -> None:
         f"analogous clause among the excerpts: {counts['old_seen']}/{n} old, {counts['new_seen']}/{n} new; "
         f"first excerpt (d' under extract: retrieve): {counts['old_first']}/{n} old, {counts['new_first']}/{n} new"
     )
+    for shown, c in whole.items():
+        print(
+            f"reground_document: {shown}: an excerpt holds the whole clause {c['held']}/{n}, d' (retrieve) holds it "
+            f"{c['first']}/{n}, characters shown per document {c['chars'] / max(n, 1):,.0f}"
+        )
 
 
 if __name__ == "__main__":
