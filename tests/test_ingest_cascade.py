@@ -317,6 +317,8 @@ def test_aliases_from_legal_names_borrowers_and_first_words():
             "americanhealthproperties": {"American Health Properties, Inc."},
             "amberfoods": {"Amber Foods Inc."},
             "amberminerals": {"Amber Minerals Corp."},
+            "adobesystems": {"ADOBE SYSTEMS INCORPORATED"},
+            "adobe": {"ADOBE INC."},
         }
     )
     assert table["larkspur"] == ({"larkspurlogisticsholdings"}, True)
@@ -327,6 +329,7 @@ def test_aliases_from_legal_names_borrowers_and_first_words():
     assert "host" not in table and "american" not in table  # too common to stand for a company alone
     assert table["now"] == ({"now"}, True)  # a company's whole name: "NOW" or "NOW's", not the first word "Now"
     assert "amber" not in table  # two unrelated companies share it
+    assert table["adobe"] == ({"adobe", "adobesystems"}, True)  # renamed between filings: one company's whole name
 
 
 def test_ranking_text_drops_the_company_and_year_that_filter():

@@ -191,7 +191,9 @@ def aliases(name: str) -> dict[str, bool]:
 def alias_table(names: dict[str, set[str]]) -> dict[str, tuple[set[str], bool]]:
     """alias -> (the company keys it names, one word?), over the index's companies (key -> the names its
     documents give it: company values and "the Borrower" entities). A one-word alias shared by companies
-    that do not share a two-word alias ("Kimco" for Kimco Realty Corporation and Kimco Realty OP) is dropped."""
+    that do not share a two-word alias ("Kimco" for Kimco Realty Corporation and Kimco Realty OP) is dropped,
+    unless it is one of them's whole name: then it names them all (a company renamed between its filings,
+    "Adobe Systems Incorporated" and "Adobe Inc.")."""
     table: dict[str, tuple[set[str], bool]] = {}
     for key, spellings in names.items():
         for spelling in spellings:
@@ -202,6 +204,7 @@ def alias_table(names: dict[str, set[str]]) -> dict[str, tuple[set[str], bool]]:
         if (
             single
             and len(keys) > 1
+            and alias not in keys
             and not any(
                 not one and other.startswith(alias) and other != alias and shared == keys
                 for other, (shared, one) in table.items()
