@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from finmbs.cli import app
 from finmbs.config import PAPER_VALUES, ConfigError, QualitySettings, RunConfig, load_config
-from finmbs.ingest.parse import ParsedDocument, cover_page
+from finmbs.ingest.parse import ParsedDocument, cover_page, defined_company
 from finmbs.llm import BudgetExceeded, Gateway
 from finmbs.mbs.compose import synthesize
 from finmbs.mbs.context import Context, Ledger
@@ -584,3 +584,29 @@ def test_a_filing_without_a_manifest_or_telling_file_name_names_its_company_and_
     doc = ParsedDocument(text=text)
     cover_page(doc, text)
     assert (doc.company, doc.period) == (company, period)
+
+
+@pytest.mark.parametrize(
+    "text, company",
+    [
+        (  # the cover's name is a logo; the report says whom its terms mean
+            'In this report, the terms "The Acme Beverage Company," "Company," "we," "us" and "our" mean The Acme '
+            "Beverage Company and all entities included in our consolidated financial statements.",
+            "The Acme Beverage Company",
+        ),
+        (  # a party a contract defines is not what a report's terms mean
+            "among Globex Holdings, Inc. (together with its subsidiaries, the “Company”) and the lenders",
+            None,
+        ),
+        ("The Registrant (the “Company”) had no sales.", None),
+    ],
+)
+def test_a_filing_whose_cover_name_is_a_logo_is_named_by_its_definition_of_the_company(text, company):
+    # the cover reader's fallback (fitted on one tuning-half 10-K whose cover name is an image)
+    doc = ParsedDocument(text=text)
+    cover_page(doc, text)
+    defined_company(doc, text)
+    assert doc.company == company
+    named = ParsedDocument(text=text, company="Initech")
+    defined_company(named, text)
+    assert named.company == "Initech"  # a name the cover or a manifest gave stays

@@ -542,6 +542,20 @@ def cik_of(value: str | None) -> str | None:
     return digits or None
 
 
+# where the cover's name is a logo (no text): the report's own definition of whom its terms mean,
+# 'In this report, the terms "Acme Corp.," "Company," "we" ... mean Acme Corp. and ...'
+_TERMS_NAME = re.compile(
+    r"the\s+terms\s+[“\"]((?:The\s+)?[A-Z][\w.&'-]*(?:[ ,]+[A-Z&][\w.&'-]*){0,5}?),?[”\"],?\s+[“\"](?:the\s+)?Company"
+)
+COMPANY_DEFINED_CHARS = 60_000  # how far into a filing its definition of "the Company" is looked for
+
+
+def defined_company(doc: ParsedDocument, text: str) -> None:
+    """The company a filing says its terms ("Company", "we") mean, where its cover page named none."""
+    if not doc.company and (m := _TERMS_NAME.search(text)):
+        doc.company = " ".join(m.group(1).split()).strip(" ,")
+
+
 def cover_page(doc: ParsedDocument, head: str) -> None:
     """CIK, company and period where a filing's cover page states them and nothing else has set them."""
     if not doc.cik and (m := _COVER_CIK.search(head)):
@@ -575,6 +589,7 @@ def _fill_metadata(doc: ParsedDocument, path: Path) -> None:
             doc.doc_type = str(row["doc_type"])
     head = doc.text[:5000]
     cover_page(doc, doc.text[:20000])
+    defined_company(doc, doc.text[:COMPANY_DEFINED_CHARS])
     if doc.doc_type == "unknown":
         doc.doc_type = next((name for pattern, name in _TYPE_WORDS if pattern.search(head)), "unknown")
     if not doc.title:
