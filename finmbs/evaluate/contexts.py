@@ -12,6 +12,7 @@ from finmbs.errors import FinmbsError
 from finmbs.evaluate import EvalError
 from finmbs.evaluate.benchmarks import Benchmark, Mode
 from finmbs.evaluate.loaders import EvalItem, Evidence
+from finmbs.ingest import outermost
 from finmbs.records import Chunk
 from finmbs.resources import render_prompt
 
@@ -84,19 +85,7 @@ def oracle_context(item: EvalItem, pdf_dir: Path | None) -> str:
 def windows(hits) -> list[Chunk]:
     """Each hit's small-to-big window (its enclosing table or section, `index.context_tokens`), or the chunk
     itself; a window inside an earlier one is left out, so no passage repeats another's text."""
-    kept: list[Chunk] = []
-    for hit in hits:
-        span = hit.context or hit.chunk
-        inside = any(
-            w.doc_id == span.doc_id
-            and None not in (w.char_start, span.char_start, w.char_end, span.char_end)
-            and w.char_start <= span.char_start
-            and span.char_end <= w.char_end
-            for w in kept
-        )
-        if not inside:
-            kept.append(span)
-    return kept
+    return outermost(hit.context or hit.chunk for hit in hits)
 
 
 def passage(chunk: Chunk) -> str:

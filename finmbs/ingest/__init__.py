@@ -13,6 +13,7 @@ _WHERE = {
     "Index": "index",
     "open_index": "index",
     "shared_index": "index",
+    "outermost": "index",
     "IngestReport": "pipeline",
     "SkippedFile": "pipeline",
     "ingest_paths": "pipeline",

@@ -6,7 +6,7 @@ the query's company and year as filters (`query`), the cascade re-ranking and sm
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -723,6 +723,23 @@ class Index:
                 self.doc_col, vector, k, Where(must_not={"doc_id": list(exclude_doc_ids)}), exclude=("text",)
             )
         return [(_document(payload), score) for score, payload in rows]
+
+
+def outermost(spans: Iterable[Chunk]) -> list[Chunk]:
+    """The spans in their order, each one that lies inside an earlier one's offsets (same document) left
+    out: small-to-big windows of several hits, with no text given twice (two hits of one table are one window)."""
+    kept: list[Chunk] = []
+    for span in spans:
+        inside = any(
+            w.doc_id == span.doc_id
+            and None not in (w.char_start, span.char_start, w.char_end, span.char_end)
+            and w.char_start <= span.char_start
+            and span.char_end <= w.char_end
+            for w in kept
+        )
+        if not inside:
+            kept.append(span)
+    return kept
 
 
 def _per_page(hits: list[Hit], per_page: int) -> list[Hit]:

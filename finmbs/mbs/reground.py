@@ -30,7 +30,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from finmbs.ingest import Index, find_verbatim, shared_index
+from finmbs.ingest import Index, find_verbatim, outermost, shared_index
 from finmbs.ingest.concepts import named_concept
 from finmbs.ingest.store import RRF_K
 from finmbs.llm.structured import written_in_order
@@ -315,21 +315,7 @@ def windows(index: Index, chunks: list[Chunk]) -> list[Chunk]:
     one already shown is left out (two excerpts of one table are one window). Windows are the stored
     document's exact text with offsets, so d' chosen among them is verbatim by construction."""
     budget, scope = index.settings.context_tokens, index.settings.context_scope
-    if not budget:
-        return chunks
-    shown: list[Chunk] = []
-    for chunk in chunks:
-        window = index.context(chunk, budget, scope)
-        inside = window.char_start is not None and any(
-            w.char_start is not None
-            and w.char_end is not None
-            and w.char_start <= window.char_start
-            and window.char_end <= w.char_end
-            for w in shown
-        )
-        if not inside:
-            shown.append(window)
-    return shown
+    return outermost(index.context(chunk, budget, scope) for chunk in chunks) if budget else chunks
 
 
 def excerpt(chunks: list[Chunk]) -> str:
