@@ -448,14 +448,15 @@ async def new_ground(
     excerpts, verbatim by construction), or record the rejection. `concept`: the seed's, searched for too."""
     snippet = seed.snippet or Snippet(text="")
     chunks = document_chunks(index, doc.doc_id, snippet.text or seed.question, EXCERPT_CHUNKS, concept)
-    if ctx.stages.reground_document != "excerpts":  # the teacher reads (and d' is) whole tables and clauses
+    copy_whole = ctx.stages.extract == "copy" and ctx.stages.reground_document == "whole"  # no excerpt shown
+    if ctx.stages.reground_document != "excerpts" and not copy_whole:  # whole tables and clauses (d' one)
         chunks = windows(index, chunks)
     truncated = None
     if ctx.stages.extract == "retrieve":  # no teacher call: the most relevant excerpt, the document's company
         reply = Selection(reason="retrieved", entity=doc.company or doc.title or "", excerpts=[1] if chunks else [])
     else:
         whole = None
-        if ctx.stages.extract == "copy" and ctx.stages.reground_document == "whole":
+        if copy_whole:
             whole, truncated = whole_document(ctx, index, doc)
         reply = await ask_ground(ctx, seed, slot, doc, chunks, whole)
     named = reply.entity.strip() if reply else ""
