@@ -124,6 +124,15 @@ def held_out(company: str) -> bool:
     return hashlib.sha1(company.encode()).digest()[0] % 2 == 1
 
 
+def halves(evaluated: list[dict]) -> dict[str, list[dict]]:
+    """The questions by half of the companies (`held_out`), and the held-out ones whose covers were never read."""
+    return {
+        "tuning half": [q for q in evaluated if not held_out(q["company"])],
+        "held-out half": [q for q in evaluated if held_out(q["company"])],
+        "held-out, covers unread": [q for q in evaluated if held_out(q["company"]) and q["company"] not in COVERS_READ],
+    }
+
+
 def _pct(values: list[float], q: float) -> float:
     values = sorted(values)
     return values[min(len(values) - 1, int(q * len(values)))] if values else float("nan")
@@ -258,11 +267,7 @@ def quality(args: argparse.Namespace) -> None:
         "recognised (tuning / held-out / held-out, covers unread: "
         + " / ".join(
             f"{sum(recognised.get(q['financebench_id'], False) for q in members)} of {len(members)}"
-            for members in (
-                [q for q in evaluated if not held_out(q["company"])],
-                [q for q in evaluated if held_out(q["company"])],
-                [q for q in evaluated if held_out(q["company"]) and q["company"] not in COVERS_READ],
-            )
+            for members in halves(evaluated).values()
         )
         + ")"
     )
@@ -323,20 +328,15 @@ def budgeted(evaluated: list[dict], returned: dict, budget: int, alias: dict[str
     """Each column's top 5 at an equal returned-text budget: characters returned (mean), the evidence page
     among the hits returned within `budget` characters, and one of them holding >= 60% of the evidence's
     figures; overall and per half of the companies (`held_out`). `alias`: a FinanceBench name -> its indexed name."""
-    halves = {
-        "all": evaluated,
-        "tuning half": [q for q in evaluated if not held_out(q["company"])],
-        "held-out half": [q for q in evaluated if held_out(q["company"])],
-        "held-out, covers unread": [q for q in evaluated if held_out(q["company"]) and q["company"] not in COVERS_READ],
-    }
+    groups = {"all": evaluated, **halves(evaluated)}
     print(f"top 5 at an equal budget of {budget} characters returned (evidence page hit / evidence text hit):")
-    print(f"  {'column':34s} {'chars returned (top 5, mean)':>28s} " + " ".join(f"{h:>24s}" for h in halves))
+    print(f"  {'column':34s} {'chars returned (top 5, mean)':>28s} " + " ".join(f"{h:>24s}" for h in groups))
     for column, by_question in returned.items():
         if column.endswith("pass 2"):
             continue
         sizes = [sum(len(t) for _, t in hits) for hits in by_question.values()]
         cells = []
-        for members in halves.values():
+        for members in groups.values():
             pages, texts = [], []
             for q in members:
                 if q["financebench_id"] not in by_question:
