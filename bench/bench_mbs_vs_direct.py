@@ -14,7 +14,14 @@ same process. The qualified problems of every run are written to OUT/RUN/qualifi
 
     flock /tmp/finmbs-cpu.lock python bench/bench_mbs_vs_direct.py --out /tmp/bench-mbs-direct \\
         [--seeds corpora/math/seeds-hard.jsonl corpora/math/seeds-more.jsonl] [--limit 11] \\
-        [--profiles finmbs paper] [--set stages.N=4 ...]
+        [--profiles finmbs paper finmbs-prose] [--mbs-only finmbs-prose] [--set stages.N=4 ...]
+
+finmbs-prose is the default profile with decomposition from prose (`stages.decompose_from_program` and
+`stages.slice_asks` off): what the program slices add. Each row also counts the roots per seed, the
+too-easy seeds' roots, effective decompositions out of attempts (and those cut from the program), and the
+children each form of the leak check removed (answer / question / worked solution); MBS rows also count
+the children kept in the trees that one of those forms would have removed, and the effective
+decompositions that had such a child (what the check does where it is off: the paper profile).
 
 The default seeds: the six of seeds-hard.jsonl (the 0.5B target 0/4) and the five of seeds-more.jsonl
 (1/4): eleven seeds the 0.5B mostly fails; whether the 1.5B teacher solves each is measured by the run
@@ -57,24 +64,73 @@ def row(name: str, m: RunMetrics, budget_tokens: int, wall: float) -> dict:
         "construction_tokens": m.construction_tokens,
         "matched_tokens_per_qualified": per_q and round(per_q),
         "novelty_rejected": m.novelty_rejected,
+        "roots_per_seed": round(m.descendants / m.seeds_in, 2) if m.seeds_in else None,
+        "too_easy_roots": m.too_easy_roots,
+        "too_easy_qualified": m.too_easy_qualified,
+        "decompositions_effective": m.decompositions_effective,
+        "decompositions_attempted": m.decompositions_attempted,
+        "from_program": m.decompositions_from_program,
+        "from_program_effective": m.from_program_effective,
+        "prose_fallbacks": m.prose_fallbacks,
+        "leaks_answer_question_solution": [m.leaks_by_answer, m.leaks_by_question, m.leaks_by_solution],
         "wall_s": round(wall, 1),
     }
+
+
+def kept_leaks(run: Path) -> dict:
+    """The children kept in the run's decompositions that reveal their parent's answer, per form of the
+    leak check (`finmbs.mbs.novelty.revealing`, each child's verified trace as the worked solution its
+    students read), and the effective decompositions with such a child: what the check removes where it
+    is off (the paper profile); zero where it is on."""
+    from finmbs.mbs.novelty import LEAK_FORMS, revealing
+
+    forms = dict.fromkeys(LEAK_FORMS, 0)
+    effective_with_leak = 0
+
+    def walk(node: dict) -> None:
+        nonlocal effective_with_leak
+        parent = Problem.model_validate(node["problem"])
+        leaked = False
+        for child in node["children"]:
+            shown = (child.get("trace") or {}).get("text", "")
+            if found := revealing(Problem.model_validate(child["problem"]), parent, LEAK_FORMS, shown=shown):
+                forms[found[0]] += 1
+                leaked = True
+            walk(child)
+        effective = any(
+            d["stage"] == "decompose" and d["outcome"] == "accepted" and "effective" in d["reason"]
+            for d in node["decisions"]
+        )
+        effective_with_leak += leaked and effective
+
+    for path in sorted((run / "trees").glob("*.json")):
+        tree = json.loads(path.read_text(encoding="utf-8"))
+        if tree.get("decomposition"):
+            walk(tree["decomposition"]["root"])
+    return {"kept_children_leaking": [forms[f] for f in LEAK_FORMS], "effective_with_leak": effective_with_leak}
 
 
 def matched_tokens(run: Path) -> int:
     return sum(construction_budgets(run).values())
 
 
-async def one_profile(profile: str, seeds: list[Problem], out: Path, overrides: list[str]) -> list[dict]:
+# finmbs-prose: the default profile with decomposition from prose, as the paper decomposes (the slices off)
+PROSE = ["stages.decompose_from_program=false", "stages.slice_asks=false"]
+
+
+async def one_profile(profile: str, seeds: list[Problem], out: Path, overrides: list[str], direct: bool) -> list[dict]:
+    own = PROSE if profile == "finmbs-prose" else []
     config = load_config(
-        None, [*overrides, f"cache_path={out / 'cache.sqlite'}"], profile="paper" if profile == "paper" else None
+        None, [*own, *overrides, f"cache_path={out / 'cache.sqlite'}"], profile="paper" if profile == "paper" else None
     )
     rows = []
     mbs_dir, direct_dir = out / f"{profile}-mbs", out / f"{profile}-direct"
     start = time.monotonic()
     mbs = await run_grow(config, seeds, mbs_dir, method="mbs")
-    rows.append(row(f"{profile} MBS", mbs, matched_tokens(mbs_dir), time.monotonic() - start))
+    rows.append(row(f"{profile} MBS", mbs, matched_tokens(mbs_dir), time.monotonic() - start) | kept_leaks(mbs_dir))
     print(json.dumps(rows[-1]), flush=True)  # as each run ends: a run cut short by a time limit still reports
+    if not direct:
+        return rows
     start = time.monotonic()
     direct = await run_grow(config, with_budgets(seeds, construction_budgets(mbs_dir)), direct_dir, method="direct")
     rows.append(row(f"{profile} direct (matched)", direct, matched_tokens_direct(direct_dir), time.monotonic() - start))
@@ -91,11 +147,17 @@ def matched_tokens_direct(run: Path) -> int:
     return total
 
 
+PROFILES = ["finmbs", "paper", "finmbs-prose"]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", nargs="+", type=Path, default=DEFAULT_SEEDS)
     parser.add_argument("--limit", type=int, default=None, help="the first N seeds only")
-    parser.add_argument("--profiles", nargs="+", default=["finmbs", "paper"], choices=["finmbs", "paper"])
+    parser.add_argument("--profiles", nargs="+", default=["finmbs", "paper"], choices=PROFILES)
+    parser.add_argument(
+        "--mbs-only", nargs="*", default=[], choices=PROFILES, help="profiles run without the direct baseline"
+    )
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args()
@@ -103,9 +165,11 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     rows = []
     for profile in args.profiles:
-        rows += asyncio.run(one_profile(profile, seeds, args.out, args.overrides))
+        rows += asyncio.run(one_profile(profile, seeds, args.out, args.overrides, direct=profile not in args.mbs_only))
     for profile in args.profiles:
-        mbs, direct = (r for r in rows if r["run"].startswith(profile))
+        if profile in args.mbs_only:
+            continue
+        mbs, direct = (r for r in rows if r["run"].split()[0] == profile)
         ratio = {
             "profile": profile,
             "qualified MBS/direct": round(mbs["qualified"] / direct["qualified"], 2) if direct["qualified"] else None,

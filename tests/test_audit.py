@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from finmbs.cli import app
 from finmbs.records import DecompositionTree, Problem, Provenance, Snippet, SyntheticTree, Trace, TreeNode
-from finmbs.runs import QUALIFIED, RunDir, atomic_write_json, atomic_write_text
+from finmbs.runs import METRICS, QUALIFIED, RunDir, atomic_write_json, atomic_write_text
 from finmbs.testing.server import Request
 from finmbs.testing.world import blocks
 
@@ -205,9 +205,26 @@ def test_audit_of_one_run_samples_one_candidate_per_seed_with_documents(openai_s
     assert "Consolidated Leverage Ratio" in finance and "Total Net Leverage Ratio 3.75:1.00" in finance
 
 
+def test_a_finished_run_that_qualified_nothing_is_audited_against_its_baseline(openai_server, tmp_path):
+    # a run writes no qualified.jsonl when nothing qualifies; its metrics.json says it ran
+    mbs, direct = tmp_path / "runs" / "mbs-run", tmp_path / "runs" / "direct-run"
+    make_run(mbs, "mbs")
+    (mbs / QUALIFIED).unlink()
+    atomic_write_text(mbs / METRICS, "{}")
+    atomic_write_text(mbs / "seeds.jsonl", "".join(seed_problem(s).model_dump_json() + "\n" for s in ("s1", "s2")))
+    make_run(direct, "direct")
+    openai_server.handler = judges([])
+    args = ["audit", str(mbs), "--against", str(direct), "--out", str(tmp_path / "out")]
+    result = runner.invoke(app, [*args, *panel_args(openai_server, tmp_path)])
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "out" / "audit.json").read_text())
+    assert {c["label"] for c in report["correctness"]} == {"direct"}
+    assert report["pairs"] and all(p["candidate_id"].startswith(("s1.x", "s2.x")) for p in report["pairs"])
+
+
 def test_audit_of_a_folder_that_is_not_a_run_is_a_clear_error(tmp_path):
     result = runner.invoke(app, ["audit", str(tmp_path)])
-    assert result.exit_code != 0 and "is not a finished run folder: no qualified.jsonl" in result.output
+    assert result.exit_code != 0 and "is not a finished run folder: no qualified.jsonl or metrics.json" in result.output
 
 
 # a problem text that closes its block, adds a ground truth of its own and dictates verdict and scores

@@ -28,7 +28,7 @@ from finmbs.llm import Gateway
 from finmbs.llm.structured import written_in_order
 from finmbs.records import Problem, Record, RoleUsage, SeedTrees
 from finmbs.resources import render_prompt
-from finmbs.runs.folder import QUALIFIED
+from finmbs.runs.folder import METRICS, QUALIFIED
 from finmbs.runs.load import RunReadError
 from finmbs.runs.load import load_run as read_run
 from finmbs.verify.judge import delimited
@@ -62,9 +62,11 @@ class RunData(Record):
 
 
 def load_run(root: Path) -> RunData:
-    """The seed trees and qualified problems of a run folder (read by the run loader); a bad file is named."""
-    if not (root / QUALIFIED).is_file():
-        raise FileNotFoundError(f"{root} is not a finished run folder: no {QUALIFIED}")
+    """The seed trees and qualified problems of a run folder (read by the run loader); a bad file is named.
+    A run that recorded its metrics and qualified nothing has no qualified.jsonl: it is audited with no
+    candidates (its trees still count), not refused."""
+    if not (root / QUALIFIED).is_file() and not (root / METRICS).is_file():
+        raise FileNotFoundError(f"{root} is not a finished run folder: no {QUALIFIED} or {METRICS}")
     try:
         run = read_run(root)
     except RunReadError as exc:
