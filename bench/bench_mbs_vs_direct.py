@@ -80,33 +80,27 @@ def row(name: str, m: RunMetrics, budget_tokens: int, wall: float) -> dict:
 def kept_leaks(run: Path) -> dict:
     """The children kept in the run's decompositions that reveal their parent's answer, per form of the
     leak check (`finmbs.mbs.novelty.revealing`, each child's verified trace as the worked solution its
-    students read), and the effective decompositions with such a child: what the check removes where it
-    is off (the paper profile); zero where it is on."""
+    students read), and the effective decompositions with such a child (an accepted attempt, as the run's
+    metrics count them): what the check removes where it is off (the paper profile); zero where it is on."""
     from finmbs.mbs.novelty import LEAK_FORMS, revealing
+    from finmbs.mbs.stages import Stage
+    from finmbs.runs.load import load_run
 
     forms = dict.fromkeys(LEAK_FORMS, 0)
     effective_with_leak = 0
-
-    def walk(node: dict) -> None:
-        nonlocal effective_with_leak
-        parent = Problem.model_validate(node["problem"])
-        leaked = False
-        for child in node["children"]:
-            shown = (child.get("trace") or {}).get("text", "")
-            if found := revealing(Problem.model_validate(child["problem"]), parent, LEAK_FORMS, shown=shown):
-                forms[found[0]] += 1
-                leaked = True
-            walk(child)
-        effective = any(
-            d["stage"] == "decompose" and d["outcome"] == "accepted" and "effective" in d["reason"]
-            for d in node["decisions"]
-        )
-        effective_with_leak += leaked and effective
-
-    for path in sorted((run / "trees").glob("*.json")):
-        tree = json.loads(path.read_text(encoding="utf-8"))
-        if tree.get("decomposition"):
-            walk(tree["decomposition"]["root"])
+    for tree in load_run(run).trees.values():
+        for node in tree.decomposition.root.walk() if tree.decomposition else ():
+            leaks = [
+                found
+                for child in node.children
+                if (found := revealing(child.problem, node.problem, shown=child.trace.text if child.trace else ""))
+            ]
+            for form, _ in leaks:
+                forms[form] += 1
+            effective = any(
+                d.stage == Stage.DECOMPOSE and "attempt" in d.data and d.outcome == "accepted" for d in node.decisions
+            )
+            effective_with_leak += bool(leaks) and effective
     return {"kept_children_leaking": [forms[f] for f in LEAK_FORMS], "effective_with_leak": effective_with_leak}
 
 
