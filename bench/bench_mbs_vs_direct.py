@@ -133,12 +133,11 @@ async def one_profile(profile: str, seeds: list[Problem], out: Path, overrides: 
 
 
 def matched_tokens_direct(run: Path) -> int:
+    """The direct run's tokens as its budget counts them, from each tree file's per-stage usage."""
     from finmbs.mbs.direct import budget_tokens
+    from finmbs.runs.load import load_run
 
-    total = 0
-    for path in sorted((run / "trees").glob("*.json")):
-        total += budget_tokens(json.loads(path.read_text(encoding="utf-8")).get("stages", {}))
-    return total
+    return sum(budget_tokens(tree.stages) for tree in load_run(run).trees.values())
 
 
 PROFILES = ["finmbs", "paper", "finmbs-prose"]
