@@ -196,6 +196,32 @@ def test_a_reply_that_copies_the_prompt_template_is_not_content():
             model.model_validate({field: [copied]})
 
 
+def test_an_answer_made_of_the_replys_serialization_is_not_content():
+    """The 1.5B teacher, constrained to the direct-synthesis schema, once closed its list inside the answer
+    string; the paper profile's judge then matched the trace's 45 to it and the problem qualified. Such an
+    item must not parse: dropped beside real items, the reply refused when it is the only one."""
+    from pydantic import ValidationError
+
+    from finmbs.mbs.candidates import WorkedProblem
+    from finmbs.mbs.decompose import Decomposition
+    from finmbs.mbs.direct import DirectProblems
+
+    reply = (
+        '{"problems": [{"question": "She has 120 problems and solves 30 algebra and 45 geometry problems. How many '
+        'are left?", "solution": "120 - 30 - 45 = 45", "answer": "]}\\n```json\\n{"}]}'
+    )
+    with pytest.raises(ValidationError, match="serialization"):
+        DirectProblems.model_validate_json(reply)
+    real = {"question": "What is 2 + 3?", "solution": "2 + 3 = 5", "answer": "5"}
+    debris = dict(real, answer="}")
+    assert [w.answer for w in Decomposition.model_validate({"subproblems": [real, debris]}).subproblems] == ["5"]
+    for value in ("]}", "5 ```", "}{"):
+        with pytest.raises(ValidationError):
+            WorkedProblem(question="What is 2 + 3?", solution="2 + 3 = 5", answer=value)
+    for value in ("[0, 1)", "(2, 3]", "\\{1, 2\\}", "\\frac{1}{2}", "f(x) = x^2"):
+        assert WorkedProblem(question="Q?", solution="S", answer=value).answer == value
+
+
 def test_a_raw_line_break_inside_a_string_is_part_of_the_string():
     # llama-cpp-python's JSON-schema grammar lets a string hold a raw line break; the 1.5B wrote its
     # worked solutions that way, and a strict parser lost every such reply (measured in a quickstart)

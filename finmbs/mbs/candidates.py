@@ -37,6 +37,16 @@ class WorkedProblem(BaseModel):
             raise ValueError(f"a placeholder, not content: {value.strip()[:40]!r}")
         return value
 
+    @field_validator("answer")
+    @classmethod
+    def _an_answer(cls, value: str) -> str:
+        """An answer made of the reply's own JSON or markdown is no content: a constrained 1.5B teacher
+        closed its list inside the answer string (a closing bracket, a code fence, an opening brace), and a
+        judge asked whether a trace's 45 matches that said yes; so it must not parse."""
+        if serialization(value):
+            raise ValueError(f"the reply's serialization, not an answer: {value.strip()[:40]!r}")
+        return value
+
 
 @lru_cache(maxsize=REPLY_SHAPES)
 def with_program(reply: type[BaseModel], figures: tuple[str, ...] = ()) -> type[BaseModel]:
@@ -82,13 +92,36 @@ def placeholder(value: object) -> bool:
     return not re.search(r"[^\W_]", text) or (text.startswith("<") and text.endswith(">"))
 
 
+def serialization(answer: object) -> bool:
+    """An answer that is a piece of the reply's serialization: a markdown code fence, or a bracket closed
+    before one is opened ('}', ']}'). Answers with brackets are still answers: '[0, 1)', '(2, 3]', a set."""
+    text = str(answer)
+    if "```" in text:
+        return True
+    depth = 0
+    for char in text:
+        depth += (char in "([{") - (char in ")]}")
+        if depth < 0:
+            return True
+    return False
+
+
 def written_items(items: object) -> object:
     """A list of worked problems without the items copied from the reply template (`{"question": "...",
-    "solution": "...", "answer": "..."}` after real ones): small teachers append the template's item
-    to a list they have filled; the real items are kept, and a list of placeholders alone still fails."""
+    "solution": "...", "answer": "..."}` after real ones) or whose answer is the reply's serialization:
+    small teachers append the template's item to a list they have filled; the real items are kept, and a
+    list of such items alone still fails."""
     if not isinstance(items, list):
         return items
-    real = [i for i in items if not (isinstance(i, dict) and i and all(placeholder(v) for v in i.values()))]
+
+    def copied(item: object) -> bool:
+        return (
+            isinstance(item, dict)
+            and bool(item)
+            and (all(placeholder(v) for v in item.values()) or serialization(item.get("answer", "")))
+        )
+
+    real = [i for i in items if not copied(i)]
     return real or items
 
 
