@@ -82,8 +82,8 @@ def kept_leaks(run: Path) -> dict:
     leak check (`finmbs.mbs.novelty.revealing`, each child's verified trace as the worked solution its
     students read), and the effective decompositions with such a child (an accepted attempt, as the run's
     metrics count them): what the check removes where it is off (the paper profile); zero where it is on."""
+    from finmbs.mbs.context import decomposition_attempts
     from finmbs.mbs.novelty import LEAK_FORMS, revealing
-    from finmbs.mbs.stages import Stage
     from finmbs.runs.load import load_run
 
     forms = dict.fromkeys(LEAK_FORMS, 0)
@@ -97,9 +97,7 @@ def kept_leaks(run: Path) -> dict:
             ]
             for form, _ in leaks:
                 forms[form] += 1
-            effective = any(
-                d.stage == Stage.DECOMPOSE and "attempt" in d.data and d.outcome == "accepted" for d in node.decisions
-            )
+            effective = any(d.outcome == "accepted" for d in decomposition_attempts(node))
             effective_with_leak += bool(leaks) and effective
     return {"kept_children_leaking": [forms[f] for f in LEAK_FORMS], "effective_with_leak": effective_with_leak}
 

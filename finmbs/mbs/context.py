@@ -15,7 +15,7 @@ from finmbs.config import Endpoint, RunConfig, StageParams
 from finmbs.executors import Tick, no_tick
 from finmbs.llm import Gateway
 from finmbs.mbs.stages import Check, Stage
-from finmbs.records import DecompositionTree, Problem, Rejection, SeedCounts, TreeNode
+from finmbs.records import Decision, DecompositionTree, Problem, Rejection, SeedCounts, TreeNode
 from finmbs.resources import render_prompt
 
 TARGET_ROLE = "target"
@@ -125,6 +125,11 @@ class Context:
         return sum(n for role, n in self.tokens().items() if role != TARGET_ROLE)
 
 
+def decomposition_attempts(node: TreeNode) -> list[Decision]:
+    """The node's decomposition proposals, one decision each ("accepted" for an effective one)."""
+    return [d for d in node.decisions if d.stage == Stage.DECOMPOSE and "attempt" in d.data]
+
+
 def leak_form(reason: str) -> str:
     """The form of an answer leak recorded before rejections carried `data.form` (rejected.jsonl rows of
     older runs, replayed), read from the reason `novelty.revealing` wrote."""
@@ -180,7 +185,7 @@ class Ledger:
             if r.stage == Stage.DECOMPOSE and "node" in r.data
         ]
         nodes = [*(tree.root.walk() if tree else []), *dropped]
-        attempts = [d for n in nodes for d in n.decisions if d.stage == Stage.DECOMPOSE and "attempt" in d.data]
+        attempts = [d for n in nodes for d in decomposition_attempts(n)]
         self.counts.decompositions_effective = sum(d.outcome == "accepted" for d in attempts)
         self.counts.decompositions_attempted = len(attempts)
         sliced = [d for d in attempts if d.data.get("from_program")]
