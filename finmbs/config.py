@@ -408,6 +408,18 @@ class VerifySettings(Settings):
         "nothing else changed, and records what the teacher wrote as meta.program_as_written (not in the "
         "paper; with verify.programs)",
     )
+    program_printed_answer: bool = Field(
+        True,
+        description="a program that binds no `answer` and ends by printing one value (`print(total)`, not a "
+        "label or several values) is run with that print made `answer = total`, nothing else changed, and "
+        "records what the teacher wrote as meta.program_as_written (not in the paper; with verify.programs)",
+    )
+    program_equations: bool = Field(
+        True,
+        description="the program prompts offer `from sympy import symbols, Eq, solve` for a quantity given only "
+        "by a relation: linear equations, solved exactly by finmbs's subset under sympy's names "
+        "(finmbs.verify.algebra), which the sandbox always provides (not in the paper; with verify.programs)",
+    )
     program_samples: int = Field(
         3,
         ge=1,
@@ -564,6 +576,8 @@ PAPER_VALUES: dict[str, Any] = {
     "verify.math_judge": True,  # §3.2: the judge decides where math-verify cannot (finmbs: no verdict = not equal)
     "verify.program_samples": 1,  # a node's program for its structure drawn again while it misses the answer
     "verify.program_line_breaks": False,  # line breaks added to a program whose statements share a line
+    "verify.program_printed_answer": False,  # a program's final print(value) taken as answer = value
+    "verify.program_equations": False,  # program prompts offer sympy's symbols, Eq, solve (finmbs's linear subset)
     "verify.program_agreement": 1,  # k programs drawn, a majority must agree before the trace rule
     "mine.from_facts": False,  # seeds mine: engine-chosen facts and operation, the teacher writes question and program
     "mine.engine_program": False,  # with from_facts: the engine writes the program's operation line

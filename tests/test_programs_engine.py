@@ -181,6 +181,36 @@ async def test_programs_written_on_one_line_run_with_their_line_breaks(tmp_path,
     assert all("SyntaxError" in r.reason and r.data["check"] == "program" for r in ledger.rejected)
 
 
+async def test_programs_that_print_their_value_run_with_it_as_answer(tmp_path, openai_server):
+    # the 1.5B, told to bind `answer`, often ends with `print(total)`: the print is made `answer = total`
+    root, ledger = await decomposed(openai_server, tmp_path / "on", World(agents={}, printed_programs=True))
+    assert ledger.rejected == [] and len(root.children) == 3
+    for child in root.children:
+        meta = child.problem.meta
+        assert meta["program_as_written"].endswith("\nprint(value)") and "answer" not in meta["program_as_written"]
+        assert meta["program"] == meta["program_as_written"].replace("\nprint(value)", "\nanswer = value")
+        assert meta["program_answer"] == child.problem.answer
+    # verify.program_equations (on by default) offers linear equations wherever a problem's program is asked
+    # for (a composed parent's program computes from its children's: not offered there)
+    offered = [r.text for r in openai_server.requests if "answer = ..." in r.text and "subproblems" not in r.text]
+    assert offered and all("from sympy import symbols, Eq, solve" in text for text in offered)
+    # a wrong printed value is rejected as any wrong program is
+    _, ledger = await decomposed(
+        openai_server, tmp_path / "wrong", World(agents={}, printed_programs=True, wrong_programs=True)
+    )
+    assert len(ledger.rejected) == 3 and all(r.reason.startswith("program gives ") for r in ledger.rejected)
+    # switched off (the paper profile has programs off altogether): no answer bound, rejected
+    off = setup(openai_server, tmp_path / "off", World(agents={}, printed_programs=True))
+    off.config.verify.program_printed_answer = off.config.verify.program_equations = False
+    root, ledger = TreeNode(problem=SEED, path="0"), Ledger("a")
+    before = len(openai_server.requests)
+    await decompose(off, root, ledger)
+    asked = [r.text for r in openai_server.requests[before:] if "answer = ..." in r.text]
+    assert asked and not any("sympy" in text for text in asked)
+    assert root.children == [] and len(ledger.rejected) == 3
+    assert all("did not bind answer" in r.reason and r.data["check"] == "program" for r in ledger.rejected)
+
+
 async def test_grow_composes_by_child_functions_and_reexecutes(tmp_path, openai_server):
     out = tmp_path / "run"
     metrics = await run_grow(grow_config(openai_server, tmp_path, World(agents={})), [SEED], out)
@@ -407,7 +437,7 @@ async def test_verify_asks_the_next_teacher_when_a_written_program_fails(tmp_pat
     assert asked == ["broken", "teacher"] and verdict.outcome == "verified"
     assert verdict.program_writer == "teacher" and verdict.program == "answer = 1470 - 25 * 58"
     assert verdict.program_attempts == [
-        "broken: program failed: raised ImportError: import of 'os' is not allowed (only math, fractions, decimal, statistics, datetime)"
+        "broken: program failed: raised ImportError: import of 'os' is not allowed (only math, fractions, decimal, statistics, datetime, sympy)"
     ]
     # every teacher's program fails: the last is kept and rejected, every attempt recorded
     words = {"broken": Agent(program="import os\nanswer = 20"), "words": Agent(program="answer = 'twenty'")}

@@ -70,6 +70,11 @@ ESCAPES = {
     # CVE-2026-55830: a positional-only parameter named like a guard hook shadows it
     "guard hook shadowed": ("def f(_getitem_, /):\n    return 1\nanswer = f(0)", "forbidden or invalid code"),
     "private key": ("answer = {'_x': 1}['_x']", "names starting with '_'"),
+    # the sandbox's `sympy` is finmbs's linear subset: real sympy turns strings into code
+    "sympify a string": ("from sympy import sympify\nanswer = sympify('1')", "sympify"),
+    "lambdify": ("import sympy\nanswer = sympy.lambdify", "lambdify"),
+    "the subset's module": ("import sympy\nanswer = sympy.Fraction(1)", "Fraction"),
+    "a function's globals": ("from sympy import solve\nanswer = solve.__globals__", "invalid attribute name"),
 }
 
 

@@ -115,3 +115,26 @@ async def test_usable_slices_leave_out_the_answer_repeats_and_failures(tmp_path)
         context(tmp_path / "k1", K=1), Problem(id="o", question="q", answer="60", meta={"program": ORCHARD})
     )
     assert [s.name for s in kept] == ["apples"]
+
+
+AGE = """from sympy import symbols, Eq, solve
+T, D = symbols('T D')
+eq1 = Eq(T, 3 * D)
+eq2 = Eq(T + 12, 2 * (D + 12))
+solution = solve((eq1, eq2), (T, D))
+answer = solution[T]"""
+
+
+async def test_each_unknown_a_solve_gives_is_a_slice(tmp_path):
+    # the 1.5B's program for "Tom is three times as old as his daughter ..." (qs-age): the solve gives a dict,
+    # each unknown in it is a step; the daughter's age (12) is offered, Tom's (the answer) is not
+    slices = program_slices(AGE)
+    assert [s.name for s in slices][:2] == ["solution[T]", "solution[D]"]
+    assert values(slices)["solution[D]"] == "12"
+    parent = Problem(id="age", question="q", answer="36", meta={"program": AGE})
+    kept, why = await usable_slices(context(tmp_path), parent)
+    assert why is None and [(s.name, s.value) for s in kept] == [("solution[D]", "12")]
+    # the parent over its child: the unknown set from the child's function after the solve, which stays
+    over = parent_over_children(AGE, kept)
+    assert over.splitlines()[-2:] == ["solution[D] = child_1()", "answer = solution[T]"]
+    assert run_program(over, functions={"child_1": "answer = 12"}).answer == "36"

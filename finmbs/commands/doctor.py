@@ -110,7 +110,8 @@ def sandbox_table() -> Table:
     table.add_column("what")
     table.add_column("active")
     language = {
-        "language": "RestrictedPython; imports as read-only views of math, fractions, decimal, statistics, datetime"
+        "language": "RestrictedPython; imports as read-only views of math, fractions, decimal, statistics, datetime, "
+        "sympy (finmbs's linear subset)"
     }
     for name, what in {**language, **OS_LAYERS}.items():
         table.add_row(name, what, "[green]yes[/]" if layers.get(name) else "[red]no[/]")

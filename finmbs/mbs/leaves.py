@@ -40,7 +40,7 @@ from finmbs.mbs.labels import program_to_answer
 from finmbs.mbs.novelty import STAGE as NOVELTY
 from finmbs.mbs.novelty import similarity
 from finmbs.mbs.operators import Operator, catalogue, operator_block, rotation
-from finmbs.mbs.programs import figure_spans, lined, program_prompt, programs_on
+from finmbs.mbs.programs import figure_spans, mended, program_prompt, programs_on
 from finmbs.mbs.solve import document_block, student_accuracy
 from finmbs.mbs.stages import Check, Stage
 from finmbs.records import Decision, Problem, TreeNode
@@ -147,7 +147,7 @@ async def source_skeleton(ctx: Context, leaf: TreeNode) -> str | None:
     source = problem.meta.get("program")
     shape = None
     if not why:
-        shape = skeleton(lined(ctx, source or "")) or None
+        shape = skeleton(mended(ctx, source or "")) or None
         why = None if shape else "its program has no skeleton"
     reason = f"structure check: source {how}" + (f", not used: {why}; variants unmeasured" if why else "")
     leaf.decisions.append(
@@ -172,7 +172,7 @@ def structure_checked(
         return problems
     kept = []
     for problem in problems:
-        shape = skeleton(lined(ctx, problem.meta.get("program") or ""))
+        shape = skeleton(mended(ctx, problem.meta.get("program") or ""))
         if plan.source is not None and shape == plan.source:
             ledger.reject(
                 problem,

@@ -35,7 +35,15 @@ from finmbs.mbs.traces import teacher_trace
 from finmbs.records import Decision, Problem, Trace, TreeNode
 from finmbs.resources import render_prompt
 from finmbs.verify import verify_answer
-from finmbs.verify.program import ProgramResult, computes_nothing, line_breaks, program_in, run_program_async
+from finmbs.verify.program import (
+    ProgramResult,
+    computes_nothing,
+    equation_imports,
+    line_breaks,
+    printed_answer,
+    program_in,
+    run_program_async,
+)
 from finmbs.verify.spans import NAME, Span, bind, candidate_spans, listing
 
 CHECK = Check.PROGRAM  # the rejection check of this layer
@@ -85,6 +93,7 @@ def program_prompt(
     listed = ", ".join(f"{name}() returns {answer}" for name, answer in (functions or {}).items())
     instructions = render_prompt(
         "program",
+        equations=render_equations(ctx),
         finance=render_prompt("program_figures", figures=listing(spans)).rstrip("\n")
         if spans
         else render_program_finance(domain),
@@ -93,6 +102,11 @@ def program_prompt(
     text = text.replace(STATED_FIELD, render_prompt("program_field_spans" if spans else "program_field").strip())
     head, sep, tail = text.rpartition("Reply with only one JSON object")
     return f"{head.rstrip()}\n{instructions.strip()}\n\n{sep}{tail}" if sep else text + instructions
+
+
+def render_equations(ctx: Context) -> str:
+    """The offer of linear equations (`verify.program_equations`), or nothing."""
+    return render_prompt("program_equations").rstrip("\n") if ctx.config.verify.program_equations else ""
 
 
 def render_program_finance(domain: str) -> str:
@@ -182,16 +196,21 @@ def listed_children(children: list[TreeNode], functions: dict[str, Any]) -> str:
     )
 
 
-def lined(ctx: Context, source: str) -> str:
-    """`source` with the line breaks it lacks added (`verify.program_line_breaks`), else as written."""
-    return (ctx.config.verify.program_line_breaks and line_breaks(source)) or source
+def mended(ctx: Context, source: str) -> str:
+    """`source` with the line breaks it lacks added (`verify.program_line_breaks`), the import of the
+    linear subset's names it calls (`verify.program_equations`) and its final print made its answer
+    (`verify.program_printed_answer`), each when needed and switched on; else as written."""
+    verify = ctx.config.verify
+    source = (verify.program_line_breaks and line_breaks(source)) or source
+    source = (verify.program_equations and equation_imports(source)) or source
+    return (verify.program_printed_answer and printed_answer(source)) or source
 
 
-def with_line_breaks(ctx: Context, problem: Problem) -> Problem:
-    """`problem` with its program's missing line breaks added (what the teacher wrote kept as
-    meta.program_as_written), unchanged when it needs none or they do not help."""
+def with_mends(ctx: Context, problem: Problem) -> Problem:
+    """`problem` with its program mended by `mended` (what the teacher wrote kept as
+    meta.program_as_written), unchanged when it needs nothing or the mends do not help."""
     source = problem.meta.get("program")
-    if not isinstance(source, str) or (fixed := lined(ctx, source)) == source:
+    if not isinstance(source, str) or (fixed := mended(ctx, source)) == source:
         return problem
     return problem.model_copy(update={"meta": {**problem.meta, "program": fixed, "program_as_written": source}})
 
@@ -230,7 +249,7 @@ async def composed_parent(
     (`child_functions`), run in the sandbox. (`problem` with it recorded as meta.program/program_functions,
     None) when its result is the parent's answer; otherwise (`problem` with what it gave, why not). The
     parent's earlier own program, if any, is kept as meta.own_program (it was checked when the parent was)."""
-    written, source = source, lined(ctx, source)
+    written, source = source, mended(ctx, source)
     result = await run_program_async(source, passage(problem), functions=functions)
     meta = {key: v for key, v in problem.meta.items() if key != "program_as_written"}  # the own program's
     meta |= {"program": source, "program_functions": functions}
@@ -275,7 +294,7 @@ async def agreed(ctx: Context, problem: Problem, result: ProgramResult) -> tuple
     for source, _ in drawn:
         if source is None or computes_nothing(source):
             continue
-        written = with_line_breaks(ctx, bare.model_copy(update={"meta": {**bare.meta, "program": source}}))
+        written = with_mends(ctx, bare.model_copy(update={"meta": {**bare.meta, "program": source}}))
         written = written.model_copy(
             update={"meta": {**written.meta, "program_written": True, "program_writer": ctx.teachers[0].name}}
         )
@@ -324,7 +343,7 @@ async def program_node(
     if not problem.meta.get("program"):
         reject(problem.meta.get("program_error") or "no program")
         return None
-    problem = with_line_breaks(ctx, problem)
+    problem = with_mends(ctx, problem)
     if computes_nothing(problem.meta["program"]):
         reject("the program computes nothing: it binds the answer to a literal")
         return None
@@ -395,6 +414,7 @@ def program_request(ctx: Context, problem: Problem) -> ProgramRequest | None:
         return None
     text = render_prompt(
         "program_write_spans" if spans else "program_write",
+        equations=render_equations(ctx),
         finance="" if spans else render_program_finance(problem.domain),
         document=document_block(problem),
         question=problem.question,
@@ -455,6 +475,7 @@ async def write_program(ctx: Context, problem: Problem, first_index: int = 0) ->
                 "meta": {**problem.meta, "program": source, "program_written": True, "program_writer": teacher.name}
             }
         )
+        written = with_mends(ctx, written)
         if (result := await run_for(written)).ok:
             break
         failed.append(f"{teacher.name}: program failed: {result.error}")

@@ -49,7 +49,7 @@ from finmbs.mbs.programs import (
     quoted,
     recorded,
     run_for,
-    with_line_breaks,
+    with_mends,
 )
 from finmbs.mbs.stages import Check, Stage
 from finmbs.mbs.traces import teacher_trace
@@ -841,7 +841,7 @@ class Regrounder:
             failed = {}
             for path, problem in found.items():
                 if programs_on(self.ctx) and problem.meta.get("program"):  # its quotes decide rule 5
-                    problem = with_line_breaks(self.ctx, problem)
+                    problem = with_mends(self.ctx, problem)
                     problem = recorded(problem, await run_for(problem))
                 if why := self.leak(problem, grounding):
                     self.ledger.reject(problem, STAGE, why, check="leakage", document=ground.document.doc_id)

@@ -208,22 +208,58 @@ def program_slices(source: str) -> list[Slice]:
         if {k for k in needed if _works(body[k])} == whole:
             continue  # the whole computation: what follows it only copies or rounds it
         lines = [ast.unparse(body[k]) for k in sorted(needed)]
+        if unknowns := _solved_unknowns(body, needed, j):
+            # `solution = solve(...)` gives a dict: each unknown it solves is a step of its own
+            slices.extend(
+                Slice(name=f"{name}[{u}]", source="\n".join([*lines, f"{ANSWER} = {name}[{u}]"]), at=j)
+                for u in unknowns
+            )
+            continue
         if name != ANSWER:
             lines.append(f"{ANSWER} = {name}")
         slices.append(Slice(name=name, source="\n".join(lines), at=j))
     return slices
 
 
+SOLVERS = frozenset({"solve"})  # the sandbox's linear equations (finmbs.verify.algebra)
+SYMBOL_MAKERS = frozenset({"symbols", "Symbol"})
+
+
+def _call_name(value: ast.expr | None) -> str:
+    """The function a call calls by name (`solve(...)`, `sympy.solve(...)`), else ''."""
+    if not isinstance(value, ast.Call):
+        return ""
+    func = value.func
+    return func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+
+
+def _solved_unknowns(body: list[ast.stmt], needed: set[int], j: int) -> list[str]:
+    """The variables holding symbols (bound by `symbols(...)` among the statements `needed`) when statement
+    `j` is `name = solve(...)`, in binding order; [] otherwise."""
+    if _call_name(_value(body[j])) not in SOLVERS:
+        return []
+    found: list[str] = []
+    for k in sorted(needed):
+        if isinstance(body[k], ast.Assign) and _call_name(body[k].value) in SYMBOL_MAKERS:
+            for target in body[k].targets:
+                elements = target.elts if isinstance(target, (ast.Tuple, ast.List)) else [target]
+                found.extend(e.id for e in elements if isinstance(e, ast.Name) and e.id not in found)
+    return found
+
+
 def parent_over_children(source: str, slices: list[Slice]) -> str:
     """`source` with the statement defining each slice's variable replaced by a call of its child's
     function (`name = child_k()`, k counting from 1 in `slices`' order): the parent's program over its
-    children, the rest of it as written."""
+    children, the rest of it as written. An unknown a `solve` gave (`solution[x]`) is set from its child
+    right after that statement, which stays (it gives the other unknowns)."""
     body = ast.parse(source).body
-    calls = {s.at: k for k, s in enumerate(slices, 1)}
-    lines = [
-        f"{slices[calls[i] - 1].name} = child_{calls[i]}()" if i in calls else ast.unparse(s)
-        for i, s in enumerate(body)
-    ]
+    lines = []
+    for i, statement in enumerate(body):
+        mine = [(k, s) for k, s in enumerate(slices, 1) if s.at == i]
+        set_after = [f"{s.name} = child_{k}()" for k, s in mine if "[" in s.name]
+        replaced = [f"{s.name} = child_{k}()" for k, s in mine if "[" not in s.name]
+        lines.extend(replaced or [ast.unparse(statement)])
+        lines.extend(set_after)
     return "\n".join(lines)
 
 

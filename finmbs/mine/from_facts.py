@@ -27,7 +27,7 @@ from pydantic import AfterValidator, BaseModel, Field
 
 from finmbs.ingest.index import Index
 from finmbs.mbs.candidates import placeholder
-from finmbs.mbs.programs import BINDS_ANSWER, lined
+from finmbs.mbs.programs import BINDS_ANSWER, mended
 from finmbs.mine.facts import (
     Fact,
     FactSet,
@@ -324,7 +324,7 @@ class FactMiner(DocumentMiner):
         if self.ctx.config.mine.engine_program or isinstance(reply, FactName):  # the engine's operation line
             written = f"answer = {fact_set.formula}"
         else:
-            written = lined(self.ctx, reply.program.strip())
+            written = mended(self.ctx, reply.program.strip())
             problem.meta["program_as_written"] = reply.program
         if why := body_error(written, fact_set):
             self.reject(problem, "program", why)

@@ -163,6 +163,7 @@ class World:
     wrong_programs: bool = False
     bad_program: str | None = None
     one_line_programs: bool = False  # programs with two statements on one line (`value = ... answer = value`)
+    printed_programs: bool = False  # programs that print their value and bind no answer (`value = ...\nprint(value)`)
     wrong_parent_programs: bool = False
     off_slices: set[str] = field(default_factory=set)  # steps stated as a problem one more than their value
 
@@ -188,6 +189,8 @@ class World:
             return self.bad_program
         if self.one_line_programs:
             return f"value = {norm(expr)} answer = value" + (" + 1" if self.wrong_programs else "")
+        if self.printed_programs:
+            return f"value = {norm(expr)}" + (" + 1" if self.wrong_programs else "") + "\nprint(value)"
         return f"answer = {norm(expr)}" + (" + 1" if self.wrong_programs else "")
 
     def with_programs(self, reply: dict, text: str = "") -> None:

@@ -8,7 +8,8 @@ closed in by two layers that each hold alone: the OS layer (its own mount and ne
 with a read-only, no-exec view of the file system; from root it drops to nobody; CPU-time, memory,
 file-descriptor, file-size and process limits) and the language layer (RestrictedPython's
 compile-time restrictions; imports limited to read-only views of math, fractions, decimal,
-statistics and datetime), and a wall-clock limit here that kills the group. Whatever the program
+statistics, datetime and `sympy`, finmbs's linear subset `finmbs.verify.algebra`), and a
+wall-clock limit here that kills the group. Whatever the program
 does (loops, allocates, forks, opens, imports, raises, prints too much, binds a string) comes back
 as a `ProgramResult` with `ok=False` and a one-line `error`; nothing is raised to the caller and
 nothing hangs. Parts of the OS layer this machine does not allow are warned about once per process
@@ -36,6 +37,8 @@ from functools import cache
 from typing import Any
 
 from pydantic import BaseModel, Field
+
+from finmbs.verify import algebra
 
 PROGRAM_TIMEOUT_S = float(os.environ.get("FINMBS_PROGRAM_TIMEOUT_S", "10"))
 START_S = 20.0  # starting the interpreter and its imports on a loaded machine; not the program's time
@@ -275,6 +278,66 @@ def line_breaks(source: str) -> str | None:
         fixed = step
     whole = _parses(fixed) and (not swallowed or _binds_answer(ast.parse(fixed)))
     return fixed if fixed != source and whole else None
+
+
+def printed_answer(source: str) -> str | None:
+    """`source` with its last statement `print(value)` made `answer = value`, when it parses, binds no
+    `answer` anywhere and ends by printing one value that is not text; None otherwise. A small model told
+    to bind `answer` often prints its result instead (`print(total_earnings)`): what the program shows as
+    its result is the value it computed, so it is taken as such. A print of a label (`print('Total:', x)`,
+    an f-string) or of several values says nothing about which is the answer and is left alone; the
+    program still runs and is compared with the stated answer and the traces like any other."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return None
+    if not tree.body or _binds_answer(tree):
+        return None
+    last = tree.body[-1]
+    call = last.value if isinstance(last, ast.Expr) else None
+    if not (
+        isinstance(call, ast.Call)
+        and isinstance(call.func, ast.Name)
+        and call.func.id == "print"
+        and len(call.args) == 1
+        and not call.keywords
+        and not isinstance(call.args[0], (ast.Constant, ast.JoinedStr, ast.Starred))
+    ):
+        return None
+    lines = source.splitlines()
+    value = ast.get_source_segment(source, call.args[0])
+    after = [line.strip() for line in lines[last.end_lineno or 0 :]]
+    if value is None or any(line and not line.startswith("#") for line in after):
+        return None
+    start = lines[last.lineno - 1][: last.col_offset]
+    if start.strip():  # `x = 1; print(x)`: the print shares its line
+        return None
+    head = lines[: last.lineno - 1]
+    return "\n".join([*head, f"answer = {value}"]) if "\n" not in value else None
+
+
+def equation_imports(source: str) -> str | None:
+    """`source` with `from sympy import ...` added first for the names of the sandbox's linear subset
+    (`finmbs.verify.algebra`: symbols, Eq, solve ...) it calls and never binds; None when it does not parse
+    or needs none. Offered equations, the 1.5B often writes `x = symbols('x')` ... `solve(...)` and no
+    import, a NameError: the names can only mean the subset's, and nothing else is changed."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return None
+    bound: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            bound.add(node.id)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, ast.arg):
+            bound.add(node.arg)
+    called = {node.func.id for node in ast.walk(tree) if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)}
+    missing = sorted((called & set(algebra.__all__)) - bound)
+    return f"from sympy import {', '.join(missing)}\n{source}" if missing else None
 
 
 def _binds_answer(node: ast.AST) -> bool:

@@ -14,7 +14,8 @@ the machine does not allow is reported back in `layers`, never silently assumed.
 
 The language layer: the program is compiled by RestrictedPython (no names or attributes starting
 with "_", no `exec`/`eval`/`open`), runs with a small set of builtins, and `import` hands it a
-read-only `ModuleView` of an allowed module's public API, never a module object (`from statistics
+read-only `ModuleView` of an allowed module's public API (`sympy` is finmbs's linear subset,
+`finmbs.verify.algebra`, never sympy), never a module object (`from statistics
 import sys` finds no `sys`); item access and iteration refuse modules; print goes into a capped
 buffer. The parent's wall-clock limit kills this process group whatever it does.
 """
@@ -48,6 +49,7 @@ from RestrictedPython.Guards import (
 from RestrictedPython.PrintCollector import PrintCollector
 
 from finmbs.errors import FinmbsError
+from finmbs.verify import algebra
 from finmbs.verify.quotes import check_quote, exact
 
 NOBODY = 65534  # the uid and gid a root parent's worker drops to (Debian's nobody / nogroup)
@@ -95,7 +97,7 @@ class ModuleView:
 
     __slots__ = ("_api", "_label")
 
-    def __init__(self, module: ModuleType) -> None:
+    def __init__(self, module: ModuleType, label: str | None = None) -> None:
         names = getattr(module, "__all__", None) or dir(module)
         values = {name: getattr(module, name, _MISSING) for name in names if not name.startswith("_")}
         api = {
@@ -104,7 +106,7 @@ class ModuleView:
             if not isinstance(value, UNREACHABLE) and value is not _MISSING
         }
         object.__setattr__(self, "_api", MappingProxyType(api))
-        object.__setattr__(self, "_label", module.__name__)
+        object.__setattr__(self, "_label", label or module.__name__)
 
     def __getattr__(self, name: str) -> Any:
         try:
@@ -122,6 +124,9 @@ class ModuleView:
 
 
 VIEWS = {module.__name__: ModuleView(module) for module in (math, fractions, decimal, statistics, datetime)}
+# `from sympy import symbols, Eq, solve`: finmbs's linear subset under sympy's names, never sympy itself
+# (whose functions turn strings into code); see finmbs.verify.algebra
+VIEWS["sympy"] = ModuleView(algebra, label="sympy")
 
 
 def _guarded_import(
