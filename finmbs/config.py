@@ -416,9 +416,11 @@ class VerifySettings(Settings):
     )
     program_equations: bool = Field(
         True,
-        description="the program prompts offer `from sympy import symbols, Eq, solve` for a quantity given only "
-        "by a relation: linear equations, solved exactly by finmbs's subset under sympy's names "
-        "(finmbs.verify.algebra), which the sandbox always provides (not in the paper; with verify.programs)",
+        description="a redrawn program for a problem (the second and later of verify.program_samples) is offered "
+        "`from sympy import symbols, Eq, solve` for a quantity given only by a relation: linear equations, solved "
+        "exactly by finmbs's subset under sympy's names (finmbs.verify.algebra), which the sandbox always "
+        "provides; a program calling its names without the import gets it (not in the paper; with "
+        "verify.programs)",
     )
     program_samples: int = Field(
         3,

@@ -117,8 +117,11 @@ async def test_a_seed_program_is_drawn_again_while_it_misses_the_answer(tmp_path
     ctx = setup(openai_server, tmp_path, World(agents={}), program=None)
     openai_server.handler.agents["teacher"].programs = draws
     root, ledger = await decomposed(ctx)
-    assert len(asked(openai_server, "program_write")) == 2 and ledger.counts.decompositions_from_program == 1
+    first, second = asked(openai_server, "program_write")
+    assert ledger.counts.decompositions_from_program == 1
     assert root.problem.meta["own_program"] == STEPS
+    # verify.program_equations: plain arithmetic first; the redraw also offers linear equations
+    assert "sympy" not in first and "from sympy import symbols, Eq, solve" in second
     # one draw (the paper profile's value, were programs on there): the wrong program ends the program path
     once = setup(openai_server, tmp_path / "once", World(agents={}), program=None)
     openai_server.handler.agents["teacher"].programs = draws
@@ -126,6 +129,14 @@ async def test_a_seed_program_is_drawn_again_while_it_misses_the_answer(tmp_path
     root, ledger = await decomposed(once)
     [attempt] = [d for d in root.decisions if d.data.get("attempt") == 0]
     assert attempt.data["prose_fallback"] == "its program gives 36, the answer is '30'"
+    # switched off, no redraw offers equations
+    off = setup(openai_server, tmp_path / "off", World(agents={}), program=None)
+    openai_server.handler.agents["teacher"].programs = draws
+    off.config.verify.program_equations = False
+    before = len(openai_server.requests)
+    await decomposed(off)
+    redrawn = [r.text for r in openai_server.requests[before:] if TASK_MARKERS["program_write"] in r.text]
+    assert len(redrawn) == 2 and not any("sympy" in text for text in redrawn)
     assert PAPER_VALUES["verify.program_samples"] == 1 and load_config().verify.program_samples == 3
 
 

@@ -93,7 +93,6 @@ def program_prompt(
     listed = ", ".join(f"{name}() returns {answer}" for name, answer in (functions or {}).items())
     instructions = render_prompt(
         "program",
-        equations=render_equations(ctx),
         finance=render_prompt("program_figures", figures=listing(spans)).rstrip("\n")
         if spans
         else render_program_finance(domain),
@@ -406,15 +405,16 @@ class ProgramRequest:
     spans: list[Span] = field(default_factory=list)
 
 
-def program_request(ctx: Context, problem: Problem) -> ProgramRequest | None:
+def program_request(ctx: Context, problem: Problem, *, equations: bool = False) -> ProgramRequest | None:
     """The request for `problem`'s program, written without seeing its answer; None for a finance passage
-    with no figure to choose (`verify.quote_spans`)."""
+    with no figure to choose (`verify.quote_spans`). `equations`: linear equations offered too
+    (`verify.program_equations`, on a redraw: `write_program`)."""
     spans = candidate_spans(passage(problem)) if quote_spans_on(ctx, problem) else []
     if quote_spans_on(ctx, problem) and not spans:
         return None
     text = render_prompt(
         "program_write_spans" if spans else "program_write",
-        equations=render_equations(ctx),
+        equations=render_equations(ctx) if equations else "",
         finance="" if spans else render_program_finance(problem.domain),
         document=document_block(problem),
         question=problem.question,
@@ -461,7 +461,9 @@ async def write_program(ctx: Context, problem: Problem, first_index: int = 0) ->
     business, never a reason to ask the next teacher."""
     if problem.meta.get("program"):
         return problem
-    request = program_request(ctx, problem)
+    # the first draw asks for plain arithmetic; a redraw (the first missed) offers equations too: offered
+    # at once, the 1.5B also reached for them where arithmetic does (docs/programs.md)
+    request = program_request(ctx, problem, equations=first_index >= 1)
     if request is None:  # nothing to quote: no request (check_label rejects it)
         return problem.model_copy(update={"meta": {**problem.meta, "program_skipped": NO_FIGURES}})
     written, failed = problem, []
