@@ -22,12 +22,14 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
+from finmbs.errors import FinmbsError
+
 __all__ = ["Eq", "N", "Rational", "Symbol", "simplify", "solve", "symbols"]
 
 MAX_UNKNOWNS = 50  # a program's system is a word problem's few unknowns
 
 
-class AlgebraError(ValueError):
+class AlgebraError(FinmbsError, ValueError):
     """What a program asked of the equations that this linear subset cannot answer with one value."""
 
 
