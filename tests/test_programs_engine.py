@@ -10,6 +10,7 @@ import importlib.util
 import json
 from pathlib import Path
 
+import pytest
 import yaml
 from typer.testing import CliRunner
 
@@ -155,53 +156,52 @@ def grow_config(server, tmp_path, world: World, **kw):
     )
 
 
-async def test_programs_written_on_one_line_run_with_their_line_breaks(tmp_path, openai_server):
+# the mends a program gets before it runs: (World flag, verify switch, what the teacher wrote looks like, what
+# runs instead, why it fails with the switch off)
+MENDS = {
     # the 1.5B wrote `total = 5 * 15 answer = total - 40` inside a JSON string: one line, a syntax error
-    root, ledger = await decomposed(openai_server, tmp_path / "on", World(agents={}, one_line_programs=True))
+    "line breaks": (
+        "one_line_programs",
+        "program_line_breaks",
+        lambda written: written.startswith("value = ") and " answer = value" in written,
+        lambda written: written.replace(" answer = ", "\nanswer = "),
+        "SyntaxError",
+    ),
+    # told to bind `answer`, the 1.5B often ends with `print(total)`: the print is made `answer = total`
+    "printed answer": (
+        "printed_programs",
+        "program_printed_answer",
+        lambda written: written.endswith("\nprint(value)") and "answer" not in written,
+        lambda written: written.replace("\nprint(value)", "\nanswer = value"),
+        "did not bind answer",
+    ),
+}
+
+
+@pytest.mark.parametrize("mend", list(MENDS))
+async def test_mended_programs_run_as_mended_and_wrong_ones_are_still_rejected(mend, tmp_path, openai_server):
+    flag, switch, shape, runs_as, off_error = MENDS[mend]
+    root, ledger = await decomposed(openai_server, tmp_path / "on", World(agents={}, **{flag: True}))
     assert ledger.rejected == [] and len(root.children) == 3
     for child in root.children:
         meta = child.problem.meta
-        assert meta["program_as_written"].startswith("value = ") and " answer = value" in meta["program_as_written"]
-        assert meta["program"] == meta["program_as_written"].replace(" answer = ", "\nanswer = ")
+        assert shape(meta["program_as_written"]) and meta["program"] == runs_as(meta["program_as_written"])
         assert (
             meta["program_answer"] == child.problem.answer
             and run_program(meta["program"]).answer == meta["program_answer"]
         )
-    # the breaks make a wrong program run, not agree: it is rejected as any wrong program is
+    # the mend makes a wrong program run, not agree: it is rejected as any wrong program is
     _, ledger = await decomposed(
-        openai_server, tmp_path / "wrong", World(agents={}, one_line_programs=True, wrong_programs=True)
+        openai_server, tmp_path / "wrong", World(agents={}, wrong_programs=True, **{flag: True})
     )
     assert len(ledger.rejected) == 3 and all(r.reason.startswith("program gives ") for r in ledger.rejected)
-    # switched off (the paper profile has programs off altogether): a syntax error, rejected
-    off = setup(openai_server, tmp_path / "off", World(agents={}, one_line_programs=True))
-    off.config.verify.program_line_breaks = False
+    # switched off (the paper profile has programs off altogether): the program fails, rejected
+    off = setup(openai_server, tmp_path / "off", World(agents={}, **{flag: True}))
+    setattr(off.config.verify, switch, False)
     root, ledger = TreeNode(problem=SEED, path="0"), Ledger("a")
     await decompose(off, root, ledger)
     assert root.children == [] and len(ledger.rejected) == 3
-    assert all("SyntaxError" in r.reason and r.data["check"] == "program" for r in ledger.rejected)
-
-
-async def test_programs_that_print_their_value_run_with_it_as_answer(tmp_path, openai_server):
-    # the 1.5B, told to bind `answer`, often ends with `print(total)`: the print is made `answer = total`
-    root, ledger = await decomposed(openai_server, tmp_path / "on", World(agents={}, printed_programs=True))
-    assert ledger.rejected == [] and len(root.children) == 3
-    for child in root.children:
-        meta = child.problem.meta
-        assert meta["program_as_written"].endswith("\nprint(value)") and "answer" not in meta["program_as_written"]
-        assert meta["program"] == meta["program_as_written"].replace("\nprint(value)", "\nanswer = value")
-        assert meta["program_answer"] == child.problem.answer
-    # a wrong printed value is rejected as any wrong program is
-    _, ledger = await decomposed(
-        openai_server, tmp_path / "wrong", World(agents={}, printed_programs=True, wrong_programs=True)
-    )
-    assert len(ledger.rejected) == 3 and all(r.reason.startswith("program gives ") for r in ledger.rejected)
-    # switched off (the paper profile has programs off altogether): no answer bound, rejected
-    off = setup(openai_server, tmp_path / "off", World(agents={}, printed_programs=True))
-    off.config.verify.program_printed_answer = False
-    root, ledger = TreeNode(problem=SEED, path="0"), Ledger("a")
-    await decompose(off, root, ledger)
-    assert root.children == [] and len(ledger.rejected) == 3
-    assert all("did not bind answer" in r.reason and r.data["check"] == "program" for r in ledger.rejected)
+    assert all(off_error in r.reason and r.data["check"] == "program" for r in ledger.rejected)
 
 
 async def test_grow_composes_by_child_functions_and_reexecutes(tmp_path, openai_server):
