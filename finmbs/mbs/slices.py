@@ -123,9 +123,7 @@ def _is_copy(stmt: ast.stmt) -> bool:
     if value is None or isinstance(stmt, ast.AugAssign):
         return False
     while isinstance(value, ast.Call):
-        func = value.func
-        name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
-        if name not in FORMATTING or not value.args:
+        if _call_name(value) not in FORMATTING or not value.args:
             return False
         if any(not isinstance(a, ast.Constant) for a in value.args[1:]):
             return False
