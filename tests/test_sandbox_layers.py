@@ -8,6 +8,7 @@ checked on a canary file in a world-writable folder and a canary process that mu
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -16,6 +17,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,12 +30,20 @@ from finmbs.verify.program import OS_LAYERS, run_program, sandbox_layers
 
 
 def _namespaces_possible() -> bool:
-    """Whether this machine lets a process make mount and network namespaces, asked of util-linux
-    `unshare` (independent of the worker, so a broken worker cannot excuse itself)."""
+    """Whether this machine lets a process make the worker's namespaces (user, mount, network, IPC, UTS,
+    PID with a /proc of its own), asked of util-linux `unshare` (independent of the worker, so a broken
+    worker cannot excuse itself)."""
     if not shutil.which("unshare"):
         return False
-    flags = ["--net", "--mount"] if os.geteuid() == 0 else ["--user", "--net", "--mount"]
-    return subprocess.run(["unshare", *flags, "true"], capture_output=True, check=False).returncode == 0
+    flags = ["--net", "--mount", "--ipc", "--uts", "--pid", "--fork", "--mount-proc"]
+    return (
+        subprocess.run(
+            ["unshare", "--user", *flags, "true"] if os.geteuid() else ["unshare", *flags, "true"],
+            capture_output=True,
+            check=False,
+        ).returncode
+        == 0
+    )
 
 
 NAMESPACES = _namespaces_possible()
@@ -47,7 +57,8 @@ def test_every_layer_holds_where_the_machine_allows_it() -> None:
     layers = sandbox_layers()
     assert layers["language"], layers
     assert layers["namespaces"] == layers["read_only"] == NAMESPACES, layers
-    assert layers["unprivileged"], layers  # a root parent's worker is nobody; another user's is not root
+    assert layers["unprivileged"], layers  # a root parent's worker has a uid of its own; another user's is not root
+    assert layers["own_uid"] == (os.geteuid() == 0), layers  # only root can hand out a uid
 
 
 # -- the language layer: module escapes and the published RestrictedPython escapes ---------------------------------
@@ -234,3 +245,220 @@ def test_verify_a_file_of_hostile_programs_touches_nothing(tmp_path: Path, canar
     assert all(v["outcome"] == "rejected" and v["check"] == "program" for v in verdicts.values()), verdicts
     after = sorted(p.name for p in tmp_path.iterdir())
     assert [name for name in after if name not in before] == ["cache.sqlite"] or after == before, (before, after)
+
+
+# -- the OS layer alone from a root parent, beside a process of nobody (uid 65534) ----------------------------------
+# Every worker once ran as nobody in the host's PID, IPC and user namespaces: a program could reach the root of
+# any nobody process (/proc/PID/root), signal, trace or re-limit it, leave SysV objects and keys behind, flood
+# the parent's memory, outlive its parent, overstay its time limit and read the host name (issue 61).
+NOBODY = 65534
+needs_root_beside_nobody = pytest.mark.skipif(
+    not (NAMESPACES and os.geteuid() == 0 and shutil.which("setpriv")),
+    reason="a root parent with namespaces and util-linux setpriv (to start a process of nobody); CI has all three",
+)
+
+
+def _proc_field(pid: int, name: str) -> str:
+    """One field of /proc/PID/status ("State", "TracerPid")."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(f"{name}:"):
+            return line.split(":", 1)[1].strip()
+    raise KeyError(name)
+
+
+def _nobody_state(pid: int) -> dict[str, str]:
+    """What a program must not change in the nobody process: its state, tracer, nice value and limits."""
+    return {
+        "state": _proc_field(pid, "State")[0],
+        "tracer": _proc_field(pid, "TracerPid"),
+        "nice": Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[16],
+        "limits": Path(f"/proc/{pid}/limits").read_text(),
+    }
+
+
+@pytest.fixture
+def nobody() -> Iterator[dict[str, str]]:
+    """A process of nobody and a canary file (0666) in a world-writable folder (0777) in this machine's /tmp:
+    reached through /proc/PID/root, the folder is what a program running as nobody could change."""
+    folder = Path(tempfile.mkdtemp(prefix="finmbs-nobody-", dir="/tmp"))
+    folder.chmod(0o777)
+    target = folder / "canary.txt"
+    target.write_text("alive")
+    target.chmod(0o666)
+    sleeper = subprocess.Popen(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "sleep", "300"])
+    deadline = time.monotonic() + 10
+    while _proc_field(sleeper.pid, "Uid").split()[0] != str(NOBODY):  # setpriv has dropped to nobody
+        assert time.monotonic() < deadline, "setpriv did not drop to nobody"
+        time.sleep(0.01)
+    root = f"/proc/{sleeper.pid}/root"
+    yield {"ROOT": root, "DIR": str(folder), "FILE": str(target), "PID": str(sleeper.pid), "KEY": "0x6a1b2c61"}
+    sleeper.kill()
+    sleeper.wait()
+    shutil.rmtree(folder)
+
+
+def _nobody_intact(nobody: dict[str, str], before: dict[str, str]) -> list[str]:
+    """What a program changed of the nobody process and the canary folder (empty: nothing)."""
+    pid, folder, target = int(nobody["PID"]), Path(nobody["DIR"]), Path(nobody["FILE"])
+    changed = []
+    if not Path(f"/proc/{pid}").exists() or _proc_field(pid, "State")[0] == "Z":
+        changed.append("the nobody process was killed")
+    elif (now := _nobody_state(pid)) != before:
+        changed += [f"{key}: {before[key]!r} -> {now[key]!r}" for key in before if now[key] != before[key]]
+    if sorted(p.name for p in folder.iterdir()) != ["canary.txt"]:
+        changed.append(f"the folder holds {sorted(p.name for p in folder.iterdir())}")
+    if target.exists() and (target.read_text(), stat.S_IMODE(target.stat().st_mode)) != ("alive", 0o666):
+        changed.append("the canary file changed")
+    return changed
+
+
+BESIDE_NOBODY = {
+    "unlink through its root": "import os\nos.unlink('ROOTFILE')\nanswer = 1",
+    "rename through its root": "import os\nos.rename('ROOTFILE', 'ROOTDIR/moved')\nanswer = 1",
+    "mkdir through its root": "import os\nos.mkdir('ROOTDIR/sub')\nanswer = 1",
+    "mknod through its root": "import os, stat\nos.mknod('ROOTDIR/fifo', 0o666 | stat.S_IFIFO)\nanswer = 1",
+    "truncate through its root": "import os\nos.truncate('ROOTFILE', 0)\nanswer = 1",
+    "symlink through its root": "import os\nos.symlink('/etc/passwd', 'ROOTDIR/link')\nanswer = 1",
+    "kill it": "import os\nos.kill(PID, 9)\nanswer = 1",
+    "kill every process of nobody": "import os\nkilled = 0\nfor p in os.listdir('/proc'):\n"
+    "    if p.isdigit() and int(p) != os.getpid() and os.stat('/proc/' + p).st_uid == 65534:\n"
+    "        os.kill(int(p), 9)\n        killed += 1\nassert killed\nanswer = killed",
+    "ptrace it": "import ctypes\nlibc = ctypes.CDLL(None)\nassert libc.ptrace(16, PID, 0, 0) == 0\nanswer = 1",
+    "renice nobody": "import os\nos.setpriority(os.PRIO_USER, 65534, 19)\nanswer = 1",
+    "re-limit it": "import resource\nresource.prlimit(PID, resource.RLIMIT_NOFILE, (1, 1))\nanswer = 1",
+}
+
+
+@needs_root_beside_nobody
+@pytest.mark.parametrize("name", list(BESIDE_NOBODY))
+def test_os_layer_alone_cannot_reach_another_process(name: str, nobody: dict[str, str]) -> None:
+    before = _nobody_state(int(nobody["PID"]))
+    through = {"ROOTFILE": nobody["ROOT"] + nobody["FILE"], "ROOTDIR": nobody["ROOT"] + nobody["DIR"]}
+    source = _filled(_filled(BESIDE_NOBODY[name], through), {"PID": nobody["PID"]})
+    result = run_program(source, timeout_s=3, restricted=False)
+    assert _nobody_intact(nobody, before) == [], result
+    assert not result.ok and result.error and "\n" not in result.error, result
+
+
+@needs_root_beside_nobody
+def test_os_layer_alone_leaves_no_sysv_object_or_key(nobody: dict[str, str]) -> None:
+    """Shared memory, a message queue, a semaphore set and keys made by a program end with it (its own IPC
+    namespace, a session keyring of its own)."""
+    key, description = int(nobody["KEY"], 16), f"finmbs-canary-{os.getpid()}"
+    source = (
+        "import ctypes\nlibc = ctypes.CDLL(None)\n"
+        f"made = [libc.shmget({key}, 4096, 0o1666), libc.msgget({key}, 0o1666), libc.semget({key}, 1, 0o1666)]\n"
+        f"keys = [libc.syscall(248, b'user', b'{description}', b'x', 1, ring) for ring in (-3, -4)]\n"
+        "assert min(made) >= 0, made\nanswer = 1"
+    )
+    result = run_program(source, timeout_s=3, restricted=False)
+    assert result.ok, result  # made in the program's own IPC namespace: allowed, and gone with it
+    left = [kind for kind in ("shm", "msg", "sem") if _sysv_keys(kind) & {key}]
+    for kind in left:  # clean up what a failing run left on this machine
+        subprocess.run(["ipcrm", {"shm": "-M", "msg": "-Q", "sem": "-S"}[kind], str(key)], check=False)
+    assert left == [], f"SysV {left} with key {key:#x} outlived the program"
+    assert description not in Path("/proc/keys").read_text(), "a key outlived the program"
+
+
+def _sysv_keys(kind: str) -> set[int]:
+    lines = Path(f"/proc/sysvipc/{kind}").read_text().splitlines()[1:]
+    return {int(line.split()[0]) for line in lines if line.strip()}
+
+
+@needs_root_beside_nobody
+def test_one_worker_cannot_kill_another() -> None:
+    """A program that kills every process it can see, while another sandboxed program runs: the other one's
+    result stands (each worker has a uid and a PID namespace of its own)."""
+    import threading
+
+    results: list[program.ProgramResult] = []
+    sleeper = threading.Thread(
+        target=lambda: results.append(
+            run_program("import time\ntime.sleep(5)\nanswer = 7", timeout_s=10, restricted=False)
+        )
+    )
+    sleeper.start()
+    time.sleep(2)  # the first worker is running its program
+    killer = (
+        "import os\nfor p in os.listdir('/proc'):\n    if p.isdigit() and int(p) != os.getpid():\n"
+        "        try:\n            os.kill(int(p), 9)\n        except OSError:\n            pass\nanswer = 1"
+    )
+    run_program(killer, timeout_s=3, restricted=False)
+    sleeper.join(30)
+    assert results and results[0].ok and results[0].answer == "7", results
+
+
+@needs_root_beside_nobody
+def test_a_pipe_flood_stops_at_the_cap() -> None:
+    """A program writing 200 MiB at the reply pipe: the parent stops reading at REPLY_BYTES, so its memory
+    does not grow with what the program writes (measured in a parent of its own)."""
+    flood = (
+        "import os\nchunk = b'x' * (1 << 20)\nfor fd in range(3, 32):\n    try:\n"
+        "        for _ in range(200):\n            os.write(fd, chunk)\n    except OSError:\n        pass\nanswer = 1"
+    )
+    script = (
+        "import resource\nfrom finmbs.verify.program import run_program\n"
+        "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+        f"r = run_program({flood!r}, timeout_s=10, restricted=False)\n"
+        "grew = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before\n"
+        "print('RESULT', r.ok, grew, r.error)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False)
+    said = done.stdout.split()
+    assert "RESULT" in said, (done.stdout, done.stderr)
+    ok, grew_kib = said[said.index("RESULT") + 1], int(said[said.index("RESULT") + 2])
+    assert ok == "False" and "output over" in done.stdout, done.stdout
+    assert grew_kib < 32 * 1024, f"the parent grew by {grew_kib} KiB reading the reply"
+
+
+@needs_root_beside_nobody
+def test_a_worker_that_clears_its_parent_death_signal_dies_with_its_parent() -> None:
+    name = f"fmbs-orph-{os.getpid() % 10000}"  # at most 15 characters (a process's comm)
+    orphan = (
+        "import ctypes, time\nlibc = ctypes.CDLL(None)\nlibc.prctl(1, 0)\n"
+        f"libc.prctl(15, {name.encode()!r})\ntime.sleep(60)\nanswer = 1"
+    )
+    script = f"from finmbs.verify.program import run_program\nrun_program({orphan!r}, timeout_s=60, restricted=False)\n"
+    parent = subprocess.Popen([sys.executable, "-c", script])
+    try:
+        deadline = time.monotonic() + 30
+        while not _named(name):
+            assert time.monotonic() < deadline and parent.poll() is None, "the program never started"
+            time.sleep(0.05)
+    finally:
+        parent.kill()
+        parent.wait()
+    deadline = time.monotonic() + 5
+    while _named(name) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    survivors = _named(name)
+    for pid in survivors:  # clean up what a failing run left on this machine
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, 9)
+    assert survivors == [], "the program outlived its parent"
+
+
+def _named(comm: str) -> list[int]:
+    """The processes whose name is `comm`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        with contextlib.suppress(OSError):
+            if entry.name.isdigit() and (entry / "comm").read_text().strip() == comm:
+                found.append(int(entry.name))
+    return found
+
+
+@needs_root_beside_nobody
+def test_the_time_limit_counts_from_the_program_start() -> None:
+    started = time.monotonic()
+    result = run_program("import time\ntime.sleep(100)\nanswer = 1", timeout_s=2, restricted=False)
+    took = time.monotonic() - started
+    assert not result.ok and "wall-time limit (2 s)" in result.error, result
+    assert result.ran_s is not None and result.ran_s <= 2 + 1, result.ran_s  # stopped within a second of its limit
+    assert took < 2 + 8, took  # the start allowance was never added after the program began
+
+
+@needs_root_beside_nobody
+def test_the_host_name_is_not_in_view() -> None:
+    result = run_program(f"import os\nanswer = int(os.uname().nodename == {socket.gethostname()!r})", restricted=False)
+    assert result.ok and result.answer == "0", result

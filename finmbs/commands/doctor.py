@@ -100,21 +100,20 @@ def models_table() -> Table:
 
 
 def sandbox_table() -> Table:
-    """Which layers of the program sandbox hold on this machine (a missing one is also warned about once per
-    run that executes programs)."""
-    from finmbs.verify.program import OS_LAYERS, sandbox_layers
+    """Which layers of the program sandbox hold on this machine, and what each does not cover (a missing one
+    is also warned about once per run that executes programs)."""
+    from finmbs.verify.program import NOT_COVERED, OS_LAYERS, sandbox_layers
 
     layers = sandbox_layers()
     table = Table(title="program sandbox (docs/programs.md)")
-    table.add_column("layer")
-    table.add_column("what")
-    table.add_column("active")
+    for column in ("layer", "what", "does not cover", "active"):
+        table.add_column(column)
     language = {
         "language": "RestrictedPython; imports as read-only views of math, fractions, decimal, statistics, datetime, "
         "sympy (finmbs's linear subset)"
     }
     for name, what in {**language, **OS_LAYERS}.items():
-        table.add_row(name, what, "[green]yes[/]" if layers.get(name) else "[red]no[/]")
+        table.add_row(name, what, NOT_COVERED[name], "[green]yes[/]" if layers.get(name) else "[red]no[/]")
     return table
 
 

@@ -68,7 +68,7 @@ def verify(
     summary = {
         "file": str(problems),
         "problems": len(checks),
-        **{k: counts[k] for k in ("verified", "relabeled", "rejected")},
+        **{k: counts[k] for k in ("verified", "relabeled", "rejected", "refused")},  # refused: could not be run
         "rejected_by_program": sum(c.check == "program" for c in checks),
         "programs_written": sum(c.program_written for c in checks),
         "programs_skipped": sum(bool(c.program_skipped) for c in checks),  # finance passages with no figure
@@ -80,11 +80,10 @@ def verify(
     }
     atomic_write_json(out.with_suffix(".summary.json"), summary)
     table = Table(title=f"finmbs verify {problems} -> {out}")
-    for key in ("problems", "verified", "relabeled", "rejected", "rejected_by_program", "tokens"):
+    shown = ("problems", "verified", "relabeled", "rejected", "refused", "rejected_by_program", "tokens")
+    for key in shown:
         table.add_column(key, justify="right")
-    table.add_row(
-        *(str(summary[k]) for k in ("problems", "verified", "relabeled", "rejected", "rejected_by_program", "tokens"))
-    )
+    table.add_row(*(str(summary[k]) for k in shown))
     console.print(table)
 
 

@@ -18,10 +18,10 @@ from finmbs.mbs.context import Context, Ledger
 from finmbs.mbs.programs import CHECK, programs_on, run_for, same, write_program
 from finmbs.mbs.stages import Progress, Stage
 from finmbs.records import Problem
-from finmbs.verify.program import computes_nothing
+from finmbs.verify.program import computes_nothing, refusal
 
 STAGE = Stage.VERIFY
-Outcome = Literal["verified", "relabeled", "rejected"]
+Outcome = Literal["verified", "relabeled", "rejected", "refused"]  # refused: a row that cannot be run
 
 
 class LabelCheck(BaseModel):
@@ -74,8 +74,12 @@ async def program_to_answer(ctx: Context, problem: Problem) -> tuple[Problem, st
 
 
 async def check_label(ctx: Context, problem: Problem) -> LabelCheck:
-    """The verdict on one problem's stated answer."""
+    """The verdict on one problem's stated answer; "refused", with its reason, for a row whose program cannot
+    be run at all (`finmbs.verify.program.refusal`: not text, too long or too deep, a bad function name)."""
     if programs_on(ctx):
+        if why := refusal(problem.meta.get("program"), problem.meta.get("program_functions")):
+            reason = f"refused: {why}"
+            return LabelCheck(id=problem.id, outcome="refused", reason=reason, stated=problem.answer, problem=problem)
         problem = await write_program(ctx, problem)
     ledger = Ledger(problem.id)
     if skipped := problem.meta.get("program_skipped"):

@@ -27,32 +27,56 @@ import json
 import keyword
 import os
 import re
+import selectors
 import signal
 import subprocess
 import sys
 import textwrap
+import time
 import tokenize
 import warnings
+from dataclasses import dataclass
+from fractions import Fraction
 from functools import cache
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from finmbs.verify import algebra
 
 PROGRAM_TIMEOUT_S = float(os.environ.get("FINMBS_PROGRAM_TIMEOUT_S", "10"))
-START_S = 20.0  # starting the interpreter and its imports on a loaded machine; not the program's time
+START_S = 20.0  # the worker's start on a loaded machine (imports, layers, compile), before the program runs
+START = b"started\n"  # what the worker writes on the reply pipe as the program begins: timeout_s counts from it
+GRACE_S = 0.5  # past timeout_s (counted from the program's start) before the parent kills the worker's group
 MEMORY_MB = 256  # address space the program may add to the worker's own
 OUTPUT_CHARS = 65_536  # print() output one program may write
-REPLY_BYTES = 1_048_576  # what is read back from the worker at most
+REPLY_BYTES = 1_048_576  # what is read back from the worker at most: reading stops there
 PROGRAM_CHARS = 20_000  # a longer "program" is no small computation
+# operators and opening brackets in one statement: each can nest the syntax tree one level deeper, and
+# Python's parser and compiler fail (MemoryError, RecursionError) a few thousand levels down
+PROGRAM_DEPTH = 200
+FUNCTIONS = 64  # functions one program may be given, its children's children included
+FUNCTION_LEVELS = 8  # children of children ... at most this deep
 OS_LAYERS = {
-    "namespaces": "own mount and network namespaces",
+    "namespaces": "own user, mount, network, IPC, UTS and PID namespaces; a /proc of its own; the host name hidden",
     "read_only": "a read-only, no-exec view of the file system",
-    "unprivileged": "an unprivileged user (nobody, no groups, no capabilities)",
+    "unprivileged": "an unprivileged user (no groups, no capabilities)",
+    "own_uid": "a uid no other process has (from a root parent), so no other process can be signalled or traced",
     "limits": "CPU, memory, file-size and process limits; no new file descriptors",
 }
+# what each layer leaves open (`finmbs doctor`, docs/programs.md)
+NOT_COVERED = {
+    "language": "a bug in RestrictedPython or CPython (the OS layer is there for that)",
+    "namespaces": "the kernel itself; without them a program sees this machine's processes and network",
+    "read_only": "reading what its user may read through a descriptor the worker already holds (stdin, the reply)",
+    "unprivileged": "reading files any user may read (it cannot open one: no new file descriptors)",
+    "own_uid": "a non-root parent: the worker keeps that user, and could renice its processes (setpriority)",
+    "limits": "memory the kernel spends for it (kernel buffers); a program blocked in a call uses no CPU "
+    "(the parent's wall clock stops it)",
+}
 _warned: set[str] = set()  # OS layers already warned about as missing in this process
+_NESTS = {"not", "and", "or", "if", "else", "lambda", "await", "in", "is"}  # keywords that nest an expression
+_FLAT = {",", ";", ":", ")", "]", "}", "=", "->", "..."}  # operator tokens that nest nothing
 
 
 class Quote(BaseModel):
@@ -64,7 +88,8 @@ class Quote(BaseModel):
 
 class ProgramResult(BaseModel):
     """What one program run gave: `ok` with `value` (the number) and `answer` (its text for the domain
-    comparer), or `error`, one line saying why it failed; `quotes` the figures it took from the passage."""
+    comparer), or `error`, one line saying why it failed; `quotes` the figures it took from the passage;
+    `refused` when the input was no program the sandbox takes (`refusal`) and nothing was run."""
 
     ok: bool
     value: float | int | None = None
@@ -72,10 +97,96 @@ class ProgramResult(BaseModel):
     error: str | None = None
     quotes: list[Quote] = Field(default_factory=list)
     output: str = ""
+    refused: bool = False
     layers: dict[str, bool] = Field(default_factory=dict, exclude=True)  # the OS layers that held (not stored)
+    ran_s: float | None = Field(default=None, exclude=True)  # from the program's start to its end or its stop
 
     def brief(self) -> str:
         return f"program gives {self.answer}" if self.ok else f"program failed: {self.error}"
+
+
+@dataclass(frozen=True)
+class _Exchange:
+    """What came back from one worker: the reply (after the start mark), how long the program ran, and why
+    the parent stopped the worker (None: it ended by itself)."""
+
+    reply: bytes
+    ran_s: float | None
+    stopped: str | None
+
+
+def refusal(source: object, functions: object = None) -> str | None:
+    """Why `source` (with its `functions`, as `run_program` takes them) cannot be run at all: not text, too
+    long, nested too deeply to parse, or a function that is not a program under a plain name; None when it
+    can be tried (no program at all is no refusal: a teacher may write one)."""
+    if source is not None and not isinstance(source, str):
+        return f"the program is not text but {type(source).__name__}"
+    if isinstance(source, str) and (why := _oversized(source)):
+        return why
+    return _functions_refusal(functions)
+
+
+def _oversized(source: str) -> str | None:
+    if len(source) > PROGRAM_CHARS:
+        return f"program longer than {PROGRAM_CHARS} characters"
+    if (depth := _nesting(source)) > PROGRAM_DEPTH:
+        return f"program nested too deeply to parse ({depth} operators in one statement, at most {PROGRAM_DEPTH})"
+    return None
+
+
+def _nesting(source: str) -> int:
+    """The most operators, opening brackets and nesting keywords in one statement: a bound on how deep its
+    syntax tree goes, counted on tokens (which never recurse) before anything is parsed."""
+    most = count = 0
+    for token in _tokens(source):
+        if token.type == tokenize.NEWLINE:
+            count = 0
+        elif (token.type == tokenize.OP and token.string not in _FLAT) or (
+            token.type == tokenize.NAME and token.string in _NESTS
+        ):
+            count += 1
+            most = max(most, count)
+    return most
+
+
+def _functions_refusal(functions: object) -> str | None:
+    """Why `functions` (name -> a source, or {"source", "functions"}) cannot be handed to a program."""
+    pending, seen = [(functions, 1)], 0
+    while pending:
+        specs, level = pending.pop()
+        if specs is None:
+            continue
+        if not isinstance(specs, dict):
+            return f"functions are not a mapping of names to programs but {type(specs).__name__}"
+        if level > FUNCTION_LEVELS and specs:
+            return f"functions nested more than {FUNCTION_LEVELS} levels deep"
+        for name, spec in specs.items():
+            seen += 1
+            if seen > FUNCTIONS:
+                return f"more than {FUNCTIONS} functions"
+            if not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name):
+                return f"function name {name!r} is not an identifier"
+            if name.startswith("_"):
+                return f"function name {name!r} starts with '_'"
+            source, below = (spec, None) if not isinstance(spec, dict) else (spec.get("source"), spec.get("functions"))
+            if not isinstance(source, str):
+                return f"function {name}: the program is not text but {type(source).__name__}"
+            if why := _oversized(source):
+                return f"function {name}: {why}"
+            pending.append((below, level + 1))
+    return None
+
+
+def parse_program(source: object) -> ast.Module | None:
+    """`source`'s syntax tree, or None when it is not text, does not parse, or is too long or too deeply
+    nested to parse safely (`refusal`): what every reading of a program's text in this process goes
+    through, so that no program can make the parent raise."""
+    if not isinstance(source, str) or _oversized(source):
+        return None
+    try:
+        return ast.parse(source)
+    except (SyntaxError, ValueError, TypeError, MemoryError, RecursionError):
+        return None
 
 
 def _worker_env() -> dict[str, str]:
@@ -100,16 +211,17 @@ def run_program(
     """Run `source` in the sandbox; `passage`: the text quote() checks against (finance d');
     `functions`: name -> program of a function the program may call (a composed parent's children:
     `child_1()` runs child 1's program and returns its answer), a source or {"source", "functions"}
-    for a child with children of its own. `restricted=False` bypasses the language layer (only the
-    sandbox's own tests, to prove that the OS layer alone holds); `confined=False` skips the namespaces
-    and the privilege drop (only bench/bench_sandbox.py, to measure what they cost)."""
-    if not isinstance(source, str) or not source.strip():
+    for a child with children of its own. Never raises: input that is no program is `refused`.
+    `restricted=False` bypasses the language layer (only the sandbox's own tests, to prove that the OS
+    layer alone holds); `confined=False` skips the namespaces and the privilege drop (only
+    bench/bench_sandbox.py, to measure what they cost)."""
+    if source is None or (isinstance(source, str) and not source.strip()):
         return ProgramResult(ok=False, error="no program")
-    if len(source) > PROGRAM_CHARS:
-        return ProgramResult(ok=False, error=f"program longer than {PROGRAM_CHARS} characters")
+    if why := refusal(source, functions):
+        return ProgramResult(ok=False, refused=True, error=f"refused: {why}")
     request = {
         "source": source,
-        "passage": passage,
+        "passage": passage if isinstance(passage, str) else None,
         "functions": functions or {},
         "limits": {"cpu_s": timeout_s, "memory_mb": MEMORY_MB, "output_chars": OUTPUT_CHARS},
         "restricted": restricted,
@@ -128,17 +240,73 @@ def run_program(
     except OSError as exc:
         return ProgramResult(ok=False, error=f"sandbox did not start: {exc}")
     try:
-        out, _ = proc.communicate(json.dumps(request).encode(), timeout=timeout_s + START_S)
-    except subprocess.TimeoutExpired:  # a loaded machine: the CPU limit had not struck yet
-        _kill(proc)
-        return ProgramResult(ok=False, error=f"the program was stopped: wall-time limit ({timeout_s + START_S:g} s)")
+        exchange = _exchange(proc, json.dumps(request).encode(), timeout_s)
     finally:
         _kill(proc)
-    return _result(out, proc.returncode, timeout_s)
+    if exchange.stopped:
+        return ProgramResult(ok=False, error=exchange.stopped, ran_s=exchange.ran_s)
+    return _result(exchange.reply, proc.returncode, timeout_s).model_copy(update={"ran_s": exchange.ran_s})
+
+
+def _exchange(proc: subprocess.Popen, request: bytes, timeout_s: float) -> _Exchange:
+    """Send the request and read the reply as it comes, against its cap and two clocks: START_S for the
+    worker to reach the program (its imports, the layers, the compile), then timeout_s + GRACE_S from the
+    start mark the worker writes as the program's code begins. Reading stops at REPLY_BYTES."""
+    assert proc.stdin is not None and proc.stdout is not None
+    selector = selectors.DefaultSelector()
+    for stream, event in ((proc.stdin, selectors.EVENT_WRITE), (proc.stdout, selectors.EVENT_READ)):
+        os.set_blocking(stream.fileno(), False)
+        selector.register(stream, event)
+    pending, received = memoryview(request), bytearray()
+    deadline, started = time.monotonic() + START_S, None
+    try:
+        while selector.get_map():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return _Exchange(bytes(received), _since(started), _overtime(started, timeout_s))
+            for key, _ in selector.select(left):
+                if key.fileobj is proc.stdin:
+                    try:
+                        pending = pending[os.write(proc.stdin.fileno(), pending[: 1 << 16]) :]
+                    except BrokenPipeError:  # the worker is gone; its status says why
+                        pending = pending[:0]
+                    if not pending:
+                        selector.unregister(proc.stdin)
+                        proc.stdin.close()
+                    continue
+                chunk = os.read(proc.stdout.fileno(), 1 << 16)
+                if not chunk:
+                    selector.unregister(proc.stdout)
+                    continue
+                received += chunk
+                if started is None and received.startswith(START):
+                    del received[: len(START)]
+                    started = time.monotonic()
+                    deadline = started + timeout_s + GRACE_S
+                if len(received) > REPLY_BYTES:
+                    return _Exchange(b"", _since(started), f"output over {REPLY_BYTES} bytes")
+        while proc.poll() is None:  # EOF: the program's process is gone, its supervisors end at once
+            if time.monotonic() > deadline:
+                return _Exchange(bytes(received), _since(started), _overtime(started, timeout_s))
+            time.sleep(0.005)
+    finally:
+        selector.close()
+    return _Exchange(bytes(received), _since(started), None)
+
+
+def _since(started: float | None) -> float | None:
+    return None if started is None else round(time.monotonic() - started, 3)
+
+
+def _overtime(started: float | None, timeout_s: float) -> str:
+    if started is None:
+        return f"the sandbox did not start the program within {START_S:g} s"
+    return f"the program was stopped: wall-time limit ({timeout_s:g} s)"
 
 
 def _kill(proc: subprocess.Popen) -> None:
-    """Kill the worker's process group (anything it started dies with it) and reap it."""
+    """Kill the worker's process group (anything it started dies with it: the program's process by its
+    PID namespace's init) and reap it."""
     if proc.poll() is None:
         try:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -148,24 +316,74 @@ def _kill(proc: subprocess.Popen) -> None:
         proc.wait(timeout=5)
     except subprocess.TimeoutExpired:
         pass
+    for stream in (proc.stdin, proc.stdout):
+        if stream is not None and not stream.closed:
+            stream.close()
 
 
 def _result(out: bytes, returncode: int | None, timeout_s: float) -> ProgramResult:
-    if len(out) > REPLY_BYTES:
-        return ProgramResult(ok=False, error=f"output over {REPLY_BYTES} bytes")
     if returncode and returncode < 0:
         name = signal.Signals(-returncode).name if -returncode in signal.Signals._value2member_map_ else -returncode
         why = f"CPU time limit ({timeout_s:g} s)" if name == "SIGXCPU" else f"killed by {name}"
         return ProgramResult(ok=False, error=f"the program was stopped: {why}")
     try:
         data: dict[str, Any] = json.loads(out.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError):
+        if not isinstance(data, dict):
+            raise ValueError("not an object")
+    except (UnicodeDecodeError, ValueError, RecursionError):
         return ProgramResult(ok=False, error=f"the sandbox gave no result (exit status {returncode})")
     _warn_missing(data.get("layers") or {})
+    try:
+        return _read(data)
+    except (ValidationError, ValueError, TypeError, OverflowError, ZeroDivisionError, KeyError) as exc:
+        return ProgramResult(ok=False, error=f"the sandbox gave a malformed result ({type(exc).__name__})")
+
+
+def _read(data: dict[str, Any]) -> ProgramResult:
+    """The worker's reply as a result: its numbers (exact rationals) formatted here, under no context the
+    program could have set."""
+    quotes = [Quote(text=q["text"], value=_formatted(q.get("number"))[1]) for q in data.get("quotes") or []]
+    layers = data.get("layers") or {}
     if not data.get("ok"):
-        data.pop("value", None)
-        data["error"] = " ".join(str(data.get("error") or "failed").split())[:300]
-    return ProgramResult.model_validate(data)
+        error = " ".join(str(data.get("error") or "failed").split())[:300]
+        return ProgramResult(ok=False, error=error, quotes=quotes, layers=layers)
+    value, answer = _formatted(data["number"])
+    if answer is None:
+        return ProgramResult(ok=False, error="the sandbox gave no number", quotes=quotes, layers=layers)
+    output = data.get("output") or ""
+    return ProgramResult(ok=True, value=value, answer=answer, quotes=quotes, output=output, layers=layers)
+
+
+def _formatted(number: dict[str, Any] | None) -> tuple[float | int | None, str | None]:
+    """(value, answer text) of a number the worker sent as {numerator, denominator, kind}."""
+    if not number:
+        return None, None
+    numerator, denominator = number["numerator"], number["denominator"]
+    if not isinstance(numerator, int) or not isinstance(denominator, int) or denominator <= 0:
+        raise ValueError("not a rational")
+    exact_value = Fraction(numerator, denominator)
+    is_int = number["kind"] == "int" and denominator == 1
+    return (numerator if is_int else float(exact_value)), answer_text(exact_value, number["kind"] == "float")
+
+
+def answer_text(number: Fraction, is_float: bool = False) -> str:
+    """The answer as text for the domain comparer: integers plain, floats to 12 significant digits
+    (0.1 + 0.2 is 0.3), other exact values as a decimal when finite (written out exactly, in integers)
+    else p/q."""
+    if number.denominator == 1:
+        return str(number.numerator)
+    if is_float:
+        return format(float(number), ".12g")
+    rest, twos, fives = number.denominator, 0, 0
+    while rest % 2 == 0:
+        rest, twos = rest // 2, twos + 1
+    while rest % 5 == 0:
+        rest, fives = rest // 5, fives + 1
+    if rest != 1:
+        return f"{number.numerator}/{number.denominator}"
+    places = max(twos, fives)
+    digits = str(abs(number.numerator) * 10**places // number.denominator).rjust(places + 1, "0")
+    return ("-" if number < 0 else "") + f"{digits[:-places]}.{digits[-places:]}"
 
 
 def _warn_missing(layers: dict[str, bool]) -> None:
@@ -208,9 +426,8 @@ def computes_nothing(source: str) -> bool:
     statement binding `answer` binds a number literal whatever came before (`answer = 12 - 5 * 1.5; answer =
     4.5`): its result proves nothing about the answer. A program that does not parse is the sandbox's to
     reject."""
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError):
+    tree = parse_program(source)
+    if tree is None:
         return False
     if _binds_a_number_last(tree):
         return True
@@ -266,9 +483,11 @@ def line_breaks(source: str) -> str | None:
     a `:` or `;` between such statements, and before an assignment a comment swallowed. Only breaks are
     added: every token stays as written, so the program computes what it says or fails to run (it is
     still executed and compared with the stated answer and the traces like any other)."""
-    parses = _parses(source)
-    swallowed = parses and not _binds_answer(ast.parse(source)) and _ANSWER_IN_COMMENT.search(source)
-    if parses and not swallowed:
+    if refusal(source):  # not text, or too long or too deep to read safely: nothing to mend
+        return None
+    tree = parse_program(source)
+    swallowed = tree is not None and not _binds_answer(tree) and _ANSWER_IN_COMMENT.search(source)
+    if tree is not None and not swallowed:
         return None
     fixed = source
     for _ in range(8):  # a comment may swallow a statement that itself holds a comment
@@ -276,7 +495,8 @@ def line_breaks(source: str) -> str | None:
         if step == fixed:
             break
         fixed = step
-    whole = _parses(fixed) and (not swallowed or _binds_answer(ast.parse(fixed)))
+    mended = parse_program(fixed)
+    whole = mended is not None and (not swallowed or _binds_answer(mended))
     return fixed if fixed != source and whole else None
 
 
@@ -287,9 +507,8 @@ def printed_answer(source: str) -> str | None:
     its result is the value it computed, so it is taken as such. A print of a label (`print('Total:', x)`,
     an f-string) or of several values says nothing about which is the answer and is left alone; the
     program still runs and is compared with the stated answer and the traces like any other."""
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError):
+    tree = parse_program(source)
+    if tree is None:
         return None
     if not tree.body or _binds_answer(tree):
         return None
@@ -321,9 +540,8 @@ def equation_imports(source: str) -> str | None:
     (`finmbs.verify.algebra`: symbols, Eq, solve ...) it calls and never binds; None when it does not parse
     or needs none. Offered equations, the 1.5B often writes `x = symbols('x')` ... `solve(...)` and no
     import, a NameError: the names can only mean the subset's, and nothing else is changed."""
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError):
+    tree = parse_program(source)
+    if tree is None:
         return None
     bound: set[str] = set()
     for node in ast.walk(tree):
@@ -346,11 +564,7 @@ def _binds_answer(node: ast.AST) -> bool:
 
 
 def _parses(source: str) -> bool:
-    try:
-        ast.parse(source)
-    except (SyntaxError, ValueError):
-        return False
-    return True
+    return parse_program(source) is not None
 
 
 def _tokens(source: str) -> list[tokenize.TokenInfo]:

@@ -4,13 +4,18 @@ Started by `finmbs.verify.program.run_program` (never by hand), one process per 
 the request ({"source", "passage", "functions", "limits"}) from stdin and pays every import; then two
 layers close it in, each meant to hold alone (the threat model: docs/programs.md).
 
-The OS layer (`confine`, before anything is compiled): new mount and network namespaces (a user
-namespace too when the parent is not root) with every mount read-only, no-exec, no-suid; the worker
-drops from root to `nobody` with no supplementary groups (so RLIMIT_NPROC binds and no file of
-another user can be touched), sets no_new_privs and clears its capabilities; then the limits:
-memory (RLIMIT_AS), CPU seconds (RLIMIT_CPU), no new file descriptors (RLIMIT_NOFILE 0: no file,
-socket or pipe can be opened), no file writes (RLIMIT_FSIZE 0), no processes (RLIMIT_NPROC 0). What
-the machine does not allow is reported back in `layers`, never silently assumed.
+The OS layer (`confine`, before anything is compiled): new user, mount, network, IPC, UTS and PID
+namespaces. The worker forks twice: the first child is the PID namespace's init (a guard that waits,
+never runs the program, and dies with the worker: when it dies the kernel kills everything in the
+namespace, so a program that clears its own parent-death signal dies anyway), which makes every mount
+read-only, no-exec, no-suid, mounts a /proc that shows the namespace alone and names the host
+"sandbox"; the second child runs the program. From root it drops to a uid no other process has
+(`OWN_UID_BASE` + the worker's pid) in a user namespace of its own, so it can signal, trace, re-limit
+or reach the /proc root of no process outside itself; it joins a new session keyring, sets
+no_new_privs and clears its capabilities; then the limits: memory (RLIMIT_AS), CPU seconds
+(RLIMIT_CPU), no new file descriptors (RLIMIT_NOFILE 0: no file, socket or pipe can be opened), no
+file writes (RLIMIT_FSIZE 0), no processes (RLIMIT_NPROC 0). What the machine does not allow is
+reported back in `layers`, never silently assumed.
 
 The language layer: the program is compiled by RestrictedPython (no names or attributes starting
 with "_", no `exec`/`eval`/`open`), runs with a small set of builtins, and `import` hands it a
@@ -23,21 +28,24 @@ buffer. The parent's wall-clock limit kills this process group whatever it does.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import ctypes
 import datetime
 import decimal
 import fractions
 import json
+import keyword
 import math
 import os
+import platform
 import resource
+import select
 import signal
 import statistics
 import sys
-from collections.abc import Iterator
-from decimal import Decimal
+from collections.abc import Callable, Iterator
 from types import CodeType, FrameType, MappingProxyType, ModuleType, TracebackType
-from typing import Any
+from typing import Any, NoReturn
 
 from RestrictedPython import compile_restricted, safe_builtins
 from RestrictedPython.Guards import (
@@ -50,9 +58,9 @@ from RestrictedPython.PrintCollector import PrintCollector
 
 from finmbs.errors import FinmbsError
 from finmbs.verify import algebra
+from finmbs.verify.program import START
 from finmbs.verify.quotes import check_quote, exact
 
-NOBODY = 65534  # the uid and gid a root parent's worker drops to (Debian's nobody / nogroup)
 # objects that lead out of the program's world: never handed over by item access or iteration
 UNREACHABLE = (ModuleType, FrameType, CodeType, TracebackType)
 EXTRA_BUILTINS = (
@@ -196,23 +204,20 @@ def _printer(limit: int) -> type:
     return CappedPrint
 
 
-def answer_text(value: Any) -> str | None:
-    """The answer as text for the domain comparer: integers plain, floats to 12 significant digits
-    (0.1 + 0.2 is 0.3), exact fractions as a decimal when finite else p/q; None when not a number."""
-    number = exact(value)
-    if number is None:
+ANSWER_BITS = 4096  # a number whose numerator or denominator is longer is no answer a problem states
+
+
+def number(value: Any) -> dict[str, Any] | None:
+    """`value` as the exact rational the parent formats (`program.answer_text`), so that nothing the
+    program set (a decimal context, say) decides how its result is read; None when not a finite number.
+    `kind`: int, float or exact (a Fraction or a Decimal), for the parent's reading."""
+    exact_value = exact(value)
+    if exact_value is None:
         return None
-    if number.denominator == 1:
-        return str(number.numerator)
-    if isinstance(value, float):
-        return format(value, ".12g")
-    den = number.denominator
-    for p in (2, 5):
-        while den % p == 0:
-            den //= p
-    if den == 1:  # a finite decimal
-        return format(Decimal(number.numerator) / Decimal(number.denominator), "f")
-    return f"{number.numerator}/{number.denominator}"
+    if max(exact_value.numerator.bit_length(), exact_value.denominator.bit_length()) > ANSWER_BITS:
+        raise ProgramError(f"the number has over {ANSWER_BITS} bits")
+    kind = "int" if isinstance(value, int) else "float" if isinstance(value, float) else "exact"
+    return {"numerator": exact_value.numerator, "denominator": exact_value.denominator, "kind": kind}
 
 
 def restricted_globals(functions: dict[str, Any], quote: Any, limit: int) -> dict[str, Any]:
@@ -242,8 +247,9 @@ def plain_globals(functions: dict[str, Any], quote: Any, limit: int) -> dict[str
     return {"__builtins__": builtins, "__name__": "program", "quote": quote, **functions}
 
 
-def run(request: dict[str, Any]) -> dict[str, Any]:
-    """Compile and run the program (and its helper functions' programs) under the restrictions."""
+def run(request: dict[str, Any], started: Callable[[], None]) -> dict[str, Any]:
+    """Compile and run the program (and its helper functions' programs) under the restrictions; `started`
+    is called as the program's own code begins (the parent's clock for its time limit)."""
     limits = request["limits"]
     passage, quotes, failed = request.get("passage"), [], []
     restricted = request.get("restricted", True) is not False
@@ -253,7 +259,7 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
         if why := check_quote(text, value, passage):
             failed.append(why)
             raise ProgramError(why)
-        quotes.append({"text": text, "value": answer_text(value)})
+        quotes.append({"text": text, "number": number(value)})
         return value
 
     def compiled(source: str, name: str) -> Any:
@@ -264,6 +270,8 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
     def as_function(name: str, spec: Any) -> Any:
         """child_k(): runs child k's program (a source, or {"source", "functions"}: its own children's) and
         returns its answer."""
+        if not name.isidentifier() or name.startswith("_") or keyword.iskeyword(name):
+            raise SyntaxError(f"function name {name!r} is not allowed (an identifier not starting with '_')")
         source, below = (spec, {}) if isinstance(spec, str) else (spec["source"], spec.get("functions") or {})
         code, own = compiled(source, name), functions_of(below)
 
@@ -286,71 +294,134 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
         said = exc.args[0] if exc.args else exc
         said = "; ".join(map(str, said)) if isinstance(said, (tuple, list)) else str(said)
         return {"ok": False, "error": f"forbidden or invalid code: {said}"[:500]}
+    except (MemoryError, RecursionError):  # the parser's or the compiler's stack: nested too deep
+        return {"ok": False, "error": "the program is nested too deeply to compile"}
     namespace = scope(helpers, quote, limits["output_chars"])
     _close_in(limits)
+    started()
     try:
         exec(code, namespace)  # noqa: S102  (restricted code, inside the limits)
+        if failed:  # a failed quote the program caught still fails it
+            return {"ok": False, "error": failed[0], "quotes": quotes}
+        if "answer" not in namespace:
+            return {"ok": False, "error": "the program did not bind answer", "quotes": quotes}
+        value = namespace["answer"]
+        answer = number(value)
     except MemoryError:
         return {"ok": False, "error": "memory limit exceeded", "quotes": quotes}
     except RecursionError:
         return {"ok": False, "error": "recursion too deep", "quotes": quotes}
     except BaseException as exc:  # whatever the program raises is its failure, never the worker's
         return {"ok": False, "error": f"raised {type(exc).__name__}: {exc}"[:500], "quotes": quotes}
-    if failed:  # a failed quote the program caught still fails it
-        return {"ok": False, "error": failed[0], "quotes": quotes}
-    if "answer" not in namespace:
-        return {"ok": False, "error": "the program did not bind answer", "quotes": quotes}
-    value = namespace["answer"]
-    text = answer_text(value)
-    if text is None:
+    if answer is None:
         return {
             "ok": False,
             "error": f"answer is not a finite number: {type(value).__name__} {str(value)[:60]!r}",
             "quotes": quotes,
         }
-    output = namespace["_print"]() if "_print" in namespace else ""
-    return {
-        "ok": True,
-        "answer": text,
-        "value": float(value) if not isinstance(value, int) else value,
-        "quotes": quotes,
-        "output": output,
-    }
+    output = namespace["_print"]() if restricted and "_print" in namespace else ""  # RestrictedPython's collector
+    return {"ok": True, "number": answer, "quotes": quotes, "output": output if isinstance(output, str) else ""}
 
 
 CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWNET = 0x00020000, 0x10000000, 0x40000000
+CLONE_NEWIPC, CLONE_NEWUTS, CLONE_NEWPID = 0x08000000, 0x04000000, 0x20000000
 MS_REC, MS_PRIVATE = 0x4000, 0x40000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 0x1, 0x2, 0x4, 0x8
 MOUNT_ATTR_LOCKDOWN = 0x1 | 0x2 | 0x4 | 0x8  # read-only, no setuid, no devices, no exec
 AT_FDCWD, AT_RECURSIVE, SYS_MOUNT_SETATTR = -100, 0x8000, 442  # x86_64 and aarch64 share 442
-PR_SET_NO_NEW_PRIVS = 38
+PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
+SYS_KEYCTL = {"x86_64": 250, "aarch64": 219}.get(platform.machine())
+KEYCTL_JOIN_SESSION_KEYRING = 1
+# a root parent's worker runs the program as OWN_UID_BASE + the worker's pid: a pid belongs to one live
+# process, so the uid to one worker (systemd's UIDS-GIDS.md leaves 0x70000000-0x7FFFFFFF unused)
+OWN_UID_BASE = 0x70000000
+HOSTNAME = b"sandbox"  # the host name a program sees (its own UTS namespace)
 
 
 class _MountAttr(ctypes.Structure):
     _fields_ = [(name, ctypes.c_uint64) for name in ("attr_set", "attr_clr", "propagation", "userns_fd")]
 
 
-def confine() -> dict[str, bool]:
-    """The OS layer, as far as this machine allows, before the program is compiled; which parts hold:
-    `namespaces` (mount + network, and user when not root: no network at all), `read_only` (every mount
-    read-only, no-exec, no-suid in this worker's view), `unprivileged` (not root: a root parent's worker
-    is nobody with no groups and no capabilities, so RLIMIT_NPROC binds and other users' files and
-    processes are out of reach)."""
+def confine(reply: int) -> dict[str, bool]:
+    """The OS layer, as far as this machine allows, before the program is compiled. Returns in the process
+    that runs the program (the worker and the namespace's init wait for it and end as it ended; they close
+    their copies of `reply`, so the parent's end reads EOF when the program's process is gone), with which
+    parts hold: `namespaces` (user, mount, network, IPC, UTS and PID, a /proc of its own, the host name
+    hidden), `read_only` (every mount read-only, no-exec, no-suid in this view), `unprivileged` (not root,
+    no groups, no capabilities) and `own_uid` (from root: a uid no other process has)."""
     libc = ctypes.CDLL(None, use_errno=True)
     root = os.geteuid() == 0
-    layers = {"namespaces": libc.unshare(CLONE_NEWNS | CLONE_NEWNET | (0 if root else CLONE_NEWUSER)) == 0}
-    layers["read_only"] = layers["namespaces"] and _read_only(libc)
+    own_uid = OWN_UID_BASE + os.getpid()
+    spaces = CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWPID
+    if libc.unshare(spaces | (0 if root else CLONE_NEWUSER)) != 0:  # no namespaces here: one process, no view
+        return {"namespaces": False, "read_only": False} | _drop_privileges(libc, root, own_uid)
+    _supervise(reply)  # from here: the PID namespace's init, a guard that never runs the program
+    read_only = _read_only(libc)
+    proc = libc.mount(b"proc", b"/proc", b"proc", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, None) == 0
+    named = libc.sethostname(HOSTNAME, len(HOSTNAME)) == 0
+    _supervise(reply)  # from here: the program's process, pid 2 of the namespace
+    layers = _drop_privileges(libc, root, own_uid)
+    return {"namespaces": proc and named and layers.pop("own_user_namespace"), "read_only": read_only} | layers
+
+
+def _supervise(reply: int) -> None:
+    """Fork. The child returns (killed when this process dies, even before it could say so); this process
+    waits for it and ends as it did, never returning. A lifeline pipe closes the race of a parent that dies
+    before the child has set its parent-death signal."""
+    lifeline, alive = os.pipe()
+    child = os.fork()
+    if child == 0:
+        os.close(alive)
+        _die_with_parent()
+        if select.select([lifeline], [], [], 0)[0]:  # EOF: the parent is gone already
+            os._exit(1)
+        os.close(lifeline)
+        return
+    os.close(lifeline)
+    os.close(reply)  # the parent reads EOF when the program's process ends
+    _, status = os.waitpid(child, 0)
+    _end_as(status)
+
+
+def _end_as(status: int) -> NoReturn:
+    """End as the child with `status` ended: its exit code, or the signal that killed it (raised again here,
+    so the parent reads it as the worker's; a PID namespace's init cannot be killed by its own signal, so
+    it passes 128 + n up instead)."""
+    code = os.waitstatus_to_exitcode(status)
+    sig = -code if code < 0 else code - 128 if code > 128 else 0
+    if sig and os.getpid() != 1:
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # SIGXCPU's default action dumps core
+        with contextlib.suppress(OSError, ValueError):  # SIGKILL's action cannot be set; it needs none
+            signal.signal(sig, signal.SIG_DFL)
+        os.kill(os.getpid(), sig)
+    os._exit(128 + sig if sig else code)
+
+
+def _drop_privileges(libc: ctypes.CDLL, root: bool, own_uid: int) -> dict[str, bool]:
+    """From root: no groups and `own_uid` (the kernel clears root's capabilities with it), then a user
+    namespace of its own where that uid maps to nothing (the program sees itself as nobody and can take no
+    other id). Then a new session keyring (the one inherited is the parent's), no capabilities,
+    no_new_privs, and the parent-death signal again (a change of user clears it)."""
+    dropped = False
     if root:
         try:
             os.setgroups([])
-            os.setresgid(NOBODY, NOBODY, NOBODY)
-            os.setresuid(NOBODY, NOBODY, NOBODY)  # the kernel clears root's capabilities with it
+            os.setresgid(own_uid, own_uid, own_uid)
+            os.setresuid(own_uid, own_uid, own_uid)
+            dropped = True
         except OSError:
             pass
+    own_namespace = not root or (dropped and libc.unshare(CLONE_NEWUSER) == 0)  # not root: made with the rest
+    if SYS_KEYCTL is not None:
+        libc.syscall(SYS_KEYCTL, KEYCTL_JOIN_SESSION_KEYRING, None)
     _drop_capabilities(libc)
     libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
-    _die_with_parent()  # a change of user clears the parent-death signal
-    layers["unprivileged"] = os.geteuid() != 0 and os.getegid() != 0 and not os.getgroups()
-    return layers
+    _die_with_parent()
+    return {
+        "unprivileged": os.geteuid() != 0 and os.getegid() != 0 and not os.getgroups(),
+        "own_uid": dropped,
+        "own_user_namespace": own_namespace,
+    }
 
 
 def _read_only(libc: ctypes.CDLL) -> bool:
@@ -400,17 +471,23 @@ def _close_in(limits: dict[str, Any]) -> None:
     sys.setrecursionlimit(200)
 
 
+def _write(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
 def main() -> None:
     _die_with_parent()
-    replies = os.fdopen(os.dup(1), "w", encoding="utf-8")
+    reply = os.dup(1)
     os.dup2(2, 1)  # nothing the program or a library prints can corrupt the reply
     request = json.loads(sys.stdin.read())
-    layers = confine() if request.get("confine", True) is not False else {}
-    result = run(request)
+    layers = confine(reply) if request.get("confine", True) is not False else {}
+    result = run(request, lambda: _write(reply, START))
     ran = {"limits": all(LIMITS_SET)} if LIMITS_SET else {}  # a program that did not compile set none
     result["layers"] = layers | ran
-    replies.write(json.dumps(result, default=str))
-    replies.flush()
+    _write(reply, json.dumps(result, default=str).encode())
+    os._exit(0)  # all is written: no interpreter shutdown for the parent to wait on
 
 
 if __name__ == "__main__":
