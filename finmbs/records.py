@@ -355,6 +355,10 @@ class RunMetrics(Record):
     seeds_converted: int = 0
     novelty_rejected: int = 0  # synthetic problems restating their seed, source or a sibling
     not_well_posed: int = 0  # math problems quality control rejected (a quantity the question never states)
+    # of novelty_rejected: the synthetic roots the final novelty guard rejected (read from rejected.jsonl's
+    # data.root); the rest are leaf variants and other nodes. The report's funnel divides each final gate's
+    # rejections by the roots that reached that gate (novelty first, then quality control)
+    novelty_rejected_roots: int = 0
     reground_unverified: int = 0  # re-grounded problems with no verified teacher trace
     reground_too_easy: int = 0  # re-grounded problems failing their stage's weakest-student screen
     program_rejected: int = 0  # verify.programs: candidates rejected by the program check (failed, disagreed)

@@ -64,6 +64,7 @@ ZERO = {
     "leaks_by_question": 0,
     "leaks_by_solution": 0,
     "not_well_posed": 0,
+    "novelty_rejected_roots": 0,
     "reground_unverified": 0,
     "reground_too_easy": 0,
     "other_descendants": 0,
@@ -271,6 +272,7 @@ async def test_direct_restating_the_seed_is_rejected(tmp_path, openai_server):
         4,
     ) and "target" not in metrics.usage  # never calibrated
     assert metrics.root_candidates == metrics.gated_roots == 4  # each copy is a candidate the rates count
+    assert metrics.novelty_rejected_roots == 4  # all four at the final guard (the funnel's first gate)
     rejection, *_ = [r for r in read_jsonl(tmp_path / "direct" / "rejected.jsonl") if r["stage"] == "novelty"]
     assert rejection["problem"]["question"] == "Now, Compute (2 + 3) * (4 + 1)."
     assert rejection["reason"] == "restates its seed a: same answer '25', text similarity 1.00 >= 0.85"

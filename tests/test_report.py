@@ -307,3 +307,39 @@ def test_report_shows_what_re_grounding_excluded(tmp_path):
     assert "apple_2023_10k" in section and "Apple Inc." in section and "320193" in section
     assert "held out (0000320193)" in section and "document of seed bf-1" in section
     assert "named no indexed document: FinanceBench filings" in section
+
+
+def test_funnel_rates_are_over_what_reached_each_step():
+    """Issue 63: "novelty rejected 8 - 200.0% of candidates" divided by the calibrated roots, which exclude
+    what novelty rejected. Each final gate's rejections are over the roots that reached it; a count drawn
+    from no known whole (novelty over every node, answer leaks) gets no rate."""
+    from finmbs.report.view import funnel_rows
+
+    m = {
+        "seeds_in": 2,
+        "seeds_done": 2,
+        "descendants": 4,
+        "gated_roots": 10,  # 8 by the novelty guard, 2 by quality control
+        "root_candidates": 14,
+        "novelty_rejected": 11,  # 3 of them leaf variants
+        "novelty_rejected_roots": 8,
+        "goldilocks": 2,
+        "qualified": 1,
+        "answer_leaks": 5,
+        "seeds_too_easy": 1,
+    }
+    rows = {s.key: s for s in funnel_rows(m)}
+    assert rows["root_candidates"].count == 14
+    assert rows["novelty_rejected_roots"].rate == "57.1% of roots at the final gates"  # 8 / 14
+    assert rows["quality_rejected_roots"].count == 2
+    assert rows["quality_rejected_roots"].rate == "33.3% of roots past the novelty guard"  # 2 / 6
+    assert rows["descendants"].rate == "28.6% of roots at the final gates"  # 4 / 14
+    assert rows["qualified"].rate == "25.0% of candidates"  # 1 / 4 calibrated
+    assert rows["novelty_rejected"].rate == "" and rows["answer_leaks"].rate == ""
+    assert rows["seeds_too_easy"].rate == "50.0% of seeds"
+    assert all(s.width <= 100 for s in rows.values())
+    # a metrics.json written before novelty_rejected_roots: the gated roots as one row, over the candidates
+    del m["novelty_rejected_roots"], m["root_candidates"]
+    rows = {s.key: s for s in funnel_rows(m)}
+    assert "novelty_rejected_roots" not in rows and "quality_rejected_roots" not in rows
+    assert rows["gated_roots"].rate == "71.4% of roots at the final gates"  # 10 / 14

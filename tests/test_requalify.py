@@ -324,3 +324,32 @@ def test_training_rows_read_back_with_their_excerpt_and_band():
     row["reward_model"]["ground_truth"] = " "
     with pytest.raises(ValueError, match="missing answer"):
         from_training_row(row)
+
+
+def test_calibration_entries_carry_the_date_of_their_calibration(server, pool, tmp_path):
+    """The pool's own calibration enters the history dated when it was measured: when its seed finished
+    (the run's done marker: the time it holds, or an older empty marker's modification time), not when
+    requalify ran; a seed with no marker falls back to the time of entry."""
+    done = pool / "done"
+    done.mkdir()
+    (done / "a").write_text("2026-03-01T10:00:00+00:00\n")
+    (done / "b").write_text("")
+    os.utime(done / "b", (1767225600, 1767225600))  # 2026-01-01T00:00:00Z
+    assert invoke("requalify", str(pool), *settings(server, tmp_path)).exit_code == 0
+    dates = {
+        e.problem_id.split(".")[0]: e.date
+        for e in read_history(pool / "requalify" / HISTORY)
+        if e.source == "calibrate"
+    }
+    assert dates["a"] == "2026-03-01T10:00:00+00:00" and dates["b"] == "2026-01-01T00:00:00+00:00"
+    assert dates["c"] > "2026-03-02"  # no marker: entered now
+    assert all(e.date > "2026-03-02" for e in requalify_entries(pool / "requalify"))  # measured now
+
+
+def test_a_finished_seed_marker_holds_its_time(tmp_path):
+    from finmbs.runs.folder import RunDir
+
+    run = RunDir(tmp_path / "run")
+    assert run.done_at("s") is None
+    run.mark_done("s")
+    assert run.is_done("s") and run.done_at("s") == (tmp_path / "run" / "done" / "s").read_text().strip()

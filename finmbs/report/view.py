@@ -166,7 +166,10 @@ def metrics_rows(m: dict[str, Any]) -> list[tuple[str, str, str]]:
     ]
 
 
-# (key, label, the key it is a share of); seeds first, then candidates, as the paper's table 8 reads.
+# (key, label, base): seeds first, then candidates, as the paper's table 8 reads; each count's rate is over
+# its base, what reached that step (None: the step is its own whole).
+# The final gates a synthetic root passes in order: the novelty guard, quality control (math), calibration;
+# each one's rejections are over the roots that reached it, so no rate can pass 100%.
 FUNNEL = [
     ("seeds_in", "seeds in", None),
     ("seeds_with_trace", "seeds with a verified trace", "seeds_in"),
@@ -174,49 +177,85 @@ FUNNEL = [
     ("seeds_converted", "seeds converted (a qualified descendant)", "seeds_done"),
     ("decompositions_attempted", "decompositions attempted", None),
     ("decompositions_effective", "effective decompositions", "decompositions_attempted"),
-    ("descendants", "synthetic candidates", None),
+    ("root_candidates", "synthetic roots at the final gates", None),
+    ("novelty_rejected_roots", "rejected by the novelty guard", "root_candidates"),
+    ("quality_rejected_roots", "rejected by quality control", "past_novelty"),
+    ("descendants", "synthetic candidates (calibrated)", "root_candidates"),
     ("goldilocks", "Goldilocks", "descendants"),
     ("qualified", "qualified (Goldilocks and in budget)", "descendants"),
 ]
+# the gate rows need novelty_rejected_roots (metrics.json of a run before it: gated_roots as one row)
+GATE_ROWS = ("novelty_rejected_roots", "quality_rejected_roots")
+OLD_GATE_ROW = ("gated_roots", "rejected by novelty or quality control", "root_candidates")
 
 
 BASES = {
     "seeds_in": "seeds",
     "seeds_done": "finished seeds",
     "decompositions_attempted": "attempted",
+    "root_candidates": "roots at the final gates",
+    "past_novelty": "roots past the novelty guard",
     "descendants": "candidates",
+    "too_easy_roots": "their calibrated roots",
+}
+# other counts of metrics.json with a known base; a count with none (answer leaks, novelty over every node,
+# program rejections...) is shown without a rate rather than over a whole it is not drawn from
+EXTRA_BASES = {
+    "too_easy_roots": "descendants",
+    "too_easy_qualified": "too_easy_roots",
+    "gated_roots": "root_candidates",
+    "screen_goldilocks": "descendants",
+    "new_structure": "qualified",
 }
 _NOT_A_COUNT = re.compile(r"token|cost|usd|time|rate|_s$|bytes")  # numbers that are no step of the funnel
 
 
-def funnel_rows(m: dict[str, Any]) -> list[FunnelStep]:
-    """From seeds to qualified: each count, its share of the step it is drawn from, and a bar scaled to that
-    step; other numeric counts of metrics.json follow, scaled to the seeds (seeds_*) or the candidates."""
+def funnel_counts(m: dict[str, Any]) -> dict[str, int]:
+    """metrics.json's counts with the final gates' derived ones: the roots that reached them (root_candidates,
+    written by newer runs, else calibrated plus gated), those past the novelty guard, and those quality
+    control rejected (the gated roots the novelty guard did not)."""
     get = lambda key: m.get(key, 0) or 0  # noqa: E731
+    counts = {k: v for k, v in m.items() if _number(v)}
+    candidates = m.get("root_candidates") or get("descendants") + get("gated_roots")
+    novelty = get("novelty_rejected_roots")
+    counts.update(
+        root_candidates=candidates,
+        past_novelty=candidates - novelty,
+        quality_rejected_roots=max(0, get("gated_roots") - novelty),
+    )
+    return counts
+
+
+def _step(key: str, label: str, count: float, base: str | None, counts: dict[str, int]) -> FunnelStep:
+    whole = counts.get(base, 0) if base else count
+    return FunnelStep(
+        key,
+        label,
+        count,
+        f"{_pct(count, whole)} of {BASES.get(base, label_of(base))}" if base else "",
+        min(100.0, 100.0 * count / whole) if whole else 0.0,
+    )
+
+
+def funnel_rows(m: dict[str, Any]) -> list[FunnelStep]:
+    """From seeds to qualified: each count, its share of what reached that step, and a bar scaled to it;
+    other numeric counts of metrics.json follow, with a rate only where what they are drawn from is known
+    (seeds_* of the seeds in)."""
+    counts = funnel_counts(m)
+    split = "novelty_rejected_roots" in m  # runs before it: the gated roots as one row
     steps = []
     for key, label, base in FUNNEL:
-        whole = get(base) if base else get(key)
-        steps.append(
-            FunnelStep(
-                key,
-                label,
-                get(key),
-                f"{_pct(get(key), get(base))} of {BASES[base]}" if base else "",
-                100.0 * get(key) / whole if whole else 0.0,
-            )
-        )
+        if key in GATE_ROWS and not split:
+            if key == GATE_ROWS[0]:
+                key, label, base = OLD_GATE_ROW
+            else:
+                continue
+        steps.append(_step(key, label, counts.get(key, 0), base, counts))
+    shown = {s.key for s in steps}
     for key, label, _value in extra_metrics(m):
-        if isinstance(m[key], int) and not _NOT_A_COUNT.search(key):
-            base = "seeds_in" if key.startswith("seeds_") else "descendants"
-            steps.append(
-                FunnelStep(
-                    key,
-                    label,
-                    m[key],
-                    f"{_pct(m[key], get(base))} of {BASES[base]}",
-                    min(100.0, 100.0 * m[key] / get(base)) if get(base) else 0.0,
-                )
-            )
+        if isinstance(m[key], int) and not _NOT_A_COUNT.search(key) and key not in shown:
+            base = "seeds_in" if key.startswith("seeds_") else EXTRA_BASES.get(key)
+            steps.append(_step(key, label, m[key], base, counts))
     return steps
 
 

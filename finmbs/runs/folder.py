@@ -12,7 +12,7 @@
       usage.jsonl          per-process LLM usage snapshots, written as calls are paid for (budget and totals
                            of every run on this folder, killed ones included)
       config_changes.jsonl what a rerun with --allow-config-change changed
-      done/SEED_ID         marker: the seed is finished; a resumed run skips it
+      done/SEED_ID         marker: the seed is finished (holds when, UTC); a resumed run skips it
       .lock                held (flock) by the one process writing the folder; names its pid and host
 
 SEED_ID in file names is `file_name(id)`: the id itself when it is a plain lower-case name, otherwise
@@ -32,6 +32,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -164,7 +165,24 @@ class RunDir:
         return (self.root / DONE / file_name(seed_id)).exists()
 
     def mark_done(self, seed_id: str) -> None:
-        atomic_write_text(self.root / DONE / file_name(seed_id), "")
+        """The seed is finished: its marker holds the time (ISO 8601, UTC), the date of the seed's calibration
+        that `finmbs requalify` enters in a pool's history."""
+        stamp = datetime.now(UTC).isoformat(timespec="seconds")
+        atomic_write_text(self.root / DONE / file_name(seed_id), stamp + "\n")
+
+    def done_at(self, seed_id: str) -> str | None:
+        """When the seed finished (ISO 8601, UTC): its marker's time, or for a marker written before it held
+        one (empty) the marker's modification time; None when the seed is not finished."""
+        marker = self.root / DONE / file_name(seed_id)
+        try:
+            text = marker.read_text(encoding="utf-8").strip()
+            if text:
+                return datetime.fromisoformat(text).isoformat(timespec="seconds")
+            return datetime.fromtimestamp(marker.stat().st_mtime, UTC).isoformat(timespec="seconds")
+        except FileNotFoundError:
+            return None
+        except ValueError:  # not a time: the marker's modification time
+            return datetime.fromtimestamp(marker.stat().st_mtime, UTC).isoformat(timespec="seconds")
 
     # the one writer ----------------------------------------------------------------------------
     def lock(self) -> None:

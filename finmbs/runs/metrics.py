@@ -9,6 +9,7 @@ from collections import defaultdict
 from finmbs.config import RunConfig
 from finmbs.mbs.context import TARGET_ROLE, Ledger
 from finmbs.mbs.outcome import is_root
+from finmbs.mbs.stages import Stage
 from finmbs.records import DecompositionTree, Problem, Rejection, RunMetrics, SeedCounts, SeedTrees, TreeNode
 from finmbs.runs.folder import REJECTED, RunDir
 from finmbs.runs.load import read_json, read_records
@@ -129,4 +130,17 @@ def collect_metrics(
         counts.add(trees.counts or replayed_counts(trees, older[seed.id] if older else []))
     for name, value in counts:
         setattr(metrics, name, value)
+    metrics.novelty_rejected_roots = novelty_roots(run, seeds)
     return metrics
+
+
+def novelty_roots(run: RunDir, seeds: list[Problem]) -> int:
+    """The synthetic roots of the finished seeds that the final novelty guard rejected: rejected.jsonl rows
+    (one per problem, its first rejection) of stage novelty marked `data.root`. The funnel's rates over
+    what reached each final gate need them apart from the leaf variants novelty rejects earlier."""
+    done = {s.id for s in seeds if run.is_done(s.id)}
+    rows = read_records(run.path(REJECTED), Rejection) if done else []
+    return sum(
+        r.stage == Stage.NOVELTY and bool(r.data.get("root")) and (r.problem.provenance.seed_id or r.problem.id) in done
+        for r in rows
+    )

@@ -8,7 +8,8 @@ Goldilocks + in-budget screen as final calibration (`mbs.calibrate.calibrate_wor
 prompt), against the policy it is given, and writes beside the pool:
 
     OUT/history.jsonl          PassRate entries, appended and never rewritten: per problem and policy, N, k,
-                               in-budget, L, date (the pool's own calibration is entered first, source calibrate)
+                               in-budget, L, date (the pool's own calibration is entered first, source calibrate, dated
+                               when it was measured: in a run folder, when its seed finished)
     OUT/pool.jsonl             the pool's problems as last read (the report groups the history by them)
     OUT/seeds.jsonl            the seeds they descend from, where the pool names them
     OUT/POLICY/qualified.jsonl the refreshed pool: problems in the band for the policy (Goldilocks and in-budget)
@@ -193,9 +194,15 @@ def entry(
     )
 
 
-def calibration_entries(problems: Iterable[Problem], history: list[PassRate], date: str) -> list[PassRate]:
-    """The pool's own calibration (meta["difficulty"]) as history entries (source calibrate, dated when entered),
-    for the problems not yet entered with it: the first point every drift is measured from."""
+def calibration_entries(
+    problems: Iterable[Problem],
+    history: list[PassRate],
+    date: str,
+    dated: Callable[[Problem], str | None] | None = None,
+) -> list[PassRate]:
+    """The pool's own calibration (meta["difficulty"]) as history entries (source calibrate), for the problems
+    not yet entered with it: the first point every drift is measured from. Each is dated when it was measured,
+    `dated(problem)` (a run folder: when its seed finished, `calibration_dates`), else `date` (when entered)."""
     entered = {(e.problem_id, session_key(e)) for e in history}
     found = []
     for problem in problems:
@@ -203,10 +210,19 @@ def calibration_entries(problems: Iterable[Problem], history: list[PassRate], da
             report = DifficultyReport.model_validate(problem.meta.get("difficulty"))
         except ValidationError:
             continue  # never calibrated (a seed), or a report this pool does not hold whole
-        row = entry(problem.id, report, date, source="calibrate")
+        row = entry(problem.id, report, (dated(problem) if dated else None) or date, source="calibrate")
         if (problem.id, session_key(row)) not in entered:
             found.append(row)
     return found
+
+
+def calibration_dates(pool: Pool) -> Callable[[Problem], str | None] | None:
+    """When each problem of a run folder's pool was calibrated: its seed's finish time (done/SEED, written
+    right after the seed's final calibration); None for a pool that is no run folder (no record of when)."""
+    if pool.kind != "run":
+        return None
+    run = RunDir(pool.source)
+    return lambda problem: run.done_at(seed_of(problem))
 
 
 # the refresh ------------------------------------------------------------------------------------------
@@ -356,7 +372,7 @@ async def requalify(
         history_path = folder.path(HISTORY)
         history = read_history(history_path)
         log = HistoryLog(history_path)
-        log.append(calibration_entries(pool.problems, history, date=now()))
+        log.append(calibration_entries(pool.problems, history, date=now(), dated=calibration_dates(pool)))
         write_jsonl(folder.path(POOL), pool.problems)
         write_jsonl(folder.path(SEEDS), pool.seeds)
         key = session_key(
