@@ -46,7 +46,8 @@ from bench_ingest import MODEL, measure, resumable
 
 from finmbs.config import IndexSettings
 from finmbs.ingest import open_index
-from finmbs.ingest.query import company_key
+from finmbs.ingest.query import LEGAL_FORMS, company_key
+from finmbs.ingest.statements import STATEMENT_WORDS, TITLES
 from finmbs.ingest.store import ClientStore, EdgeStore, Where, point_id
 
 DATA = (
@@ -133,6 +134,35 @@ def halves(evaluated: list[dict]) -> dict[str, list[dict]]:
     }
 
 
+def statement_evidence(question: dict) -> bool:
+    """Whether the question's evidence is a primary statement page: a statement title (`statements.TITLES`) on
+    a heading line among the first lines of its evidence text (the gold page, not what finmbs retrieved)."""
+    lines = [line for e in question["evidence"] for line in e.get("evidence_text", "").splitlines()[:12]]
+    return any(len(line.split()) <= 16 and pattern.search(line) for line in lines for _, pattern in TITLES)
+
+
+def names_statement(question: dict) -> bool:
+    """Whether the question names a statement in words ("balance sheet", "P&L", "cash flow statement")."""
+    return any(pattern.search(question["question"]) for _, pattern in STATEMENT_WORDS)
+
+
+def everyday_name(question: dict) -> bool:
+    """Whether the question names its company otherwise than by a word of its name ("JnJ", "AMEX", "MMM"):
+    no word of two characters or more of the company's name, legal forms aside, is in the question."""
+    words = [w for w in re.findall(r"[a-z0-9]{2,}", question["company"].lower()) if w not in LEGAL_FORMS]
+    asked = question["question"].lower()
+    return not any(re.search(rf"\b{re.escape(w)}", asked) for w in words)
+
+
+def subsets(evaluated: list[dict]) -> dict[str, list[dict]]:
+    """The issue-62 subsets: evidence on a statement page, a statement named, an everyday company name."""
+    return {
+        "statement evidence": [q for q in evaluated if statement_evidence(q)],
+        "names a statement": [q for q in evaluated if names_statement(q)],
+        "everyday name": [q for q in evaluated if everyday_name(q)],
+    }
+
+
 def _pct(values: list[float], q: float) -> float:
     values = sorted(values)
     return values[min(len(values) - 1, int(q * len(values)))] if values else float("nan")
@@ -146,6 +176,10 @@ def quality(args: argparse.Namespace) -> None:
         qs = [q for q in qs if held_out(q["company"]) == wanted]
         used = {e["doc_name"] for q in qs for e in q["evidence"]}
     pdfs = sorted((p for p in (DATA / "pdfs").glob("*.pdf") if p.stem in used), key=lambda p: p.stat().st_size)
+    if args.subset:  # only the PDFs (and questions) of the issue-62 subsets: statement evidence, everyday names
+        qs = [q for q in qs if any(q in members for members in subsets([q]).values())]
+        wanted = {e["doc_name"] for q in qs for e in q["evidence"]}
+        pdfs = [p for p in pdfs if p.stem in wanted]
     if args.max_docs:
         pdfs = pdfs[: args.max_docs]
     alias = {p.stem: p.stem for p in pdfs}  # FinanceBench name -> the name the indexes know it by
@@ -165,6 +199,7 @@ def quality(args: argparse.Namespace) -> None:
     mb = sum(f.stat().st_size for f in pdfs) / 2**20
     key = (
         f"{len(pdfs)} pdfs{'' if args.half == 'all' else ':' + args.half}{':anonymous' if args.anonymous else ''}"
+        f"{':subset' if args.subset else ''}"
         f":workers={args.workers}"
     )
     overlap_key = "" if args.overlap is None else f":overlap={args.overlap}"
@@ -328,7 +363,7 @@ def budgeted(evaluated: list[dict], returned: dict, budget: int, alias: dict[str
     """Each column's top 5 at an equal returned-text budget: characters returned (mean), the evidence page
     among the hits returned within `budget` characters, and one of them holding >= 60% of the evidence's
     figures; overall and per half of the companies (`held_out`). `alias`: a FinanceBench name -> its indexed name."""
-    groups = {"all": evaluated, **halves(evaluated)}
+    groups = {"all": evaluated, **halves(evaluated), **subsets(evaluated)}
     print(f"top 5 at an equal budget of {budget} characters returned (evidence page hit / evidence text hit):")
     print(f"  {'column':34s} {'chars returned (top 5, mean)':>28s} " + " ".join(f"{h:>24s}" for h in groups))
     for column, by_question in returned.items():
@@ -565,6 +600,12 @@ def main() -> None:
         action="store_true",
         help="ingest copies under neutral file names with no manifest beside them (DIR-files): metadata only from "
         "the filings themselves, as for an unseen filing",
+    )
+    q.add_argument(
+        "--subset",
+        action="store_true",
+        help="only the questions of the issue-62 subsets (statement evidence, a statement named, an everyday "
+        "company name) and their PDFs",
     )
     q.add_argument(
         "--budget-chars",

@@ -518,6 +518,17 @@ class IndexSettings(Settings):
         default_factory=list,
         description="documents never re-grounded on (evaluation filings): doc ids, file names, companies or CIKs",
     )
+    statements: bool = Field(
+        True,
+        description="finmbs's (not in the paper): ingest recognises primary statement pages (balance sheet, income, "
+        "cash flows, equity) and reads their rows as line items; a question's statement and line-item words add "
+        "one candidate list per statement to the fusion (finmbs/ingest/statements.py)",
+    )
+    filing_aliases: bool = Field(
+        True,
+        description="finmbs's (not in the paper): a company is also recognised by the names its filing gives it: "
+        "the listing's ticker, defined short names (\"J&J\") and its legal name's initials (\"JnJ\")",
+    )
 
     def collection_options(self) -> dict[str, int]:
         """Sharding and replication for `create_collection` on a Qdrant server or cluster (unset: server default)."""
@@ -590,6 +601,8 @@ PAPER_VALUES: dict[str, Any] = {
     "index.embed": "full",  # every chunk embedded by MiniLM at ingest (cascade: static + BM25, MiniLM at query time)
     "index.context_tokens": 0,  # hits alone, without their enclosing table or section window (small-to-big)
     "index.context_scope": "section",  # (moot without a window) a window never crosses a section heading
+    "index.statements": False,  # statement pages and line items, one more fusion list per statement named
+    "index.filing_aliases": False,  # tickers, defined short names and initials read from the filing
 }
 PROFILES = ("finmbs", "paper")
 

@@ -28,6 +28,7 @@ from finmbs.ingest.query import (
     written_as_name,
     year_spans,
 )
+from finmbs.ingest.statements import StatementQuery, StatementRegion, chunk_tags, statement_query
 from finmbs.ingest.store import Also, Dense, Sparse, Store, Where, open_store, point_id, store_url
 from finmbs.records import Chunk, Document, Record
 
@@ -43,15 +44,21 @@ class Hit(Record):
     score: float
     document: Document
     context: Chunk | None = None  # small-to-big: the enclosing table or section window (exact document text)
+    statement: str | None = None  # the primary statement the chunk lies in (index.statements), e.g. balance_sheet
 
 
-def _chunk_payload(chunk: Chunk, document: Document) -> dict[str, Any]:
+def _chunk_payload(chunk: Chunk, document: Document, statements: Sequence[StatementRegion] = ()) -> dict[str, Any]:
     return {
         **chunk.model_dump(),
         "company_key": company_key(document.company),
         "doc_type_key": doc_type_key(document.doc_type),
         "periods": periods(document.period),
+        **chunk_tags(statements, chunk.char_start, chunk.char_end),
     }
+
+
+STATEMENTS = "statements"  # a document record's primary statements with their line items (statements.py)
+MAX_STATEMENT_LISTS = 3  # statements one query adds a candidate list for, at most
 
 
 @dataclass
@@ -65,6 +72,7 @@ class Search:
     terms: list[str]
     rerank: list[float] | None = None
     rerank_concepts: list[list[float]] = field(default_factory=list)
+    statements: StatementQuery | None = None  # index.statements: the statements and line items the query names
 
 
 class Hits(list):
@@ -132,6 +140,7 @@ class Index:
         self._tickers: dict[str, str] = {}
         self._names: dict[str, str] = {}  # company key -> the company's name as a document spells it
         self._aliases: dict[str, tuple[set[str], bool]] = {}
+        self._contested: dict[str, set[str]] = {}  # a name or symbol two companies claim -> their keys
         self._terms: set[str] | None = None
         self._texts: dict[str, str] = {}  # doc id -> its text (small-to-big windows)
         self._doc_chunks: dict[str, list[Chunk]] = {}
@@ -178,7 +187,7 @@ class Index:
         """(the layout the index's documents record, None for an empty index or one written before records
         named it; {label: documents} of what they record). One error when documents of two layouts are
         in it."""
-        rows = self.store.scroll(self.doc_col, Where(), exclude=("text", "summary", "entities", TERMS))
+        rows = self.store.scroll(self.doc_col, Where(), exclude=("text", "summary", "entities", TERMS, STATEMENTS))
         counts: dict[str, int] = {}
         for row in rows:
             label = row.get(EMBEDDING) or "not recorded (an older finmbs)"
@@ -277,10 +286,12 @@ class Index:
         chunk_texts: list[str],
         summary: str,
         batch_size: int = 64,
+        statements: Sequence[StatementRegion] = (),
     ) -> None:
         """Embed and write a document's chunks (dense + BM25 vectors of `chunk_texts`; cascade: the static
         embedder's vector only), then the document itself with its summary vector (its presence marks the
-        document complete)."""
+        document complete). `statements`: its primary statements; each chunk inside one is tagged with its
+        kind and line items, and the document record keeps them with their rows."""
         with self._held():
             layout = self.layout
             if layout != self.wanted:
@@ -307,7 +318,10 @@ class Index:
             dense: list[Dense] = [{FIRST: v} for v in vectors] if layout.embed == "cascade" else list(vectors)
             self.store.upsert(
                 self.chunk_col,
-                [(point_id(c.chunk_id), v, sv, _chunk_payload(c, document)) for c, v, sv in zip(chunks, dense, sparse)],
+                [
+                    (point_id(c.chunk_id), v, sv, _chunk_payload(c, document, statements))
+                    for c, v, sv in zip(chunks, dense, sparse)
+                ],
             )
             payload = {
                 **document.model_dump(),
@@ -316,6 +330,7 @@ class Index:
                 "doc_type_key": doc_type_key(document.doc_type),
                 "periods": periods(document.period),
                 TERMS: sorted({c.term for c in chunks if c.kind == "definition" and c.term}),
+                STATEMENTS: [region.model_dump() for region in statements],
                 EMBEDDING: layout.label,
                 "embed_mode": layout.embed,
                 "embed_model": layout.model,
@@ -347,7 +362,7 @@ class Index:
         """Documents whose payload matches `must` (e.g. source_path=...), without their text."""
         with self._held():
             rows = self.store.scroll(
-                self.doc_col, Where(must={k: v for k, v in must.items() if v is not None}), exclude=("text",)
+                self.doc_col, Where(must={k: v for k, v in must.items() if v is not None}), exclude=("text", STATEMENTS)
             )
         return [_document(row) for row in rows]
 
@@ -368,6 +383,12 @@ class Index:
                 raise KeyError(f"document '{doc_id}' is not in the index")
             self._texts[doc_id] = rows[0]["text"]
         return self._texts[doc_id]
+
+    def statements(self, doc_id: str) -> list[StatementRegion]:
+        """A document's primary statements with their line items (page, offsets), as ingest read them."""
+        with self._held():
+            rows = self.store.scroll(self.doc_col, Where(must={"doc_id": doc_id}), exclude=("text",))
+        return [StatementRegion.model_validate(r) for row in rows for r in row.get(STATEMENTS, [])]
 
     def chunks(self, doc_id: str) -> list[Chunk]:
         if doc_id not in self._doc_chunks:
@@ -390,10 +411,15 @@ class Index:
                     )
                     self._names.setdefault(key, doc.company)
                     spellings.setdefault(key, set()).update([doc.company or "", *doc.entities.get("borrower", [])])
-                    for symbol in doc.entities.get("tickers", []):
+                    listed = doc.entities.get("tickers", [])
+                    if self.settings.filing_aliases:  # the filing's own everyday names (aliases.py)
+                        spellings[key].update(doc.entities.get("aliases", []))
+                        listed = [*listed, *doc.entities.get("listed", [])]
+                    for symbol in listed:
                         symbols.setdefault(symbol, set()).add(key)
-            self._tickers = {symbol: keys.pop() for symbol, keys in symbols.items() if len(keys) == 1}
-            self._aliases = alias_table(spellings)
+            self._tickers = {symbol: next(iter(keys)) for symbol, keys in symbols.items() if len(keys) == 1}
+            self._contested = {symbol.lower(): keys for symbol, keys in symbols.items() if len(keys) > 1}
+            self._aliases = alias_table(spellings, self._contested)
         return self._catalogue
 
     def terms(self) -> set[str]:
@@ -401,7 +427,7 @@ class Index:
         before they listed their terms is read from its definition chunks)."""
         if self._terms is None:
             with self._held():
-                rows = self.store.scroll(self.doc_col, Where(), exclude=("text",))
+                rows = self.store.scroll(self.doc_col, Where(), exclude=("text", STATEMENTS))
                 if all(TERMS in row for row in rows):
                     self._terms = {t for row in rows for t in row[TERMS]}
                 else:
@@ -435,8 +461,13 @@ class Index:
                 named.append(([self._tickers[word.upper()]], span))
             elif len(short := [key for key, name in self._names.items() if abbreviates(word, name)]) == 1:
                 named.append((short, span))
+        contested = {  # names the query uses that two companies of the index claim: no filter (the search says so)
+            re.sub(r"['’]s?$", "", words[i][3]): sorted(self._contested[word])
+            for i, (word, *_) in enumerate(words)
+            if word in self._contested and written_as_name(words, i, word)
+        }
         if not named:
-            return Recognised(terms=terms)
+            return Recognised(terms=terms, contested=contested)
         companies = named[0][0]
         spans = [span for keys, span in named if keys == companies]
         years: dict[str, list[tuple[int, int]]] = {}
@@ -445,7 +476,13 @@ class Index:
                 years.setdefault(year, []).append(span)
         period = max(years) if years else None
         return Recognised(
-            company=companies[0], period=period, terms=terms, companies=companies, company_spans=spans, year_spans=years
+            company=companies[0],
+            period=period,
+            terms=terms,
+            companies=companies,
+            company_spans=spans,
+            year_spans=years,
+            contested=contested,
         )
 
     def company_keys(self, company: str) -> list[str]:
@@ -531,12 +568,20 @@ class Index:
         if company and not set(filtered_companies) & set(self.catalogue()):
             notes.append(f"no document of {company!r} in the index (its companies: {self._listed()})")
         elif metadata and not company and not doc_id and not recognised.companies:
-            unknown = [n for n in possessive_names(query) if company_key(n) not in self.catalogue()]
+            unknown = [
+                n
+                for n in possessive_names(query)
+                if company_key(n) not in self.catalogue() and n not in recognised.contested
+            ]
             if unknown:
                 notes.append(
                     f"the query names {unknown[0]!r}, and no company of the index goes by that name (its companies: "
                     f"{self._listed()}): all documents were searched"
                 )
+        for name, keys in recognised.contested.items():
+            if not recognised.companies:
+                claimed = ", ".join(self._names.get(key, key) for key in keys)
+                notes.append(f"{name!r} names more than one company of the index ({claimed}): not used to filter")
         named_here = bool(recognised.companies) and (
             not company or bool(set(filtered_companies) & set(recognised.companies))
         )
@@ -547,6 +592,8 @@ class Index:
         ranking = ranking_text(query, strip)
         reported = expansion(query) if hybrid and concepts else ""
         search = self._vectors(ranking, reported, hybrid, recognised.terms)
+        if hybrid and self.settings.statements:
+            search.statements = statement_query(query, expansion(query) if concepts else "")
         where = self._where(exclude_doc_ids, doc_type, filtered_companies, use_period, doc_id)
         hits = self._query(search, k, where, per_page)
         if len(hits) < k and recognised.companies and not company and not doc_id:
@@ -610,6 +657,12 @@ class Index:
         )
         tables = Where(must={**where.must, "kind": "table"}, must_not=where.must_not)
         also += [(v, tables) for v in (search.rerank_concepts if rerank else search.concepts)]
+        asked = search.statements
+        for kind in asked.kinds[:MAX_STATEMENT_LISTS] if asked else []:
+            # one list per statement the query names or implies: its chunks holding the line items named there,
+            # else all its chunks; a query naming two statements (EBITDA: income, cash flows) searches each
+            items = {"line_items": asked.items[kind]} if asked.items.get(kind) else {}
+            also.append((vector, Where(must={**where.must, "statement": kind, **items}, must_not=where.must_not)))
         return also
 
     def _query(self, search: Search, k: int, where: Where, per_page: int) -> list[Hit]:
@@ -644,7 +697,9 @@ class Index:
         hits = []
         for score, payload in rows:
             chunk = _chunk(payload)
-            hits.append(Hit(chunk=chunk, score=score, document=self.document(chunk.doc_id)))
+            hits.append(
+                Hit(chunk=chunk, score=score, document=self.document(chunk.doc_id), statement=payload.get("statement"))
+            )
         return _per_page(hits, per_page)[:k]
 
     def _rescore(self, chunks: list[Chunk], ids: list[str]) -> None:
@@ -720,7 +775,7 @@ class Index:
         with self._held():
             vector = self.reranker.encode([text])[0]
             rows = self.store.query(
-                self.doc_col, vector, k, Where(must_not={"doc_id": list(exclude_doc_ids)}), exclude=("text",)
+                self.doc_col, vector, k, Where(must_not={"doc_id": list(exclude_doc_ids)}), exclude=("text", STATEMENTS)
             )
         return [(_document(payload), score) for score, payload in rows]
 

@@ -27,6 +27,7 @@ import pymupdf.table
 
 from finmbs.errors import FinmbsError
 from finmbs.ingest.query import LEGAL_FORMS
+from finmbs.ingest.statements import label_key
 
 PDF_EXTS = {".pdf"}
 DOCX_EXTS = {".docx"}
@@ -86,6 +87,7 @@ class ParsedDocument:
     cik: str | None = None
     page_starts: list[int] | None = None
     n_tables: int = 0
+    facts: dict[str, str] | None = None  # inline XBRL: a table row's label (`statements.label_key`) -> its concept
 
     def page_of(self, offset: int) -> int | None:
         """1-based page holding character `offset` (PDF only)."""
@@ -171,11 +173,19 @@ def rows_to_markdown(rows: list[list[str]]) -> str:
 # ---------------------------------------------------------------- HTML
 
 
-def _html_table(table: lxml.html.HtmlElement) -> list[list[str]]:
+def _html_table(table: lxml.html.HtmlElement, facts: dict[str, str] | None = None) -> list[list[str]]:
+    """A table's rows of cell texts; with `facts`, each row whose figures are inline-XBRL facts adds its
+    label (`label_key`) -> the facts' concept ("Accounts payable" -> "us-gaap:AccountsPayableCurrent")."""
     rows = []
     for tr in table.iter("tr"):
         cells = [re.sub(r"\s+", " ", td.text_content()).strip() for td in tr if td.tag in ("td", "th")]
         rows.append(_merge_cells([c for c in cells if c]))
+        if (
+            facts is not None
+            and rows[-1]
+            and (concept := next((f.get("name") for f in tr.iter("ix:nonfraction")), None))
+        ):
+            facts.setdefault(label_key(rows[-1][0]), concept)
     return rows
 
 
@@ -185,6 +195,7 @@ class _HtmlText:
     def __init__(self) -> None:
         self.parts: list[str] = []
         self.n_tables = 0
+        self.facts: dict[str, str] = {}
 
     def walk(self, el: lxml.html.HtmlElement) -> None:
         tag = el.tag if isinstance(el.tag, str) else ""
@@ -195,7 +206,7 @@ class _HtmlText:
         if tag == "pre":
             self.parts.append("\n\n" + el.text_content() + "\n\n")
         elif tag == "table" and any(True for _ in el.iter("tr")):
-            markdown = rows_to_markdown(_html_table(el))
+            markdown = rows_to_markdown(_html_table(el, self.facts))
             if markdown:
                 self.n_tables += markdown.startswith("|")
                 self.parts.append("\n\n" + markdown + "\n\n")
@@ -238,7 +249,7 @@ def parse_html(data: bytes | str) -> ParsedDocument:
     walker = _HtmlText()
     walker.walk(root)
     text = _clean("".join(walker.parts).replace("\xa0", " "))
-    doc = ParsedDocument(text=text, n_tables=walker.n_tables)
+    doc = ParsedDocument(text=text, n_tables=walker.n_tables, facts=walker.facts or None)
     doc.company = facts.get("EntityRegistrantName")
     doc.doc_type = facts.get("DocumentType", doc.doc_type)
     doc.period = facts.get("DocumentPeriodEndDate")

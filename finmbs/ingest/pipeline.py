@@ -27,6 +27,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColum
 from rich.text import Text
 
 from finmbs.config import Endpoint, IndexSettings
+from finmbs.ingest.aliases import filing_aliases
 from finmbs.ingest.chunk import VERSION as CHUNKER_VERSION
 from finmbs.ingest.chunk import Chunker
 from finmbs.ingest.embed import (  # noqa: F401 - embedding_header/embedding_text/clipper: pipeline's names too
@@ -42,6 +43,7 @@ from finmbs.ingest.embed import (  # noqa: F401 - embedding_header/embedding_tex
 )
 from finmbs.ingest.index import Index, open_index
 from finmbs.ingest.parse import PDF_EXTS, SUPPORTED_EXTS, ParsedDocument, ParseError, parse_file
+from finmbs.ingest.statements import Statements, find_statements
 from finmbs.ingest.summarize import summarize
 from finmbs.llm import Gateway
 from finmbs.records import Chunk, Document, Record
@@ -64,6 +66,9 @@ class IngestReport(Record):
     over_window: int = 0  # chunks the embedder would truncate (its tokenizer's count); must be 0
     tables: int = 0
     definitions: int = 0
+    statements: int = 0  # primary statement pages (or tables) recognised, their rows read (index.statements)
+    line_items: int = 0  # rows read from them
+    statements_unread: int = 0  # pages that look like a statement whose rows could not be read: ordinary chunks
     skipped: list[SkippedFile] = Field(default_factory=list)
     seconds: float = 0.0
 
@@ -124,6 +129,8 @@ def chunking(settings: IndexSettings) -> str:
     return (
         f"chunker-v{CHUNKER_VERSION} size={chunk_budget(settings)} overlap={settings.chunk_overlap} "
         f"pdf_tables={settings.pdf_tables}"
+        + (" statements" if settings.statements else "")
+        + (" aliases" if settings.filing_aliases else "")
     )
 
 
@@ -133,6 +140,7 @@ class Prepared:
 
     parsed: ParsedDocument
     chunks: list[Chunk]
+    statements: Statements | None = None  # index.statements: the primary statements read from it
 
 
 def prepare(path: Path, settings: IndexSettings) -> list[Prepared] | str:
@@ -141,7 +149,12 @@ def prepare(path: Path, settings: IndexSettings) -> list[Prepared] | str:
     chunker = Chunker(chunk_budget(settings), settings.chunk_overlap, token_counter(model), token_offsets(model))
     try:
         return [
-            Prepared(doc, chunker.chunk(doc, "", str(path.resolve()))) for doc in parse_file(path, settings.pdf_tables)
+            Prepared(
+                doc,
+                chunker.chunk(doc, "", str(path.resolve())),
+                find_statements(doc.text, doc.page_starts, doc.facts) if settings.statements else None,
+            )
+            for doc in parse_file(path, settings.pdf_tables)
         ]
     except ParseError as exc:
         return str(exc)
@@ -220,6 +233,7 @@ class Ingestor:
         self.clip = clipper(self.model)
         self.max_bytes = int(settings.max_file_mb * 2**20)
         self.chunking = chunking(settings)
+        self.aliases = settings.filing_aliases
 
     def needed(self, path: Path, report: IngestReport) -> str | None:
         """The file's SHA-256 if it must be (re)ingested; None when unchanged or unreadable (reported)."""
@@ -260,6 +274,8 @@ class Ingestor:
         parsed = item.parsed
         doc_id = _doc_id(path, parsed, sha, self.index, source)
         summary, entities = await summarize(parsed, self.gateway, self.endpoint)
+        if self.aliases:  # everyday names of its company, from the filing itself (aliases.py)
+            entities |= filing_aliases(parsed.text, parsed.company)
         n_pages = len(parsed.page_starts) if parsed.page_starts is not None else None
         document = Document(
             doc_id=doc_id,
@@ -277,13 +293,19 @@ class Ingestor:
         )
         chunks = [c.model_copy(update={"doc_id": doc_id, "chunk_id": f"{doc_id}{c.chunk_id}"}) for c in item.chunks]
         texts = [embedding_text(document, c, self.clip) for c in chunks]
-        self.index.add_document(document, parsed.text, chunks, texts, self.clip(summary, window(self.model) - 2))
+        found = item.statements.found if item.statements else []
+        self.index.add_document(
+            document, parsed.text, chunks, texts, self.clip(summary, window(self.model) - 2), statements=found
+        )
         report.documents += 1
         report.pages += n_pages or 1
         report.chunks += len(chunks)
         report.over_window += over_window(self.model, texts)
         report.tables += parsed.n_tables
         report.definitions += sum(c.kind == "definition" for c in chunks)
+        report.statements += len(found)
+        report.line_items += sum(len(region.rows) for region in found)
+        report.statements_unread += len(item.statements.unread) if item.statements else 0
 
 
 class _Rate(ProgressColumn):

@@ -84,6 +84,7 @@ class Recognised:
     terms: list[str] = field(default_factory=list)
     companies: list[str] = field(default_factory=list)  # every company key the name stands for ("Kimco": two entities)
     company_spans: list[tuple[int, int]] = field(default_factory=list)  # where the query names the company
+    contested: dict[str, list[str]] = field(default_factory=dict)  # a name the query uses -> the companies claiming it
     year_spans: dict[str, list[tuple[int, int]]] = field(default_factory=dict)  # year -> where the query names it
 
 
@@ -188,12 +189,15 @@ def aliases(name: str) -> dict[str, bool]:
     return found
 
 
-def alias_table(names: dict[str, set[str]]) -> dict[str, tuple[set[str], bool]]:
+def alias_table(
+    names: dict[str, set[str]], contested: dict[str, set[str]] | None = None
+) -> dict[str, tuple[set[str], bool]]:
     """alias -> (the company keys it names, one word?), over the index's companies (key -> the names its
     documents give it: company values and "the Borrower" entities). A one-word alias shared by companies
     that do not share a two-word alias ("Kimco" for Kimco Realty Corporation and Kimco Realty OP) is dropped,
     unless it is one of them's whole name: then it names them all (a company renamed between its filings,
-    "Adobe Systems Incorporated" and "Adobe Inc.")."""
+    "Adobe Systems Incorporated" and "Adobe Inc."). `contested` receives each dropped alias -> the companies
+    that claim it (a search names them rather than filter)."""
     table: dict[str, tuple[set[str], bool]] = {}
     for key, spellings in names.items():
         for spelling in spellings:
@@ -211,6 +215,8 @@ def alias_table(names: dict[str, set[str]]) -> dict[str, tuple[set[str], bool]]:
             )
         ):
             del table[alias]
+            if contested is not None:
+                contested[alias] = keys
     return table
 
 

@@ -20,7 +20,17 @@ from typing import Any
 from finmbs.config import ConfigError, IndexSettings
 
 _NAMESPACE = uuid.UUID("6f1d2c4e-8a7b-4c3d-9e2f-0a1b2c3d4e5f")
-KEY_FIELDS = ("doc_id", "source_path", "company_key", "doc_type_key", "periods", "kind", "term")
+KEY_FIELDS = (
+    "doc_id",
+    "source_path",
+    "company_key",
+    "doc_type_key",
+    "periods",
+    "kind",
+    "term",
+    "statement",  # the primary statement a chunk lies in (`statements.py`)
+    "line_items",  # the line items of its rows
+)
 
 
 def point_id(key: str) -> str:
