@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import time
+import threading
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
@@ -14,8 +14,17 @@ from rich.table import Table
 from finmbs.commands._common import RunOptions, cli_errors, console, fail, with_run_options
 from finmbs.llm import BudgetExceeded, GatewayError
 from finmbs.mbs import stages
-from finmbs.records import RunMetrics
+from finmbs.records import Problem, RunMetrics
+from finmbs.runs.folder import QUALIFIED, REJECTED, RunDir
+from finmbs.runs.load import read_records
+from finmbs.runs.progress import PROGRESS_LOG, GrowProgress, best, open_log, short, why_qualified
 from finmbs.seeds import load_seeds
+
+if TYPE_CHECKING:
+    from finmbs.mbs.outcome import SeedOutcome
+
+STATUS_EVERY_S = 5  # the terminal's status row (counts, each seed's stage, time left) is refreshed this often
+HEARTBEAT_S = 60  # and a status line printed and logged this often, ticks or not (a long model call)
 
 
 def summary_table(metrics: RunMetrics, out: Path) -> Table:
@@ -148,30 +157,55 @@ def grow(
             fail(str(exc), code=2)
     out = out or Path("runs") / f"{seeds.stem}-{method}"
     runner = options.make_executor(resolved)
-    with Progress(
-        SpinnerColumn(),
-        TextColumn("{task.description}"),
-        TextColumn("{task.completed}"),
-        TimeElapsedColumn(),
-        console=console,
-        transient=False,
-    ) as progress:
+    done_before = sum(RunDir(out).is_done(p.id) for p in problems)
+    with (
+        open_log(out) as log,
+        Progress(
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            TextColumn("{task.completed}"),
+            TimeElapsedColumn(),
+            console=console,
+            transient=False,
+        ) as progress,
+    ):
         reground = regrounds(resolved, problems, method)
         tasks = {stage: progress.add_task(stage, total=None) for stage in stages.progress(method, reground)}
         progress.update(tasks[stages.Progress.SEEDS], description=f"seeds (of {len(problems)})")
-
-        started = time.monotonic()
+        live = GrowProgress(
+            problems,
+            method,
+            done_before=done_before,
+            emit=lambda line: progress.console.print(line, highlight=False, markup=False, soft_wrap=True),
+            log=log,
+        )
+        status = progress.add_task(live.status(), total=None)
+        live.say(
+            f"finmbs grow ({method}): {len(problems)} seeds, {done_before} finished by an earlier run; "
+            f"this progress is also in {out / PROGRESS_LOG}"
+        )
 
         def tick(stage: str, advance: int = 1) -> None:
             if stage in tasks:
                 progress.advance(tasks[stage], advance)
-            seeds = stages.Progress.SEEDS
-            if stage == seeds and not progress.console.is_terminal:  # a log file gets a line per seed
-                done = next(t.completed for t in progress.tasks if t.id == tasks[seeds])
-                progress.console.print(
-                    f"seeds finished: {done:.0f} of {len(problems)} ({time.monotonic() - started:.0f} s)"
-                )
+            live.tick(stage)
+            progress.update(status, description=live.status())
 
+        def on_seed(seed: Problem, outcome: SeedOutcome) -> None:
+            live.finished(seed, outcome.qualified)
+            progress.update(status, description=live.status())
+
+        def heartbeat(stop: threading.Event) -> None:  # the status row kept current, a status line now and then
+            beats = 0
+            while not stop.wait(STATUS_EVERY_S):
+                beats += 1
+                progress.update(status, description=live.status())
+                if beats % (HEARTBEAT_S // STATUS_EVERY_S) == 0:
+                    live.say(live.status())
+
+        stop = threading.Event()
+        beating = threading.Thread(target=heartbeat, args=(stop,), name="grow-heartbeat", daemon=True)
+        beating.start()
         try:
             metrics = asyncio.run(
                 run_grow(
@@ -182,15 +216,49 @@ def grow(
                     tick=tick,
                     executor=runner,
                     allow_config_change=allow_config_change,
+                    on_seed=on_seed,
                 )
             )
         except BudgetExceeded as exc:
+            live.say(f"stopped: {exc}")
             fail(f"{exc}; finished seeds are saved in {out}: raise budget.max_tokens and rerun to continue", code=3)
         except GatewayError as exc:
+            live.say(f"stopped: {exc}")
             fail(f"{exc}; finished seeds are saved in {out}: rerun the same command to resume", code=1)
         finally:
+            stop.set()
+            beating.join()
             runner.close()
+        live.say(f"done: {live.status()}")
     console.print(summary_table(metrics, out))
+    print_best(out)
+
+
+def print_best(out: Path, limit: int = 3) -> None:
+    """The run's best qualified problems (`progress.best`), each with its answer and why it qualified, and
+    the one command that writes and opens the report."""
+    qualified = read_records(out / QUALIFIED, Problem)
+    if qualified:
+        console.print(f"best of the {len(qualified)} qualified problems (all in {out / QUALIFIED}):", highlight=False)
+        for rank, problem in enumerate(best(qualified, limit), start=1):
+            console.print(
+                f"  {rank}. {short(problem.question, 400)}\n     answer: {short(problem.answer, 120)}"
+                f"\n     why: {why_qualified(problem)}",
+                highlight=False,
+                markup=False,
+            )
+    else:
+        console.print(
+            f"no problem qualified yet: the report says what each candidate was rejected for ({out / REJECTED})",
+            highlight=False,
+        )
+    report = out / "report.html"
+    console.print(
+        f"open the report: finmbs report {out} && python -m webbrowser -t {report.resolve().as_uri()}",
+        highlight=False,
+        markup=False,
+        soft_wrap=True,
+    )
 
 
 def register(app: typer.Typer) -> None:

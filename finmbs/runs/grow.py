@@ -13,7 +13,7 @@ import signal
 import time
 import warnings
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
@@ -51,6 +51,7 @@ from finmbs.runs.folder import (
 )
 from finmbs.runs.load import RunReadError, rules_of
 from finmbs.runs.metrics import collect_metrics, screen_model
+from finmbs.runs.progress import SEED, STARTED
 
 METRICS_EVERY_S = 30.0  # metrics.json refresh; usage itself reaches usage.jsonl with every call and seed
 # SIGTERM: the longest wait for the model calls in flight, well inside the grace period schedulers give
@@ -133,7 +134,11 @@ async def grow_work(
     method: str,
     excluded: frozenset[str] = frozenset(),
 ) -> SeedOutcome:
-    """One seed as a unit of executor work (module level, so it pickles for Ray)."""
+    """One seed as a unit of executor work (module level, so it pickles for Ray). The seed's id is set in
+    its task for the progress lines (`progress.SEED`: the engine's ticks name no seed), and a first tick says
+    it started."""
+    SEED.set(seed.id)
+    tick(STARTED)
     ctx = Context(config=config, gateway=gateway, tick=tick, excluded_documents=excluded)
     return await growers()[method](seed, ctx)
 
@@ -179,8 +184,10 @@ async def run_grow(
     gateway: Gateway | None = None,
     executor: Executor | None = None,
     allow_config_change: bool = False,
+    on_seed: Callable[[Problem, SeedOutcome], None] | None = None,
 ) -> RunMetrics:
-    """Grow every unfinished seed into the run folder `out`; returns the run's metrics.
+    """Grow every unfinished seed into the run folder `out`; returns the run's metrics. `on_seed` is called
+    with each seed and its outcome once the seed is saved (the command's progress lines).
 
     Seeds run on `executor` (default: this process, through `gateway`); this process alone writes the
     run folder, and holds its lock meanwhile. A BudgetExceeded or GatewayError stops the run after
@@ -192,7 +199,7 @@ async def run_grow(
     config.check_environment()
     check_seed_names(seeds)
     with RunDir(out) as run:
-        return await _grow_locked(run, config, seeds, method, tick, gateway, executor, allow_config_change)
+        return await _grow_locked(run, config, seeds, method, tick, gateway, executor, allow_config_change, on_seed)
 
 
 async def _grow_locked(
@@ -204,6 +211,7 @@ async def _grow_locked(
     gateway: Gateway | None,
     executor: Executor | None,
     allow_config_change: bool,
+    on_seed: Callable[[Problem, SeedOutcome], None] | None = None,
 ) -> RunMetrics:
     check_rules(run)
     record_config(run, config, allow_config_change)
@@ -234,6 +242,8 @@ async def _grow_locked(
         save_seed(run, outcome, qualified, rejected)
         seconds.update({stage: c.get(SECONDS, 0.0) for stage, c in outcome.stages.items()})
         ledger.write(executor.usage)
+        if on_seed is not None:
+            on_seed(seed, outcome)
         tick(Progress.SEEDS)
         if time.monotonic() - last_metrics > METRICS_EVERY_S:
             last_metrics = time.monotonic()
