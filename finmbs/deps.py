@@ -73,7 +73,8 @@ def locked() -> dict[str, str]:
     pins: dict[str, str] = {}
     for line in path.read_text(encoding="utf-8").splitlines():
         line = line.split("#", 1)[0].strip()
-        if match := re.fullmatch(r"([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==([^\s;]+)", line):
+        # a pin, then any per-requirement options (llama-cpp-python's --config-settings build flags)
+        if match := re.fullmatch(r"([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==([^\s;]+)(?:\s+--\S+)*", line):
             pins[canonicalize_name(match[1])] = match[2]
     return pins
 

@@ -45,6 +45,17 @@ def test_the_lock_pins_every_package_once_and_holds_torch_at_the_cpu_release():
     assert "kernels" not in pins  # transformers 5.3 (model2vec[distill] caps it) cannot import with kernels 0.19
 
 
+def test_the_cpu_lock_holds_no_cuda_and_builds_llama_cpp_lean():
+    """Issue 63: the CPU build of torch needs none of the CUDA wheels PyPI's torch asks for (compile.sh drops
+    them); llama-cpp-python's line builds only the libraries finmbs loads (per-requirement build flags)."""
+    pins = deps.locked()
+    assert not [name for name in pins if name.startswith(("nvidia-", "cuda-")) or name == "triton"]
+    line = next(x for x in deps.lock_path().read_text().splitlines() if x.startswith("llama-cpp-python=="))
+    assert "--config-settings=cmake.define.LLAVA_BUILD=OFF" in line
+    vllm = (ROOT / "requirements" / f"py{deps.PYTHON}-vllm.txt").read_text()
+    assert "nvidia-" in vllm and "triton==" in vllm  # a GPU server's lock keeps CUDA
+
+
 @pytest.mark.skipif(not deps.locked(), reason=f"no lock for Python {deps.PYTHON}")
 def test_doctor_names_a_leftover_optional_package_and_a_version_off_the_lock(tmp_path):
     overlay = tmp_path / "overlay"

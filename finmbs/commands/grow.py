@@ -181,7 +181,8 @@ def grow(
         )
         status = progress.add_task(live.status(), total=None)
         live.say(
-            f"finmbs grow ({method}): {len(problems)} seeds, {done_before} finished by an earlier run; "
+            f"finmbs grow ({method}): {len(problems)} seed{'' if len(problems) == 1 else 's'}, "
+            f"{done_before} finished by an earlier run; "
             f"this progress is also in {out / PROGRESS_LOG}"
         )
 
