@@ -312,6 +312,20 @@ def _nobody_intact(nobody: dict[str, str], before: dict[str, str]) -> list[str]:
     return changed
 
 
+# every process of nobody this machine shows, found without a file descriptor (the worker may open none) and
+# killed: how a program once found and killed a concurrently running sandbox worker
+PID_MAX = int(Path("/proc/sys/kernel/pid_max").read_text())
+SCAN = (
+    "import os\nkilled = 0\n"
+    f"for pid in range(1, {PID_MAX}):\n"
+    "    try:\n"
+    "        if pid != os.getpid() and os.stat(f'/proc/{pid}').st_uid == 65534:\n"
+    "            os.kill(pid, 9)\n"
+    "            killed += 1\n"
+    "    except OSError:\n"
+    "        pass\n"
+    "assert killed, 'no process of nobody in view'\nanswer = killed"
+)
 BESIDE_NOBODY = {
     "unlink through its root": "import os\nos.unlink('ROOTFILE')\nanswer = 1",
     "rename through its root": "import os\nos.rename('ROOTFILE', 'ROOTDIR/moved')\nanswer = 1",
@@ -320,9 +334,7 @@ BESIDE_NOBODY = {
     "truncate through its root": "import os\nos.truncate('ROOTFILE', 0)\nanswer = 1",
     "symlink through its root": "import os\nos.symlink('/etc/passwd', 'ROOTDIR/link')\nanswer = 1",
     "kill it": "import os\nos.kill(PID, 9)\nanswer = 1",
-    "kill every process of nobody": "import os\nkilled = 0\nfor p in os.listdir('/proc'):\n"
-    "    if p.isdigit() and int(p) != os.getpid() and os.stat('/proc/' + p).st_uid == 65534:\n"
-    "        os.kill(int(p), 9)\n        killed += 1\nassert killed\nanswer = killed",
+    "kill every process of nobody": "SCAN",
     "ptrace it": "import ctypes\nlibc = ctypes.CDLL(None)\nassert libc.ptrace(16, PID, 0, 0) == 0\nanswer = 1",
     "renice nobody": "import os\nos.setpriority(os.PRIO_USER, 65534, 19)\nanswer = 1",
     "re-limit it": "import resource\nresource.prlimit(PID, resource.RLIMIT_NOFILE, (1, 1))\nanswer = 1",
@@ -335,7 +347,7 @@ def test_os_layer_alone_cannot_reach_another_process(name: str, nobody: dict[str
     before = _nobody_state(int(nobody["PID"]))
     through = {"ROOTFILE": nobody["ROOT"] + nobody["FILE"], "ROOTDIR": nobody["ROOT"] + nobody["DIR"]}
     source = _filled(_filled(BESIDE_NOBODY[name], through), {"PID": nobody["PID"]})
-    result = run_program(source, timeout_s=3, restricted=False)
+    result = run_program(SCAN if source == "SCAN" else source, timeout_s=30, restricted=False)
     assert _nobody_intact(nobody, before) == [], result
     assert not result.ok and result.error and "\n" not in result.error, result
 
@@ -367,23 +379,19 @@ def _sysv_keys(kind: str) -> set[int]:
 
 @needs_root_beside_nobody
 def test_one_worker_cannot_kill_another() -> None:
-    """A program that kills every process it can see, while another sandboxed program runs: the other one's
-    result stands (each worker has a uid and a PID namespace of its own)."""
+    """A program that kills every process of nobody it can find while another sandboxed program runs: the
+    other one's result stands (each worker has a uid and a PID namespace of its own)."""
     import threading
 
     results: list[program.ProgramResult] = []
     sleeper = threading.Thread(
         target=lambda: results.append(
-            run_program("import time\ntime.sleep(5)\nanswer = 7", timeout_s=10, restricted=False)
+            run_program("import time\ntime.sleep(8)\nanswer = 7", timeout_s=15, restricted=False)
         )
     )
     sleeper.start()
     time.sleep(2)  # the first worker is running its program
-    killer = (
-        "import os\nfor p in os.listdir('/proc'):\n    if p.isdigit() and int(p) != os.getpid():\n"
-        "        try:\n            os.kill(int(p), 9)\n        except OSError:\n            pass\nanswer = 1"
-    )
-    run_program(killer, timeout_s=3, restricted=False)
+    run_program(SCAN, timeout_s=30, restricted=False)  # as nobody once, it killed the first worker
     sleeper.join(30)
     assert results and results[0].ok and results[0].answer == "7", results
 
@@ -462,3 +470,92 @@ def test_the_time_limit_counts_from_the_program_start() -> None:
 def test_the_host_name_is_not_in_view() -> None:
     result = run_program(f"import os\nanswer = int(os.uname().nodename == {socket.gethostname()!r})", restricted=False)
     assert result.ok and result.answer == "0", result
+
+
+# -- input that is no program: refused, never raised (issue 61) ----------------------------------------------------
+DEEP = "answer = 12 + " + "-" * 7000 + "0"  # the parser's own stack overflows (MemoryError) long before 7000
+NOT_PROGRAMS = {  # (program, functions) -> what the refusal says
+    "a function named _print": ("x = 3\nanswer = x * 4", {"_print": "answer = 5"}, "starts with '_'"),
+    "a function name that is no identifier": ("answer = 12", {"child-1": "answer = 5"}, "not an identifier"),
+    "a function that is no text": ("answer = child_1()", {"child_1": ["answer = 12"]}, "not text but list"),
+    "a program nested 7000 deep": (DEEP, None, "nested too deeply"),
+    "a program that is a JSON object": ({"source": "answer = 12"}, None, "not text but dict"),
+    "a program too long": ("answer = 12\n" + "x = 1\n" * 5000, None, "longer than"),
+}
+
+
+@pytest.mark.parametrize("name", list(NOT_PROGRAMS))
+def test_input_that_is_no_program_is_refused(name: str) -> None:
+    source, functions, why = NOT_PROGRAMS[name]
+    result = run_program(source, functions=functions)
+    assert not result.ok and result.refused and why in result.error, result
+
+
+def test_the_mends_and_checks_read_any_input_without_raising() -> None:
+    from finmbs.verify.program import computes_nothing, equation_imports, line_breaks, printed_answer
+
+    for source in (DEEP, {"source": "answer = 12"}, ["answer = 12"], 12, "answer = 12 " + "-" * 30_000 + "0"):
+        for read in (computes_nothing, line_breaks, printed_answer, equation_imports):
+            assert read(source) in (None, False), (read.__name__, str(source)[:40])
+
+
+def test_a_program_cannot_choose_how_its_answer_is_read() -> None:
+    """The answer is formatted in the parent from the exact value: a decimal context the program set (one
+    significant digit: 154.25 would read '2E+2') changes nothing."""
+    source = (
+        "from decimal import Context, setcontext\nfrom fractions import Fraction\n"
+        "setcontext(Context(prec=1))\nanswer = Fraction(1234, 8)"
+    )
+    result = run_program(source)
+    assert result.ok and result.value == 154.25 and result.answer == "154.25", result
+    quoted = run_program(
+        "from decimal import Context, setcontext\nsetcontext(Context(prec=1))\n"
+        "r = quote('two percent (2.0%)', 0.02)\nanswer = 1234 * r / 16",
+        passage="a margin of two percent (2.0%) per annum",
+    )
+    assert quoted.ok and quoted.answer == "1.5425" and quoted.quotes[0].value == "0.02", quoted
+
+
+def test_verify_gives_every_row_a_verdict(tmp_path: Path, openai_server) -> None:
+    """`finmbs verify` on a dataset mixing good rows with rows that cannot be run: every good row verified,
+    every bad one refused with its reason, exit status 0."""
+    from test_programs_engine import write_config
+
+    from finmbs.cli import app
+    from finmbs.runs import read_jsonl
+    from finmbs.testing.world import World
+
+    good = [
+        {"id": "good-1", "question": "Compute 3 * 4.", "answer": "12", "meta": {"program": "x = 3\nanswer = x * 4"}},
+        {
+            "id": "good-2",
+            "question": "Compute 6 * 7.",
+            "answer": "42",
+            "meta": {"program": "answer = child_1() * 7", "program_functions": {"child_1": "answer = 6"}},
+        },
+    ]
+    bad = [
+        {
+            "id": name.replace(" ", "-"),
+            "question": "Compute 3 * 4.",
+            "answer": "12",
+            "meta": {"program": source, **({"program_functions": functions} if functions else {})},
+        }
+        for name, (source, functions, _) in NOT_PROGRAMS.items()
+    ]
+    problems = tmp_path / "mixed.jsonl"
+    problems.write_text("".join(json.dumps(r) + "\n" for r in good + bad))
+    config = write_config(openai_server, tmp_path, World(agents={}))
+    out = tmp_path / "verdicts.jsonl"
+    result = CliRunner().invoke(app, ["verify", str(problems), "--config", config, "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    verdicts = {v["id"]: v for v in read_jsonl(out)}
+    assert {v["id"]: v["outcome"] for v in verdicts.values() if v["id"].startswith("good")} == {
+        "good-1": "verified",
+        "good-2": "verified",
+    }, verdicts
+    for row, (_, _, why) in zip(bad, NOT_PROGRAMS.values(), strict=True):
+        verdict = verdicts[row["id"]]
+        assert verdict["outcome"] == "refused" and why in verdict["reason"], verdict
+    summary = json.loads(out.with_suffix(".summary.json").read_text())
+    assert (summary["verified"], summary["refused"]) == (2, len(bad)), summary
