@@ -224,6 +224,32 @@ class StageParams(Settings):
         "result, a threshold crossed...), rotated so no leaf gets one operator twice, and recorded as "
         "meta.operator (not in the paper, which asks for harder variants; configs/default.yaml turns it on)",
     )
+    program_operators: bool = Field(
+        True,
+        description="a math leaf is hardened first by the engine's program operators (finmbs/mbs/program_operators.py, "
+        "finmbs/mbs/engine_leaves.py): the engine draws the leaf's givens again, builds the backward question and "
+        "one or two added steps as programs from the leaf's verified program, computes each answer in the "
+        "sandbox, and the model words at most one clause, checked by number slots and a round trip; the prompt "
+        "operators only after (not in the paper; with verify.programs)",
+    )
+    round_trip_k: int = Field(
+        3,
+        ge=1,
+        description="with stages.program_operators, the programs the teacher writes from an engine-authored "
+        "problem's text alone (one batched call); at least one must compute the engine's answer",
+    )
+    engine_resamples: int = Field(
+        6,
+        ge=1,
+        description="with stages.program_operators, draws of a leaf's givens tried until one keeps every "
+        "intermediate value admissible (whole where it was whole, positive where it was positive)",
+    )
+    program_roots: bool = Field(
+        True,
+        description="a seed whose teacher prose traces all miss its answer, but whose program (drawn as "
+        "verify.program_samples says) computes it, enters the tree with that program as its verified "
+        "solution, recorded as such (not in the paper; with verify.programs)",
+    )
     decompose_from_program: bool = Field(
         True,
         description="decomposition cuts the node's verified program into slices by data flow (each intermediate "
@@ -527,7 +553,7 @@ class IndexSettings(Settings):
     filing_aliases: bool = Field(
         True,
         description="finmbs's (not in the paper): a company is also recognised by the names its filing gives it: "
-        "the listing's ticker, defined short names (\"J&J\") and its legal name's initials (\"JnJ\")",
+        'the listing\'s ticker, defined short names ("J&J") and its legal name\'s initials ("JnJ")',
     )
 
     def collection_options(self) -> dict[str, int]:
@@ -596,6 +622,10 @@ PAPER_VALUES: dict[str, Any] = {
     "mine.engine_program": False,  # with from_facts: the engine writes the program's operation line
     "mine.engine_question": False,  # with from_facts: the engine writes the question, the teacher names the figure
     "stages.leaf_operators": False,  # named mutation operators (prompts/operators/) instead of "harder"
+    "stages.program_operators": False,  # the engine builds leaf variants as programs; the model words one clause
+    "stages.program_roots": False,  # a seed verified by its program where the prose traces miss
+    "stages.round_trip_k": 3,  # (moot without program_operators) teacher programs per engine-authored text
+    "stages.engine_resamples": 6,  # (moot without program_operators) draws of a leaf's givens
     "novelty.structure": False,  # a leaf variant with its source's program skeleton rejected
     "verify.quote_spans": False,  # finance programs choose document figures among the passage's extracted spans
     "index.embed": "full",  # every chunk embedded by MiniLM at ingest (cascade: static + BM25, MiniLM at query time)

@@ -370,6 +370,10 @@ class RunMetrics(Record):
     # stages.leaf_operators / novelty.structure: per operator (meta.operator; "none" for a root made by no
     # operator), its qualified roots and how many of them are new in structure
     by_operator: dict[str, dict[str, int]] = Field(default_factory=dict)
+    # stages.program_operators: per engine operator, how many of its variants reached each check (attempted,
+    # built, worded, round_trip, screened, goldilocks, qualified) and the target's mean pass rate on their
+    # sources before and on the variants after (finmbs/mbs/engine_leaves.py `operator_funnel`)
+    engine_funnel: dict[str, dict[str, float | int | None]] = Field(default_factory=dict)
     other_descendants: int = 0  # keep=all: calibrated non-root synthetic nodes, apart from the above
     other_goldilocks: int = 0
     other_qualified: int = 0

@@ -36,6 +36,8 @@ from finmbs.mbs.candidates import (
     written_items,
 )
 from finmbs.mbs.context import Context, Ledger
+from finmbs.mbs.engine_leaves import engine_leaves
+from finmbs.mbs.engine_leaves import on as engine_on
 from finmbs.mbs.labels import program_to_answer
 from finmbs.mbs.novelty import STAGE as NOVELTY
 from finmbs.mbs.novelty import similarity
@@ -276,10 +278,27 @@ def copied_example(ctx: Context, problem: Problem, ledger: Ledger) -> bool:
     return False
 
 
+async def engine_hardened(ctx: Context, leaf: TreeNode, ledger: Ledger, plan: LeafPlan) -> list[TreeNode]:
+    """`stages.program_operators`: the leaf's variants the engine builds (finmbs/mbs/engine_leaves.py), through
+    the rules every variant meets: the novelty guard, the structure check and the weakest-student screen."""
+    nodes = {n.problem.id: n for n in await engine_leaves(ctx, leaf, ledger)}
+    fresh = novel_problems(ctx, [n.problem for n in nodes.values()], lambda _: [("source", leaf.problem)], ledger)
+    fresh = structure_checked(ctx, leaf, fresh, plan, ledger)
+    for problem in fresh:
+        nodes[problem.id].problem = problem
+    kept = await screened(ctx, [nodes[p.id] for p in fresh], ctx.stages.alpha_leaf, STAGE, ledger)
+    reason = f"engine operators: kept {len(kept)} of {len(nodes)} variants that passed their checks"
+    leaf.decisions.append(Decision(stage=STAGE, outcome="info", reason=reason, data={"engine": True}))
+    return kept
+
+
 async def harder_leaves(ctx: Context, leaf: TreeNode, ledger: Ledger) -> list[TreeNode]:
-    """Synthetic versions of one leaf; round r asks teacher r, until a round keeps a variant (or, by
-    operators, until every operator of the catalogue was asked once)."""
+    """Synthetic versions of one leaf: first the engine's own (`stages.program_operators`, math), then,
+    when it keeps none, round r asks teacher r, until a round keeps a variant (or, by operators, until
+    every operator of the catalogue was asked once)."""
     plan = await leaf_plan(ctx, leaf)
+    if engine_on(ctx, leaf.problem) and (kept := await engine_hardened(ctx, leaf, ledger, plan)):
+        return kept
     for r in range(ctx.stages.R):
         if plan.operators is not None and r * ctx.stages.N_leaf >= len(plan.operators):
             reason = f"round {r}: not asked, each of the {len(plan.operators)} operators was asked once"

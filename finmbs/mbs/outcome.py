@@ -18,6 +18,7 @@ from finmbs.mbs.calibrate import STAGE as CALIBRATE
 from finmbs.mbs.calibrate import annotate, calibrate
 from finmbs.mbs.candidates import novel_problems
 from finmbs.mbs.context import SECONDS, Context, Ledger, in_stage
+from finmbs.mbs.labels import program_to_answer
 from finmbs.mbs.quality import STAGE as QUALITY
 from finmbs.mbs.quality import well_posed
 from finmbs.mbs.reground import reground_trees
@@ -31,6 +32,7 @@ from finmbs.records import (
     SeedCounts,
     SeedTrees,
     SyntheticTree,
+    Trace,
     TreeNode,
 )
 
@@ -97,11 +99,30 @@ async def seed_root(ctx: Context, seed: Problem, ledger: Ledger) -> TreeNode | N
     """The root (seed, verified teacher trace); None (and a rejection) when no teacher verifies it."""
     with in_stage(Stage.TRACES):
         trace, why = await teacher_trace(ctx, seed)
+        if trace is None and ctx.stages.program_roots and ctx.config.verify.programs:
+            return await program_root(ctx, seed, ledger, why)
     if trace is None:
         ledger.reject(seed, Stage.TRACES, why)
         return None
     decision = Decision(stage=Stage.TRACES, outcome="accepted", reason=f"answer verified by {trace.model}")
     return TreeNode(problem=seed, trace=trace, path="0", decisions=[decision])
+
+
+async def program_root(ctx: Context, seed: Problem, ledger: Ledger, missed: str) -> TreeNode | None:
+    """`stages.program_roots`: a seed no prose trace verifies enters the tree when a program the teachers
+    write for it without its answer (`labels.program_to_answer`) computes that answer; the program is its
+    verified solution, recorded as such. None (and a rejection naming both) otherwise."""
+    problem, why = await program_to_answer(ctx, seed)
+    if why:
+        ledger.reject(seed, Stage.TRACES, f"{missed}; and {why}")
+        return None
+    source = problem.meta["program"]
+    writer = problem.meta.get("program_writer") or "its own program"
+    trace = Trace(text=f"```python\n{source}\n```", answer=seed.answer, model=f"{writer} (program)", verified=True)
+    reason = f"answer verified by a program {writer} wrote without seeing it (the prose traces missed: {missed})"
+    decision = Decision(stage=Stage.TRACES, outcome="accepted", reason=reason, data={"verified_by": "program"})
+    problem = problem.model_copy(update={"meta": {**problem.meta, "verified_by": "program"}})
+    return TreeNode(problem=problem, trace=trace, path="0", decisions=[decision])
 
 
 def synthetic_trees(seed_id: str, roots: list[TreeNode]) -> list[SyntheticTree]:

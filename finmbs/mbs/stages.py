@@ -43,6 +43,9 @@ class Check(StrEnum):
     STRUCTURE = "structure"  # novelty.structure: a leaf variant whose program has its source's skeleton (leaves.py)
     VERIFY = "verify"  # a re-grounded problem with no verified teacher trace
     SCREEN = "screen"  # a re-grounded problem its stage's weakest student solves
+    OPERATOR = "operator"  # an engine operator that cannot apply to a leaf (engine_leaves.py)
+    SLOTS = "slots"  # an engine-authored text that states another set of values than its givens
+    ROUND_TRIP = "round_trip"  # an engine-authored text no teacher program solves to the engine's answer
 
 
 # each method's stages in the order a seed passes them

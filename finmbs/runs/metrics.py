@@ -8,10 +8,11 @@ from collections import defaultdict
 
 from finmbs.config import RunConfig
 from finmbs.mbs.context import TARGET_ROLE, Ledger
+from finmbs.mbs.engine_leaves import ENGINE, operator_funnel
 from finmbs.mbs.outcome import is_root
 from finmbs.mbs.stages import Stage
 from finmbs.records import DecompositionTree, Problem, Rejection, RunMetrics, SeedCounts, SeedTrees, TreeNode
-from finmbs.runs.folder import REJECTED, RunDir
+from finmbs.runs.folder import QUALIFIED, REJECTED, RunDir
 from finmbs.runs.load import read_json, read_records
 
 
@@ -131,7 +132,23 @@ def collect_metrics(
     for name, value in counts:
         setattr(metrics, name, value)
     metrics.novelty_rejected_roots = novelty_roots(run, seeds)
+    metrics.engine_funnel = engine_funnel(run, seeds)
     return metrics
+
+
+def engine_funnel(run: RunDir, seeds: list[Problem]) -> dict[str, dict[str, float | int | None]]:
+    """The engine operators' funnel (`engine_leaves.operator_funnel`) over the finished seeds' rejected.jsonl
+    rows and qualified roots; empty when no engine operator ran."""
+    done = {s.id for s in seeds if run.is_done(s.id)}
+    if not done:
+        return {}
+
+    def mine(problem: Problem) -> bool:
+        return problem.meta.get("authored_by") == ENGINE and (problem.provenance.seed_id or problem.id) in done
+
+    rows = [(r.problem, str(r.stage), r.data) for r in read_records(run.path(REJECTED), Rejection) if mine(r.problem)]
+    kept = [p for p in read_records(run.path(QUALIFIED), Problem) if mine(p)]
+    return operator_funnel(kept, rows)
 
 
 def novelty_roots(run: RunDir, seeds: list[Problem]) -> int:

@@ -340,7 +340,11 @@ def world_config(
     **stages: object,
 ) -> RunConfig:
     """A RunConfig whose roles are endpoints of the world's server (chat, `n` supported); `programs`:
-    verify.programs (the teachers write programs; off: the paper's trace rule alone)."""
+    verify.programs (the teachers write programs; off: the paper's trace rule alone). The engine's
+    program operators and program-verified roots are off unless a test names them in `stages`: the
+    world's "Compute EXPR." problems end with no question sentence to reword, and its tests count the
+    teacher-written path's calls (tests/test_engine_leaves.py runs the engine's)."""
+    stages = {"program_operators": False, "program_roots": False, **stages}
 
     def endpoint(name: str, **extra: object) -> dict:
         return dict(

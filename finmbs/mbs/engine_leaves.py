@@ -1,0 +1,356 @@
+"""Leaf hardening by the engine's program operators (`stages.program_operators`, finmbs's, not in the paper).
+
+Stage 3 asks a teacher for harder variants of a leaf; a small teacher writes back the leaf or the
+prompt's example. Here the engine builds each variant itself (`finmbs.mbs.program_operators`) from the
+leaf's verified program: it first draws the leaf's givens again (`resampled`, so no variant copies its
+source's wording), then applies each operator of its plan once (`backward`, one or two added steps),
+and the sandbox runs the new program to the new answer. The label is the engine's program's value. The
+model words at most one clause (an added step's new final question, prompts/engine_clause.txt), and
+every worded text, the model's or the engine's template, must pass two checks before the variant goes
+on to the rules every variant meets (novelty guard, structure, weakest-student screen; later quality
+control and calibration):
+
+- number slots (`slots`): the text states exactly the values it must (the givens, each as often as the
+  engine's text does, in digits or ordinary words) and nothing else, so neither the answer nor an
+  intermediate value; a model clause that fails falls back to the engine's template;
+- round trip (`round_trip`): k programs written by the teacher from the worded text alone (one batched
+  call); at least one must compute the engine's answer, else the wording is not solvable.
+
+The teacher's prose traces are still drawn, and their tally is recorded (`meta.prose_traces`), but they
+do not decide: the program proves the label and the round trip shows the text is solvable. The plan's
+order comes from the weakest student's measured accuracy on the leaf (which the screen measured): a
+leaf it solves more often than not gets the backward question first (the hardest change), others the
+milder added steps first. Each operator that cannot apply is one counted rejection (check `operator`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from pydantic import BaseModel, Field
+
+from finmbs.mbs import program_operators as ops
+from finmbs.mbs.context import Context, Ledger
+from finmbs.mbs.labels import program_to_answer
+from finmbs.mbs.programs import drawn_programs, mended, program_request, run_for, same, with_mends
+from finmbs.mbs.stages import Check, Stage
+from finmbs.mbs.traces import teacher_trace
+from finmbs.records import Decision, Problem, Provenance, Trace, TreeNode
+from finmbs.resources import render_prompt
+from finmbs.verify.program import run_program_async
+from finmbs.verify.skeleton import skeleton
+
+STAGE = Stage.LEAF
+ENGINE = "engine"
+BACKWARD, ADDED, TWO = "backward", "added_step", "two_steps"
+PLAN_EASY = (BACKWARD, ADDED, TWO)  # a leaf the weakest student mostly solves: the hardest change first
+PLAN_HARD = (ADDED, BACKWARD, TWO)
+
+
+class WordedAsk(BaseModel):
+    """The model's reply for an added step: the new final question."""
+
+    ask: str = Field(min_length=1, max_length=400)
+
+
+def on(ctx: Context, problem: Problem) -> bool:
+    """Whether the engine's operators harden `problem` (math, with programs)."""
+    return ctx.stages.program_operators and ctx.config.verify.programs and problem.domain == "math"
+
+
+def plan(ctx: Context, leaf: TreeNode) -> tuple[str, ...]:
+    """The operators for `leaf`, in the order the engine tries them (module docstring)."""
+    acc = leaf.student_accuracy.get(ctx.weakest.name)
+    return PLAN_EASY if acc is not None and acc > 0.5 else PLAN_HARD
+
+
+def slots(text: str, built: ops.Built) -> str | None:
+    """Why `text` fails the number-slot check for `built` (None: it passes)."""
+    stated = ops.stated_values(text)
+    missing, extra = built.states - stated, stated - built.states
+    if not missing and not extra:
+        return None
+    parts = []
+    if missing:
+        parts.append("does not state " + ", ".join(ops.literal(v) for v in sorted(missing.elements())))
+    if extra:
+        withheld = [v for v in extra if v in built.withholds]
+        parts.append(
+            "states "
+            + ", ".join(ops.literal(v) for v in sorted(extra.elements()))
+            + (f" (withheld: {', '.join(ops.literal(v) for v in withheld)})" if withheld else "")
+        )
+    return "number slots: the text " + "; ".join(parts)
+
+
+def variant(leaf: Problem, built: ops.Built, id: str, question: str, *, worded_by: str) -> Problem:
+    """The engine-authored problem for `built` worded as `question`."""
+    return Problem(
+        id=id,
+        question=question,
+        answer=built.answer or "",
+        domain=leaf.domain,
+        snippet=leaf.snippet,
+        entity=leaf.entity,
+        provenance=Provenance(
+            seed_id=leaf.provenance.seed_id or leaf.id,
+            method="mbs",
+            stage=STAGE,
+            tree_path=leaf.provenance.tree_path,
+            parent_ids=[leaf.id],
+        ),
+        meta={
+            "data_source": f"finmbs/{leaf.domain}",
+            "operator": built.operator,
+            "authored_by": ENGINE,
+            "worded_by": worded_by,
+            "program": built.program,
+            "program_answer": built.answer,
+            "verify_programs": True,
+            "skeleton": skeleton(built.program),
+            "operator_details": built.details,
+        },
+    )
+
+
+def refused(leaf: Problem, id: str, operator: str) -> Problem:
+    """A stand-in for an operator that could not apply (its rejection row names the leaf and operator)."""
+    return leaf.model_copy(
+        update={
+            "id": id,
+            "meta": {"operator": operator, "authored_by": ENGINE, "source": leaf.id},
+            "provenance": leaf.provenance.model_copy(update={"stage": STAGE, "parent_ids": [leaf.id]}),
+        }
+    )
+
+
+async def leaf_source(ctx: Context, leaf: TreeNode) -> tuple[ops.Source | None, str]:
+    """The leaf as the operators start from it: (question, program that computes its answer, answer)."""
+    problem, why = await program_to_answer(ctx, leaf.problem)
+    if why:
+        return None, f"no program computes its answer: {why}"
+    return ops.Source(problem.question, mended(ctx, problem.meta["program"]), problem.answer), ""
+
+
+async def computed(built: ops.Built) -> str | None:
+    """Run `built`'s program in the sandbox: its answer is filled in; why not when it fails or gives
+    another value than the engine expects."""
+    result = await run_program_async(built.program)
+    if not result.ok:
+        return f"the engine's program fails: {result.error}"
+    if built.expect is not None and ops.answer_value(result.answer or "") != built.expect:
+        return f"the engine's program gives {result.answer}, the operator expects {ops.literal(built.expect)}"
+    built.answer = result.answer
+    return None
+
+
+async def resampled_instance(ctx: Context, leaf: TreeNode, source: ops.Source) -> tuple[ops.Source, dict]:
+    """The leaf with its givens drawn again (`stages.engine_resamples` draws at most): the first draw whose
+    every intermediate value stays admissible, run to its new answer; the leaf itself when none does."""
+    tried = []
+    for attempt in range(ctx.stages.engine_resamples):
+        built = ops.resampled(source, leaf.problem.id, attempt)
+        if isinstance(built, ops.Refusal):
+            return source, {"resampled": False, "why": built.reason}
+        result = await run_program_async(ops.admissibility_program(built.program, source.program))
+        if result.ok and result.answer is not None:
+            return ops.Source(built.question, built.program, result.answer), {
+                "resampled": True,
+                "attempt": attempt,
+                **built.details,
+            }
+        tried.append(result.error or "no answer")
+    return source, {"resampled": False, "why": "; ".join(tried[-2:])}
+
+
+def build(name: str, source: ops.Source, key: str) -> list[ops.Built | ops.Refusal]:
+    """Operator `name` on `source`: its candidates in the order to try them (one is kept)."""
+    if name == BACKWARD:
+        found = ops.givens(source.question, source.program)
+        return [ops.backward(source, g) for g in found] or [ops.Refusal(BACKWARD, "no given to ask for")]
+    steps = list(ops.STEPS)
+    ops.rng_for(f"{key}:{name}").shuffle(steps)
+    if name == ADDED:
+        return [ops.added_step(source, step, key) for step in steps]
+    return [ops.two_steps(source, a, b, key) for a, b in zip(steps, steps[1:] + steps[:1])]
+
+
+async def first_built(name: str, source: ops.Source, key: str) -> ops.Built | ops.Refusal:
+    """The first candidate of operator `name` whose program the sandbox runs to the expected answer."""
+    reasons = []
+    for candidate in build(name, source, key):
+        if isinstance(candidate, ops.Refusal):
+            reasons.append(candidate.reason)
+            continue
+        if (why := await computed(candidate)) is None:
+            return candidate
+        reasons.append(why)
+    return ops.Refusal(name, "; ".join(dict.fromkeys(reasons)) or "no candidate")
+
+
+async def worded(ctx: Context, built: ops.Built) -> tuple[str, str, list[str]]:
+    """(text, who worded it, why earlier wordings failed): the model's clause when it passes the slot check,
+    else the engine's template (checked by the caller)."""
+    failed: list[str] = []
+    if built.clause is None:
+        return built.question, ENGINE, failed
+    clause = built.clause
+    prompt = render_prompt(
+        "engine_clause",
+        what=clause.what,
+        numbers=", ".join(ops.literal(v) for v in clause.new_givens) or "none",
+        body=clause.body,
+        ask=clause.ask,
+    )
+    [reply] = await ctx.gateway.structured(
+        ctx.teachers[0], WordedAsk, role="teacher", messages=[{"role": "user", "content": prompt}]
+    )
+    ctx.tick(STAGE)
+    if reply is None:
+        failed.append("the model's clause did not parse")
+    else:
+        text = f"{clause.body} {reply.ask.strip()}"
+        if not reply.ask.strip().endswith("?"):
+            failed.append(f"the model's clause asks nothing: {reply.ask.strip()[:80]!r}")
+        elif why := slots(text, built):
+            failed.append(f"the model's clause: {why}")
+        else:
+            return text, ctx.teachers[0].name, failed
+    return built.question, ENGINE, failed
+
+
+async def round_trip(ctx: Context, problem: Problem) -> tuple[int, int]:
+    """(how many of k teacher programs written from the text alone compute the answer, k)."""
+    k = ctx.stages.round_trip_k
+    bare = problem.model_copy(update={"meta": {}})
+    request = program_request(ctx, bare, equations=True)
+    if request is None:
+        return 0, k
+    drawn = await drawn_programs(ctx, ctx.teachers[0], request, n=k, first_index=0)
+    hits = 0
+    for source, _ in drawn:
+        if source is None:
+            continue
+        written = with_mends(ctx, bare.model_copy(update={"meta": {"program": source}}))
+        result = await run_for(written)
+        if result.ok and await same(ctx, problem, result.answer or "", problem.answer):
+            hits += 1
+    return hits, k
+
+
+async def engine_variant(
+    ctx: Context, leaf: TreeNode, name: str, source: ops.Source, id: str, ledger: Ledger
+) -> TreeNode | None:
+    """One operator on the leaf's instance, worded and checked; None with the rejection on `ledger`."""
+    built = await first_built(name, source, f"{leaf.problem.id}:{id}")
+    if isinstance(built, ops.Refusal):
+        ledger.reject(refused(leaf.problem, id, name), STAGE, f"{name}: {built.reason}", check=Check.OPERATOR)
+        return None
+    text, by, failed = await worded(ctx, built)
+    problem = variant(leaf.problem, built, id, text, worded_by=by)
+    if failed:
+        problem.meta["wording_failed"] = failed
+    if why := slots(text, built):
+        ledger.reject(problem, STAGE, why, check=Check.SLOTS, operator=built.operator)
+        return None
+    hits, k = await round_trip(ctx, problem)
+    problem.meta["round_trip"] = f"{hits} of {k}"
+    if hits == 0:
+        reason = f"wording not solvable: none of {k} programs the teacher wrote from the text gives {problem.answer}"
+        ledger.reject(problem, STAGE, reason, check=Check.ROUND_TRIP, operator=built.operator)
+        return None
+    trace, why = await teacher_trace(ctx, problem)  # the tally only: the program proves the label
+    problem.meta["prose_traces"] = f"verified by {trace.model}" if trace else why
+    if trace is None:
+        trace = Trace(text=f"```python\n{built.program}\n```", answer=problem.answer, model=ENGINE, verified=True)
+    reason = f"{built.operator}: computed by the engine's program; round trip {hits} of {k}; worded by {by}"
+    decision = Decision(stage=STAGE, outcome="accepted", reason=reason, data={"program_answer": problem.answer})
+    return TreeNode(problem=problem, trace=trace, path=leaf.path, mirrors=leaf.problem.id, decisions=[decision])
+
+
+async def engine_leaves(ctx: Context, leaf: TreeNode, ledger: Ledger) -> list[TreeNode]:
+    """The leaf's variants by the engine's operators, each once, checked (module docstring); the novelty
+    guard, structure check and weakest-student screen are the caller's."""
+    source, why = await leaf_source(ctx, leaf)
+    if source is None:
+        leaf.decisions.append(Decision(stage=STAGE, outcome="info", reason=f"engine operators not applied: {why}"))
+        return []
+    instance, drawn = await resampled_instance(ctx, leaf, source)
+    order = plan(ctx, leaf)
+    leaf.decisions.append(
+        Decision(
+            stage=STAGE,
+            outcome="info",
+            reason=f"engine operators in order {', '.join(order)}"
+            + (f" on the leaf with new givens {drawn.get('givens')}" if drawn.get("resampled") else " on the leaf"),
+            data={"operators": list(order), "instance": drawn, "instance_question": instance.question},
+        )
+    )
+    nodes = await asyncio.gather(
+        *(engine_variant(ctx, leaf, name, instance, f"{leaf.problem.id}.e{i}", ledger) for i, name in enumerate(order))
+    )
+    kept = [n for n in nodes if n is not None]
+    for node in kept:
+        node.problem.meta["source_accuracy"] = leaf.student_accuracy.get(ctx.weakest.name)
+        if drawn.get("resampled"):
+            node.problem.meta["resampled"] = drawn.get("givens")
+    return kept
+
+
+FUNNEL = ("attempted", "built", "worded", "round_trip", "screened", "goldilocks", "qualified")
+
+
+def reached(stage: str, data: dict) -> int:
+    """How far along `FUNNEL` an engine variant rejected at `stage` (with `data`) got: the index of the
+    last step it passed."""
+    check = data.get("check")
+    if check == Check.OPERATOR:
+        return 0
+    if check == Check.SLOTS:
+        return 1
+    if check == Check.ROUND_TRIP:
+        return 2
+    if stage in (Stage.LEAF, Stage.NOVELTY):  # the structure check, the novelty guard, the weakest screen
+        return 3
+    difficulty = data.get("difficulty") or {}
+    return 5 if stage == Stage.CALIBRATE and difficulty.get("band") == "goldilocks" else 4
+
+
+def operator_funnel(qualified: list[Problem], rejected: list[tuple[Problem, str, dict]]) -> dict[str, dict]:
+    """Per operator of the engine, how many variants reached each step of `FUNNEL`, and the target's mean
+    pass rate on their sources before (the weakest student's screen, when it is the target) and on the
+    variants at calibration after. Counted over the variants that ended in rejected.jsonl (`rejected`:
+    (problem, stage, data)) or among the qualified; a variant kept inside a tree and composed is neither."""
+    rows: dict[str, list[int]] = {}
+    before: dict[str, list[float]] = {}
+    after: dict[str, list[float]] = {}
+
+    def track(problem: Problem, last: int, difficulty: dict | None) -> None:
+        op = problem.meta.get("operator")
+        if problem.meta.get("authored_by") != ENGINE or not isinstance(op, str):
+            return
+        op = op.split(":")[0]
+        row = rows.setdefault(op, [0] * len(FUNNEL))
+        for i in range(last + 1):
+            row[i] += 1
+        if (b := problem.meta.get("source_accuracy")) is not None:
+            before.setdefault(op, []).append(float(b))
+        if difficulty and difficulty.get("n"):
+            after.setdefault(op, []).append(difficulty["k"] / difficulty["n"])
+
+    for problem, stage, data in rejected:
+        track(problem, reached(stage, data), data.get("difficulty") if stage == Stage.CALIBRATE else None)
+    for problem in qualified:
+        track(problem, len(FUNNEL) - 1, problem.meta.get("difficulty"))
+
+    def mean(values: list[float]) -> float | None:
+        return round(sum(values) / len(values), 3) if values else None
+
+    return {
+        op: {
+            **dict(zip(FUNNEL, row)),
+            "target_before": mean(before.get(op, [])),
+            "target_after": mean(after.get(op, [])),
+        }
+        for op, row in rows.items()
+    }

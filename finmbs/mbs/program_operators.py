@@ -1,0 +1,691 @@
+"""The engine's program operators (`stages.program_operators`, finmbs's, not in the paper).
+
+A small teacher asked to write a harder problem writes back its seed or the prompt's example. Here the
+engine writes the new problem itself, from a verified problem (its question, its program, its answer):
+it builds the new problem's program, and the sandbox runs that program to the new answer. The model
+words at most one clause (`finmbs.mbs.engine_leaves`), which the number-slot and round-trip checks test.
+Every function here is pure: it returns a `Built` (question text, program, what the text must state) or a
+`Refusal` naming why the operator cannot apply; nothing is run here.
+
+The problem's *givens* are the numbers its question states that its program holds as literals: a number
+of the question written once (`$1,200`, `1.5`, `20%` for a program's 0.2 or 20), matched to exactly one
+numeric literal of the program. Operators (after MetaMath's FOBAR, GSM-Symbolic and GSM-Plus):
+
+- `resampled`: every given drawn again near its value, in its own kind (a whole number stays whole, a
+  decimal keeps its decimals), the question's text changed number by number. It is never new in
+  structure; it multiplies what the others make and gives the novelty guard new numbers. Whether the new
+  numbers keep every intermediate value admissible is the sandbox's to say (`admissibility_program`).
+- `backward`: one given masked as x, the original answer stated, x asked for with FOBAR's sentence. Its
+  program searches the given's admissible values (positive multiples of its written resolution, around
+  its value) for those that give the stated answer, and fails unless the forward program is strictly
+  monotone over them and exactly one hits: the label is that one value.
+- `added_step` (GSM-Symbolic's P1; two of them P2): one operation of `STEPS` applied to the answer, its
+  new given chosen by the engine so that the answer stays clean (whole, or cents for money).
+- `chained`: one problem's answer becomes a given of another (a composition on programs).
+"""
+
+from __future__ import annotations
+
+import ast
+import random
+import re
+import zlib
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from decimal import Decimal
+from fractions import Fraction
+
+ANSWER = "answer"
+UNKNOWN = "x"
+SEARCH_POINTS = 4000  # the most values a backward program tries
+FOBAR = "If we know the answer to the above question is {answer}, what is the value of unknown variable x?"
+
+# a number as a question writes it: an optional $, digits (1,200 or 1200), decimals, then % or "percent"
+_NUMBER = re.compile(
+    r"(?P<money>\$\s?)?(?<![\w.,/])(?P<digits>\d{1,3}(?:,\d{3})+|\d+)(?P<decimals>\.\d+)?(?![\w/]|,\d|\.\d)"
+    r"(?P<percent>\s?%|\s+percent\b)?"
+)
+_WORDS = {
+    "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9,
+    "ten": 10, "eleven": 11, "twelve": 12, "fifteen": 15, "twenty": 20, "thirty": 30, "forty": 40, "fifty": 50,
+    "hundred": 100, "half": Fraction(1, 2), "twice": 2, "double": 2, "triple": 3, "third": Fraction(1, 3),
+    "quarter": Fraction(1, 4), "dozen": 12,
+}  # fmt: skip
+_WORD = re.compile(r"\b(" + "|".join(_WORDS) + r")\b", re.I)
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z$\d])")
+
+
+@dataclass(frozen=True)
+class Number:
+    """A figure as a question writes it: its span in the text (the whole `$1,200` or `20%`), its value
+    as written (20 for `20%`), its decimals as written, and whether it is money or a percent."""
+
+    start: int
+    end: int
+    value: Fraction
+    decimals: int = 0
+    money: bool = False
+    percent: bool = False
+    commas: bool = False
+
+
+def numbers(text: str) -> list[Number]:
+    """The figures written in digits in `text`, in order."""
+    found = []
+    for m in _NUMBER.finditer(text):
+        digits, decimals = m["digits"], m["decimals"] or ""
+        found.append(
+            Number(
+                start=m.start(),
+                end=m.end(),
+                value=Fraction(Decimal(digits.replace(",", "") + decimals)),
+                decimals=max(len(decimals) - 1, 0),
+                money=bool(m["money"]),
+                percent=bool(m["percent"]),
+                commas="," in digits,
+            )
+        )
+    return found
+
+
+def stated_values(text: str) -> Counter[Fraction]:
+    """Every value `text` states, in digits or in the ordinary words for small numbers and fractions
+    (`four`, `twice`, `a third`), as a multiset; a percent counts as its number (15 for `15%`)."""
+    values = Counter(n.value for n in numbers(text))
+    values.update(Fraction(_WORDS[m.group(1).lower()]) for m in _WORD.finditer(text))
+    return values
+
+
+def written(number: Number, value: Fraction) -> str:
+    """`value` written the way `number` is: its $, decimals, thousands commas and % kept."""
+    if number.decimals:
+        body = f"{float(value):,.{number.decimals}f}" if number.commas else f"{float(value):.{number.decimals}f}"
+    elif value.denominator == 1:
+        body = f"{value.numerator:,}" if number.commas or value >= 10_000 else str(value.numerator)
+    else:
+        body = format(Decimal(value.numerator) / Decimal(value.denominator), "f")
+    return ("$" if number.money else "") + body + ("%" if number.percent else "")
+
+
+def literal(value: Fraction) -> str:
+    """`value` as a Python literal: an int when whole, else its finite decimal (or a Fraction call)."""
+    if value.denominator == 1:
+        return str(value.numerator)
+    decimal = Decimal(value.numerator) / Decimal(value.denominator)
+    if Fraction(decimal) == value:
+        return format(decimal, "f")
+    return f"Fraction({value.numerator}, {value.denominator})"
+
+
+def answer_value(answer: str) -> Fraction | None:
+    """A stated answer as an exact number (`784`, `$1,250.50`, `12.5%` as 12.5), else None."""
+    text = answer.strip()
+    found = numbers(text)
+    if len(found) != 1 or found[0].start != 0 or found[0].end != len(text):
+        return None
+    return found[0].value
+
+
+# ---------------------------------------------------------------- givens
+
+
+@dataclass(frozen=True)
+class Given:
+    """A value the question states that the program holds as literals: its places in the text (`number`,
+    the first; `also`, the others), the literals' places in the program (`at`, (line, column) each), and
+    `scale` (each literal is the value times it: 1/100 for a percent the program writes as 0.2)."""
+
+    number: Number
+    at: tuple[tuple[int, int], ...]
+    scale: Fraction = Fraction(1)
+    also: tuple[Number, ...] = ()
+
+    @property
+    def places(self) -> tuple[Number, ...]:
+        return (self.number, *self.also)
+
+
+def _numeric(node: ast.AST) -> bool:
+    return isinstance(node, ast.Constant) and type(node.value) in (int, float)
+
+
+def program_literals(source: str) -> list[ast.Constant]:
+    """The numeric literals of `source` that can be givens: not a round()'s digits, not inside quote()."""
+    tree = ast.parse(source)
+    skip: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            if node.func.id == "round" and len(node.args) > 1:
+                skip.add(id(node.args[1]))
+            if node.func.id == "quote":
+                skip.update(id(n) for n in ast.walk(node))
+    return [n for n in ast.walk(tree) if _numeric(n) and id(n) not in skip]  # type: ignore[misc]
+
+
+def givens(question: str, source: str) -> list[Given]:
+    """The question's givens (module docstring), in the order the question first states them: a value the
+    question writes k times (in one form: all percents, or none) and the program holds as exactly k
+    literals, at one scale (itself, or a percent over 100). Any other value is no given: a number the
+    program may use for something else cannot be changed in step with the text."""
+    try:
+        literals = program_literals(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return []
+    by_value: dict[Fraction, list[Number]] = {}
+    for number in numbers(question):
+        by_value.setdefault(number.value, []).append(number)
+    out = []
+    for value, places in by_value.items():
+        if len({n.percent for n in places}) != 1:
+            continue
+        scales = [Fraction(1), *([Fraction(1, 100)] if places[0].percent else [])]
+        matched = [(scale, [lit for lit in literals if Fraction(str(lit.value)) == value * scale]) for scale in scales]
+        matched = [(scale, lits) for scale, lits in matched if lits]
+        if len(matched) != 1 or len(matched[0][1]) != len(places):
+            continue
+        scale, lits = matched[0]
+        out.append(
+            Given(
+                number=places[0],
+                at=tuple((lit.lineno, lit.col_offset) for lit in lits),
+                scale=scale,
+                also=tuple(places[1:]),
+            )
+        )
+    return sorted(out, key=lambda g: g.number.start)
+
+
+class _Replace(ast.NodeTransformer):
+    def __init__(self, at: dict[tuple[int, int], str]):
+        self.at = at
+
+    def visit_Constant(self, node: ast.Constant) -> ast.AST:
+        where = (getattr(node, "lineno", -1), getattr(node, "col_offset", -1))
+        if where in self.at and _numeric(node):
+            return ast.parse(self.at[where], mode="eval").body
+        return node
+
+
+def substituted(source: str, at: dict[tuple[int, int], str]) -> str:
+    """`source` with the literal at each position replaced by an expression's text."""
+    return ast.unparse(ast.fix_missing_locations(_Replace(at).visit(ast.parse(source))))
+
+
+def retexted(question: str, changes: list[tuple[Number, str]]) -> str:
+    """`question` with each number's span replaced by its new text."""
+    for number, text in sorted(changes, key=lambda c: -c[0].start):
+        question = question[: number.start] + text + question[number.end :]
+    return question
+
+
+def binds_answer_last(source: str) -> bool:
+    """Whether the program's last top-level statement binds `answer` (what the operators extend)."""
+    try:
+        body = ast.parse(source).body
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False
+    return bool(body) and any(isinstance(t, ast.Name) and t.id == ANSWER for t in _targets(body[-1]))
+
+
+def _targets(statement: ast.stmt) -> list[ast.expr]:
+    if isinstance(statement, ast.Assign):
+        return statement.targets
+    if isinstance(statement, (ast.AugAssign, ast.AnnAssign)):
+        return [statement.target]
+    return []
+
+
+# ---------------------------------------------------------------- what an operator builds
+
+
+@dataclass(frozen=True)
+class Source:
+    """A verified problem an operator starts from: its question, its program, its answer."""
+
+    question: str
+    program: str
+    answer: str
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why an operator cannot apply to a problem (one counted reason, never an exception)."""
+
+    operator: str
+    reason: str
+
+
+@dataclass
+class Built:
+    """A new problem as the engine builds it: its question text (`question`: whole, or `body` plus a
+    clause still to be worded when `clause` says what it must state), its program, and the values its text
+    must state (`states`, a multiset) and must not (`withholds`: the answer and intermediate values).
+    `answer` is filled once the sandbox ran the program."""
+
+    operator: str
+    question: str
+    program: str
+    states: Counter[Fraction]
+    withholds: set[Fraction] = field(default_factory=set)
+    clause: Clause | None = None
+    answer: str | None = None
+    expect: Fraction | None = None  # the answer the program must give, when the engine knows it already
+    details: dict[str, object] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Clause:
+    """A clause for the model to word: the question's last sentence (`ask`) replaced by one that states
+    `new_givens` and asks for `what`; `template` is the engine's own wording, used when the model's fails."""
+
+    body: str
+    ask: str
+    what: str
+    new_givens: tuple[Fraction, ...]
+    template: str
+
+
+def rng_for(key: str) -> random.Random:
+    """A generator seeded from `key`: a rerun draws the same numbers."""
+    return random.Random(zlib.crc32(key.encode("utf-8")))
+
+
+def clean(value: Fraction, money: bool) -> bool:
+    """Whole, or (money) whole cents; positive."""
+    return value > 0 and (value.denominator == 1 or (money and 100 % value.denominator == 0))
+
+
+def is_money(question: str) -> bool:
+    return "$" in question or bool(re.search(r"\b(dollars?|cents?|euros?|pounds?)\b", question, re.I))
+
+
+# ---------------------------------------------------------------- resampled
+
+
+def resampled(source: Source, key: str, attempt: int = 0) -> Built | Refusal:
+    """Every given drawn again (module docstring): the question with its new numbers, the program with its
+    new literals. `key` and `attempt` seed the draw."""
+    found = givens(source.question, source.program)
+    if not found:
+        return Refusal("resampled", "no given: no number of the question is a literal of its program")
+    rng = rng_for(f"{key}:{attempt}")
+    at, changes = {}, []
+    drawn = []
+    for given in found:
+        value = draw_near(given.number, rng)
+        drawn.append(value)
+        at.update({where: literal(value * given.scale) for where in given.at})
+        changes.extend((place, written(place, value)) for place in given.places)
+    question = retexted(source.question, changes)
+    return Built(
+        operator="resampled",
+        question=question,
+        program=substituted(source.program, at),
+        states=stated_values(question),
+        details={"givens": {written(g.number, g.number.value): written(g.number, v) for g, v in zip(found, drawn)}},
+    )
+
+
+def draw_near(number: Number, rng: random.Random) -> Fraction:
+    """A new value for a given, in its kind: within about half to twice its value, on the grid of its
+    written resolution (a whole number stays whole, $1.50 stays in cents, a percent under 100), never
+    the value itself where another exists."""
+    step = Fraction(1, 10**number.decimals)
+    units = int(number.value / step)
+    if units <= 1:
+        return number.value
+    # a round number stays round: 1,200 draws among multiples of 100, 45 among whole numbers
+    grain = 1
+    while units % (grain * 10) == 0 and units // (grain * 10) >= 2:
+        grain *= 10
+    low, high = max(1, units // 2 // grain), max(2, units * 2 // grain)
+    if number.percent:
+        high = min(high, 99 // grain)
+    choices = [k * grain for k in range(low, high + 1) if k * grain != units]
+    return Fraction(rng.choice(choices)) * step if choices else number.value
+
+
+def admissibility_program(source: str, original: str) -> str:
+    """A program that runs `original` and `source` (the same program with new literals) and fails unless
+    every top-level variable `source` binds is admissible the way it was in `original`: whole where it was
+    whole, positive where it was positive (run in the sandbox; its answer is `source`'s). Only the top
+    level is checked: loops and functions bind inside."""
+    names = [t.id for s in ast.parse(source).body for t in _targets(s) if isinstance(t, ast.Name)]
+    return _admissible(source, original, list(dict.fromkeys(n for n in names if n != ANSWER)))
+
+
+def _indent(source: str, prefix: str = "    ") -> str:
+    return "\n".join(prefix + line if line.strip() else line for line in source.splitlines())
+
+
+def _admissible(source: str, original: str, names: list[str]) -> str:
+    listed = ", ".join(names + [ANSWER])
+    return (
+        "from fractions import Fraction\n"
+        f"def run_original():\n{_indent(original)}\n    return [{listed}]\n"
+        f"def run_new():\n{_indent(source)}\n    return [{listed}]\n"
+        "before = run_original()\n"
+        "after = run_new()\n"
+        f"labels = {[*names, ANSWER]!r}\n"
+        "for i in range(len(before)):\n"
+        "    a, b = before[i], after[i]\n"
+        "    if not isinstance(b, (int, float, Fraction)) or isinstance(b, bool):\n"
+        "        continue\n"
+        "    if isinstance(a, (int, float, Fraction)) and not isinstance(a, bool):\n"
+        "        if a > 0 and not b > 0:\n"
+        "            raise ValueError('not admissible: ' + labels[i] + ' was positive, is now ' + str(b))\n"
+        "        if abs(a - round(a)) <= 1e-9 * max(1, abs(a)) and abs(b - round(b)) > 1e-9 * max(1, abs(b)):\n"
+        "            raise ValueError('not admissible: ' + labels[i] + ' was whole, is now ' + str(b))\n"
+        "answer = after[-1]\n"
+    )
+
+
+# ---------------------------------------------------------------- backward
+
+
+def backward(source: Source, given: Given) -> Built | Refusal:
+    """FOBAR's backward question on `given` (module docstring). `source.answer` must be a number."""
+    target = answer_value(source.answer)
+    if target is None:
+        return Refusal("backward", f"the answer {source.answer!r} is not one number")
+    number = given.number
+    step = Fraction(1, 10**number.decimals)
+    units = int(number.value / step)
+    if number.value <= 0 or units * step != number.value:
+        return Refusal("backward", f"the given {written(number, number.value)} is not a positive value")
+    high = max(3 * units, units + 30)
+    if number.percent:
+        high = min(high, 100 // 1 * (10**number.decimals))
+    grain = 1
+    while high // grain > SEARCH_POINTS and units % (grain * 10) == 0:
+        grain *= 10
+    if high // grain > SEARCH_POINTS:
+        return Refusal("backward", f"the given {written(number, number.value)} has too many admissible values")
+    x = f"({UNKNOWN} / 100)" if given.scale != 1 else UNKNOWN
+    try:
+        forward = substituted(source.program, dict.fromkeys(given.at, x))
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+        return Refusal("backward", f"the program does not parse: {exc}")
+    program = search_program(forward, target, step * grain, high // grain)
+    mask = ("$" if number.money else "") + UNKNOWN + ("%" if number.percent else "")
+    masked = retexted(source.question, [(place, mask) for place in given.places])
+    question = masked.rstrip() + " " + FOBAR.format(answer=source.answer.strip())
+    states = stated_values(question)
+    return Built(
+        operator="backward",
+        question=question,
+        program=program,
+        states=states,
+        withholds={number.value},
+        expect=number.value,
+        details={
+            "given": written(number, number.value),
+            "admissible": f"multiples of {step * grain} up to {high * step}",
+        },
+    )
+
+
+def search_program(forward: str, target: Fraction, step: Fraction, points: int) -> str:
+    """A program whose answer is the one admissible x (step, 2*step, ..., points*step) at which `forward`
+    (a program reading x) gives `target`; it fails when `forward` is not strictly monotone over them, or
+    not exactly one gives the target."""
+    return (
+        "from fractions import Fraction\n"
+        f"def forward({UNKNOWN}):\n{_indent(forward)}\n    return {ANSWER}\n"
+        f"target = {literal(target)}\n"
+        f"step = {literal(step) if step.denominator == 1 else f'Fraction({step.numerator}, {step.denominator})'}\n"
+        "hits = []\n"
+        "values = []\n"
+        f"for k in range(1, {points} + 1):\n"
+        f"    {UNKNOWN} = k * step\n"
+        "    try:\n"
+        f"        y = forward({UNKNOWN})\n"
+        "    except (ArithmeticError, ValueError, TypeError):\n"
+        "        continue\n"
+        "    values.append(y)\n"
+        "    if abs(y - target) <= 1e-9 * max(1, abs(target)):\n"
+        f"        hits.append({UNKNOWN})\n"
+        "rises = [b > a for a, b in zip(values, values[1:])]\n"
+        "falls = [b < a for a, b in zip(values, values[1:])]\n"
+        "if not (all(rises) or all(falls)):\n"
+        "    raise ValueError('the answer is not strictly monotone in x: x is not determined')\n"
+        "if len(hits) != 1:\n"
+        "    raise ValueError(str(len(hits)) + ' admissible values give the answer')\n"
+        f"{ANSWER} = hits[0]\n"
+    )
+
+
+# ---------------------------------------------------------------- added step
+
+
+@dataclass(frozen=True)
+class Step:
+    """One operation of the added-step catalogue: its new givens (given the answer's value) and what it
+    computes; `what` and `template` word it (`{a}`, `{b}`: the new givens; `N`: the answer it applies to)."""
+
+    name: str
+    choices: Callable[[Fraction, bool], list[tuple[Fraction, ...]]]
+    compute: Callable[[Fraction, tuple[Fraction, ...]], Fraction]
+    code: str  # the program line, over `previous` and the new givens a, b
+    what: str
+    template: str
+    states: Callable[[tuple[Fraction, ...]], tuple[Fraction, ...]] = lambda p: p
+
+
+PERCENTS = (5, 10, 15, 20, 25, 30, 40, 50, 60, 75, 80)
+
+
+def _amounts(a: Fraction) -> list[Fraction]:
+    """Round amounts below `a`, between a tenth and a half of it."""
+    out = []
+    for unit in (1, 2, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1000, 5000, 10000):
+        for k in range(1, 10):
+            b = Fraction(unit * k)
+            if a / 10 <= b <= a / 2 and b not in out:
+                out.append(b)
+    return out
+
+
+STEPS = (
+    Step(
+        "percent_of",
+        lambda a, money: [(Fraction(p),) for p in PERCENTS if clean(a * p / 100, money)],
+        lambda a, p: a * p[0] / 100,
+        "answer = previous * {a} / 100",
+        "{a}% of that quantity",
+        "What is {a}% of N?",
+    ),
+    Step(
+        "percent_increase",
+        lambda a, money: [(Fraction(p),) for p in PERCENTS if clean(a * (100 + p) / 100, money)],
+        lambda a, p: a * (100 + p[0]) / 100,
+        "answer = previous * (100 + {a}) / 100",
+        "that quantity after it grows by {a}%",
+        "What is N after an increase of {a}%?",
+    ),
+    Step(
+        "percent_decrease",
+        lambda a, money: [(Fraction(p),) for p in PERCENTS if p < 100 and clean(a * (100 - p) / 100, money)],
+        lambda a, p: a * (100 - p[0]) / 100,
+        "answer = previous * (100 - {a}) / 100",
+        "that quantity after it falls by {a}%",
+        "What is N after a decrease of {a}%?",
+    ),
+    Step(
+        "split",
+        lambda a, money: [(Fraction(n),) for n in range(2, 13) if clean(a / n, money)],
+        lambda a, p: a / p[0],
+        "answer = previous / {a}",
+        "each share when that quantity is split equally into {a} parts",
+        "If N is split equally into {a} parts, how much is each part?",
+    ),
+    Step(
+        "added",
+        lambda a, money: [(b,) for b in _amounts(a)],
+        lambda a, p: a + p[0],
+        "answer = previous + {a}",
+        "that quantity plus {a} more",
+        "What is N plus {a}?",
+    ),
+    Step(
+        "taken_away",
+        lambda a, money: [(b,) for b in _amounts(a)],
+        lambda a, p: a - p[0],
+        "answer = previous - {a}",
+        "what is left of that quantity after {a} is taken away",
+        "What is left of N after {a} is taken away?",
+    ),
+    Step(
+        "repeated",
+        lambda a, money: [(Fraction(t),) for t in range(2, 13)],
+        lambda a, p: a * p[0],
+        "answer = previous * {a}",
+        "{a} times that quantity",
+        "What is {a} times N?",
+    ),
+)
+STEP_NAMES = tuple(s.name for s in STEPS)
+
+
+def split_ask(question: str) -> tuple[str, str] | None:
+    """(the question's text before its last sentence, that last sentence) when it ends by asking."""
+    text = question.strip()
+    if not text.endswith("?"):
+        return None
+    parts = _SENTENCE_END.split(text)
+    if len(parts) < 2:
+        return None
+    return " ".join(parts[:-1]), parts[-1]
+
+
+def step_params(a: Fraction, step: Step, question: str, key: str) -> tuple[Fraction, ...] | None:
+    """The new givens of `step` on an answer `a`, drawn by the engine among those that keep the result clean
+    and state no value the question states (nor `a`, nor the result); None when there are none."""
+    money = is_money(question)
+    known = set(stated_values(question)) | {a}
+    choices = [
+        c
+        for c in step.choices(a, money)
+        if clean(step.compute(a, c), money) and not set(c) & known and step.compute(a, c) not in known
+    ]
+    return rng_for(f"{key}:{step.name}").choice(choices) if choices else None
+
+
+def extended(program: str, step: Step, params: tuple[Fraction, ...]) -> str:
+    """`program` with `step` applied to its answer: two more lines."""
+    names = dict(a=literal(params[0]), b=literal(params[1]) if len(params) > 1 else "")
+    return program.rstrip() + "\nprevious = answer\n" + step.code.format(**names) + "\n"
+
+
+def added_step(source: Source, step: Step, key: str) -> Built | Refusal:
+    """`step` applied to the answer (module docstring): the program extended by two lines; the question's
+    last sentence to be reworded by the model (`Built.clause`), the engine's template as its fallback."""
+    a = answer_value(source.answer)
+    if a is None or a <= 0:
+        return Refusal(step.name, f"the answer {source.answer!r} is not one positive number")
+    if not binds_answer_last(source.program):
+        return Refusal(step.name, "the program does not end by binding answer")
+    asked = split_ask(source.question)
+    if asked is None:
+        return Refusal(step.name, "the question does not end with a question sentence to reword")
+    params = step_params(a, step, source.question, key)
+    if params is None:
+        return Refusal(step.name, f"no new given keeps the answer clean (answer {source.answer})")
+    body, ask = asked
+    names = dict(a=literal(params[0]), b=literal(params[1]) if len(params) > 1 else "")
+    new = step.compute(a, params)
+    template = f"{source.question.strip()} Call that number N. " + step.template.format(**names)
+    return Built(
+        operator=f"added_step:{step.name}",
+        question=template,
+        program=extended(source.program, step, params),
+        states=stated_values(source.question) + Counter(step.states(params)),
+        withholds={a, new},
+        expect=new,
+        clause=Clause(
+            body=body, ask=ask, what=step.what.format(**names), new_givens=tuple(step.states(params)), template=template
+        ),
+        details={"step": step.name, "new_givens": [literal(p) for p in params], "applies_to": source.answer},
+    )
+
+
+_STATEMENTS = {
+    "percent_of": "Let M be {a}% of N.",
+    "percent_increase": "Let M be N increased by {a}%.",
+    "percent_decrease": "Let M be N decreased by {a}%.",
+    "split": "Let M be one part when N is split equally into {a} parts.",
+    "added": "Let M be N plus {a}.",
+    "taken_away": "Let M be N minus {a}.",
+    "repeated": "Let M be N taken {a} times.",
+}
+
+
+def two_steps(source: Source, first: Step, second: Step, key: str) -> Built | Refusal:
+    """P2: `first` on the answer, then `second` on its result, worded by the engine's templates."""
+    a = answer_value(source.answer)
+    if a is None or a <= 0:
+        return Refusal(f"{first.name}+{second.name}", f"the answer {source.answer!r} is not one positive number")
+    if not binds_answer_last(source.program):
+        return Refusal(f"{first.name}+{second.name}", "the program does not end by binding answer")
+    if split_ask(source.question) is None:
+        return Refusal(f"{first.name}+{second.name}", "the question does not end with a question sentence")
+    one = step_params(a, first, source.question, key)
+    mid = first.compute(a, one) if one else None
+    two = step_params(mid, second, source.question + f" {literal(one[0])}", key + ":2") if one and mid else None
+    if one is None or two is None or mid is None:
+        return Refusal(f"{first.name}+{second.name}", f"no new givens keep the answer clean (answer {source.answer})")
+    new = second.compute(mid, two)
+    question = (
+        f"{source.question.strip()} Call that number N. "
+        + _STATEMENTS[first.name].format(a=literal(one[0]))
+        + " "
+        + second.template.format(a=literal(two[0]), b="").replace("N", "M")
+    )
+    return Built(
+        operator=f"two_steps:{first.name}+{second.name}",
+        question=question,
+        program=extended(extended(source.program, first, one), second, two),
+        states=stated_values(question),
+        withholds={a, mid, new},
+        expect=new,
+        details={"steps": [first.name, second.name], "new_givens": [literal(one[0]), literal(two[0])]},
+    )
+
+
+# ---------------------------------------------------------------- chained
+
+
+def chained(first: Source, second: Source, given: Given) -> Built | Refusal:
+    """`first`'s answer becomes `given` of `second`: the new program runs `first`'s program, then
+    `second`'s with that given read from it; the text asks `first` and then `second` with the given
+    replaced by N, its answer."""
+    a = answer_value(first.answer)
+    if a is None or a <= 0:
+        return Refusal("chained", f"the first answer {first.answer!r} is not one positive number")
+    number = given.number
+    if number.decimals == 0 and not number.percent and a.denominator != 1:
+        return Refusal("chained", f"{first.answer} cannot stand for the whole number {written(number, number.value)}")
+    expr = "(first_answer / 100)" if given.scale != 1 else "first_answer"
+    try:
+        second_program = substituted(second.program, dict.fromkeys(given.at, expr))
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+        return Refusal("chained", f"the program does not parse: {exc}")
+    program = (
+        f"def first_problem():\n{_indent(first.program)}\n    return {ANSWER}\n"
+        f"first_answer = first_problem()\n{second_program}\n"
+    )
+    mask = ("$" if number.money else "") + "N" + ("%" if number.percent else "")
+    question = (
+        f"Let N be the answer to this question: {first.question.strip()} "
+        f"Now use N: {retexted(second.question, [(place, mask) for place in given.places]).strip()}"
+    )
+    states = stated_values(question)
+    return Built(
+        operator="chained",
+        question=question,
+        program=program,
+        states=states,
+        withholds={a},
+        details={"given": written(number, number.value), "first_answer": first.answer},
+    )

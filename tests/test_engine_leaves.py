@@ -1,0 +1,218 @@
+"""The engine's leaf hardening end to end (stages.program_operators, finmbs/mbs/engine_leaves.py) through
+a real HTTP server speaking the OpenAI API: a scripted teacher that reads one family of pay problems by
+hand-written rules (it writes the round trip's programs from the text alone, and words an added step's
+clause), students that miss everything. Checked: the variants the engine keeps (labels computed by its
+programs, round-trip tallies, operators and wording recorded), a teacher whose clause leaks the old
+answer falling back to the template, a teacher whose programs miss making the round trip reject, an
+operator that cannot apply counted, the funnel rows, and the switch off (the paper profile)."""
+
+from __future__ import annotations
+
+import json
+import re
+from fractions import Fraction
+from pathlib import Path
+
+import pytest
+
+from finmbs.config import PAPER_VALUES, RunConfig, StageParams
+from finmbs.llm import Gateway
+from finmbs.mbs.context import Context, Ledger
+from finmbs.mbs.engine_leaves import operator_funnel
+from finmbs.mbs.leaves import harder_leaves
+from finmbs.records import Decision, Problem, Trace, TreeNode
+from finmbs.testing.server import Reply, Request
+
+QUESTION = (
+    "Ana earns $18 an hour. Last week she worked 35 hours, and 20% of her pay was withheld for taxes. "
+    "What was her take-home pay in dollars?"
+)
+PROGRAM = "rate = 18\nhours = 35\ngross = rate * hours\nanswer = gross * (1 - 0.2)\n"
+_N = r"([\d,]+(?:\.\d+)?)"
+STEP_RULES = [  # how the scripted teacher reads a new last step, in the template's or its own clause's words
+    (rf"{_N}% of", lambda a, p: a * p / 100),
+    (rf"(?:increase of|grows by) {_N}%", lambda a, p: a * (100 + p) / 100),
+    (rf"(?:decrease of|falls by) {_N}%", lambda a, p: a * (100 - p) / 100),
+    (rf"split equally into {_N} parts", lambda a, p: a / p),
+    (rf"plus {_N}", lambda a, p: a + p),
+    (rf"after {_N} is taken away", lambda a, p: a - p),
+    (rf"{_N} times", lambda a, p: a * p),
+]
+
+
+def number(text: str) -> Fraction:
+    return Fraction(text.replace(",", ""))
+
+
+def base_pay(question: str) -> Fraction | None:
+    """Take-home pay as the question's first sentences state it, or None (not of the pay family)."""
+    rate = re.search(r"\$(\S+) an hour", question)
+    hours = re.search(r"worked (\S+) hours", question)
+    percent = re.search(r"(\S+)% of her pay", question)
+    if not (rate and hours and percent) or "x" in (rate[1], hours[1], percent[1]):
+        return None
+    return number(rate[1]) * number(hours[1]) * (100 - number(percent[1])) / 100
+
+
+def solving_program(question: str) -> str:
+    """The scripted teacher's program for a question of the pay family, read by rules (not by the engine);
+    a question of no family it knows gets a program that gives 0."""
+    if "unknown variable x" in question:
+        rate = re.search(r"\$(\S+) an hour", question)
+        hours = re.search(r"worked (\S+) hours", question)
+        percent = re.search(r"(\S+)% of her pay", question)
+        stated = re.search(r"is ([\d.,]+), what is the value", question)
+        if not (rate and hours and percent and stated):
+            return "answer = 0"
+        lines = ["from sympy import symbols, Eq, solve", "x = symbols('x')"]
+        lines += [f"{k} = {m[1].replace(',', '')}" for k, m in (("rate", rate), ("hours", hours), ("percent", percent))]
+        lines.append(f"answer = solve(Eq(rate * hours * (1 - percent / 100), {stated[1].replace(',', '')}), x)[0]")
+        return "\n".join(lines)
+    base = base_pay(question)
+    if base is None:
+        return "answer = 0"
+    tail = question.split("taxes.", 1)[1]
+    while found := [(m.start(), m, step) for pattern, step in STEP_RULES if (m := re.search(pattern, tail))]:
+        _, m, step = min(found, key=lambda f: f[0])  # the steps in the order the text states them
+        base = step(base, number(m[1]))
+        tail = tail[m.end() :]
+    return f"from fractions import Fraction\nanswer = Fraction({base.numerator}, {base.denominator})"
+
+
+class PayTeacher:
+    """The scripted server's handler. `clause`: how the teacher words an added step ("good", or "leak":
+    it states the old answer); `programs_miss`: its round-trip programs all add 1."""
+
+    def __init__(self, clause: str = "good", programs_miss: bool = False):
+        self.clause, self.programs_miss = clause, programs_miss
+        self.asked: list[str] = []
+
+    def __call__(self, request: Request) -> Reply:
+        text = request.text
+        if "Write a new final question to replace the old one" in text:
+            self.asked.append("clause")
+            what = re.search(r"that ask for (.+?), where", text)
+            assert what
+            ask = f"What is {what[1].replace('that quantity', 'her take-home pay')}?"
+            if self.clause == "leak":
+                body = re.search(r"<problem>\n(.+?)\n</problem>", text, re.S)
+                old = base_pay(body[1]) if body else None
+                assert old is not None and old.denominator == 1
+                ask = f"Her take-home pay was ${old}. {ask}"
+            return Reply(texts=[json.dumps({"ask": ask})])
+        if "Write a short Python program that solves" in text:
+            self.asked.append("program")
+            problem = re.search(r"<problem>\n(.+?)\n</problem>", text, re.S)
+            assert problem
+            program = solving_program(problem[1]) + (" + 1" if self.programs_miss else "")
+            return Reply(texts=[f"```python\n{program}\n```"] * request.n)
+        self.asked.append("solve")  # prose traces and students: always wrong
+        return Reply(texts=["I think it is \\boxed{7}."] * request.n)
+
+
+def config(base_url: str, cache: Path, **stages: object) -> RunConfig:
+    endpoint = dict(model="openai/t", api_base=base_url, timeout_s=10.0, max_retries=1, supports_n=True)
+    return RunConfig.model_validate(
+        {
+            "domain": "math",
+            "roles": {
+                "teachers": [{"name": "teacher", **endpoint}],
+                "students": [{"name": "student", **endpoint}],
+                "target": {"name": "target", **endpoint},
+                "judge": {"name": "judge", **endpoint},
+            },
+            "stages": {"N": 2, "Nt": 1, "leaf_operators": False, **stages},
+            "verify": {"programs": True},
+            "novelty": {"structure": True},
+            "cache_path": str(cache),
+        }
+    )
+
+
+def leaf(accuracy: float) -> TreeNode:
+    problem = Problem(id="pay", question=QUESTION, answer="504", domain="math", meta={"program": PROGRAM})
+    trace = Trace(text="18 * 35 * 0.8 = 504", answer="504", model="teacher", verified=True)
+    node = TreeNode(problem=problem, trace=trace, path="0", decisions=[Decision(stage="traces", outcome="accepted")])
+    node.student_accuracy["student"] = accuracy
+    return node
+
+
+async def hardened(server, tmp_path: Path, teacher: PayTeacher, accuracy: float = 1.0, **stages: object):
+    server.handler = teacher
+    ctx = Context(config=config(server.base_url, tmp_path / "c.sqlite", **stages), gateway=Gateway(cache_path=None))
+    node, ledger = leaf(accuracy), Ledger("pay")
+    return await harder_leaves(ctx, node, ledger), node, ledger
+
+
+async def test_the_engine_builds_words_and_checks_each_variant(tmp_path, openai_server):
+    kept, node, ledger = await hardened(openai_server, tmp_path, PayTeacher())
+    by_op = {n.problem.meta["operator"].split(":")[0]: n.problem for n in kept}
+    assert set(by_op) == {"backward", "added_step", "two_steps"}, [r.reason for r in ledger.rejected]
+    plan = next(d for d in node.decisions if "engine operators in order" in d.reason)
+    assert plan.data["operators"] == ["backward", "added_step", "two_steps"]  # the student solves it: backward first
+    instance = plan.data["instance_question"]
+    assert plan.data["instance"]["resampled"] and instance != QUESTION
+    for problem in by_op.values():
+        meta = problem.meta
+        assert meta["authored_by"] == "engine" and meta["round_trip"] == "3 of 3"
+        assert meta["prose_traces"].startswith("no verified trace")  # recorded, not deciding
+        assert meta["structure"] == "new" and meta["resampled"]
+        assert meta["source_accuracy"] == 1.0
+        assert Fraction(problem.answer) == Fraction(meta["program_answer"])
+    backward = by_op["backward"]
+    assert "unknown variable x" in backward.question and backward.meta["worded_by"] == "engine"
+    # its label is the given the engine masked, in the resampled instance's numbers
+    masked = backward.meta["operator_details"]["given"]
+    assert Fraction(backward.answer) == Fraction(masked.strip("$%").replace(",", ""))
+    assert masked in instance and masked not in backward.question
+    added = by_op["added_step"]
+    assert added.meta["worded_by"] == "teacher" and added.question.endswith("?")
+    assert "Call that number N" not in added.question  # the teacher's clause, not the template
+    assert "Let M be" in by_op["two_steps"].question  # two steps are worded by the template
+    assert ledger.rejected == []
+
+
+async def test_a_clause_that_states_the_old_answer_falls_back_to_the_template(tmp_path, openai_server):
+    kept, _, _ = await hardened(openai_server, tmp_path, PayTeacher(clause="leak"), accuracy=0.0)
+    added = next(n.problem for n in kept if n.problem.meta["operator"].startswith("added_step"))
+    assert added.meta["worded_by"] == "engine" and "Call that number N." in added.question
+    [why] = added.meta["wording_failed"]
+    assert why.startswith("the model's clause: number slots: the text states") and "(withheld:" in why
+
+
+async def test_a_wording_no_teacher_program_solves_is_rejected_then_the_prompt_path_runs(tmp_path, openai_server):
+    teacher = PayTeacher(programs_miss=True)
+    kept, node, ledger = await hardened(openai_server, tmp_path, teacher, accuracy=0.0)
+    engine = [r for r in ledger.rejected if r.problem.meta.get("authored_by") == "engine"]
+    assert len(engine) == 3 and all(r.data["check"] == "round_trip" for r in engine)
+    assert all(r.reason.startswith("wording not solvable: none of 3 programs") for r in engine)
+    assert all(r.problem.meta["round_trip"] == "0 of 3" for r in engine)
+    assert not any(p.meta.get("authored_by") == "engine" for p in (n.problem for n in kept))
+    assert any("engine operators: kept 0 of 0" in d.reason for d in node.decisions)
+    funnel = operator_funnel([], [(r.problem, r.stage, r.data) for r in engine])
+    assert {op: row["round_trip"] for op, row in funnel.items()} == {"backward": 0, "added_step": 0, "two_steps": 0}
+    assert all(row["worded"] == 1 for row in funnel.values())
+
+
+async def test_an_operator_that_cannot_apply_is_one_counted_reason(tmp_path, openai_server):
+    teacher = PayTeacher()
+    openai_server.handler = teacher
+    cfg = config(openai_server.base_url, tmp_path / "c.sqlite")
+    ctx = Context(config=cfg, gateway=Gateway(cache_path=None))
+    statement = Problem(
+        id="st", question="Tom has 7 marbles and finds 6 more. He counts them.", answer="13", domain="math",
+        meta={"program": "answer = 7 + 6"},
+    )  # fmt: skip
+    node, ledger = TreeNode(problem=statement, path="0"), Ledger("st")
+    node.student_accuracy["student"] = 0.0
+    await harder_leaves(ctx, node, ledger)
+    refusals = [r for r in ledger.rejected if r.data.get("check") == "operator"]
+    assert {r.problem.meta["operator"] for r in refusals} >= {"added_step", "two_steps"}
+    assert all("question sentence" in r.reason for r in refusals if r.problem.meta["operator"] != "backward")
+
+
+@pytest.mark.parametrize("key", ["stages.program_operators", "stages.program_roots"])
+def test_the_engine_is_finmbs_s_and_off_in_the_paper_profile(key):
+    assert PAPER_VALUES[key] is False
+    stage = key.split(".")[1]
+    assert getattr(StageParams(), stage) is True
