@@ -70,14 +70,15 @@ def test_seeds_an_earlier_run_finished_are_neither_work_done_nor_left():
     in_seed(progress, "s2", "traces")  # 1 of direct's 6 stages
     clock.now += 60
     assert progress.eta_s() == 300  # (1 - 1/6) of one seed at 60 s per sixth
-    assert progress.status().startswith("2/3 seeds finished, 1 running, 0 qualified (s2: traces); 60 s elapsed")
+    in_seed(progress, "s2", "students", "students")  # counters: work moving within the stage
+    assert progress.status().startswith("2/3 seeds finished, 1 running, 0 qualified (s2: traces, 3 results); 60 s")
 
 
 def test_ticks_without_a_seed_and_unknown_stages_change_nothing():
     lines = []
     progress = GrowProgress([Problem(id="s", question="q", answer="1")], "mbs", emit=lines.append, clock=Clock())
     progress.tick("traces")  # no SEED (a Ray worker's ticks arrive in the driver without it)
-    in_seed(progress, "s", "verify", "students")  # no stage of the method's: nothing
+    in_seed(progress, "s", "verify", "students")  # no stage of the method's and no seed started: nothing
     assert lines == [] and not progress.running
     in_seed(progress, "s", STARTED, "traces")
     progress.finished(Problem(id="s", question="q", answer="1"), [])

@@ -84,6 +84,7 @@ class SeedState:
     started: float
     stage: str = ""
     reached: int = -1  # index of `stage` in the method's stages; -1: none yet
+    results: int = 0  # ticks of any kind so far (a trace, a student rollout, a proposal): work is moving
 
 
 @dataclass
@@ -121,8 +122,12 @@ class GrowProgress:
             self._tick(seed, stage)
 
     def _tick(self, seed: str, stage: str) -> None:
-        if seed in self.done or (stage != STARTED and stage not in self.stages):
-            return  # a finished seed's task still ticks (the seeds counter, as it is saved); counters name no stage
+        if seed in self.done:
+            return  # a finished seed's task still ticks (the seeds counter, as it is saved)
+        if stage != STARTED and stage not in self.stages:
+            if seed in self.running:  # a counter (student rollouts, program checks): work moving, no stage
+                self.running[seed].results += 1
+            return
         state = self.running.get(seed)
         if stage == STARTED or state is None:
             if state is None:
@@ -130,6 +135,7 @@ class GrowProgress:
                 self.say(f"seed {seed}: started ({self.count_line()})")
             if stage == STARTED:
                 return
+        state.results += 1
         if stage in self.stages and self.stages.index(stage) > state.reached:
             state.reached, state.stage = self.stages.index(stage), stage
             step = f"{state.reached + 1}/{len(self.stages)}"
@@ -186,7 +192,9 @@ class GrowProgress:
             return self._status()
 
     def _status(self) -> str:
-        doing = ", ".join(f"{seed}: {s.stage or 'starting'}" for seed, s in sorted(self.running.items()))
+        doing = ", ".join(
+            f"{seed}: {s.stage or 'starting'}, {s.results} results" for seed, s in sorted(self.running.items())
+        )
         elapsed = duration(self.clock() - self.started)
         eta = self.eta_s()
         left = "estimating the time left" if eta is None else f"about {duration(eta)} left"
