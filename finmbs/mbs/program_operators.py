@@ -402,21 +402,15 @@ def backward(source: Source, given: Given) -> Built | Refusal:
         grain *= 10
     if high // grain > SEARCH_POINTS:
         return Refusal("backward", f"the given {written(number, number.value)} has too many admissible values")
-    x = f"({UNKNOWN} / 100)" if given.scale != 1 else UNKNOWN
-    try:
-        forward = substituted(source.program, dict.fromkeys(given.at, x))
-    except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
-        return Refusal("backward", f"the program does not parse: {exc}")
-    program = search_program(forward, target, step * grain, high // grain)
-    mask = ("$" if number.money else "") + UNKNOWN + ("%" if number.percent else "")
-    masked = retexted(source.question, [(place, mask) for place in given.places])
-    question = masked.rstrip() + " " + FOBAR.format(answer=source.answer.strip())
-    states = stated_values(question)
+    forward = reading(source.program, given, UNKNOWN, "backward")
+    if isinstance(forward, Refusal):
+        return forward
+    question = masked(source.question, given, UNKNOWN).rstrip() + " " + FOBAR.format(answer=source.answer.strip())
     return Built(
         operator="backward",
         question=question,
-        program=program,
-        states=states,
+        program=search_program(forward, target, step * grain, high // grain),
+        states=stated_values(question),
         withholds={number.value},
         expect=number.value,
         details={
@@ -424,6 +418,22 @@ def backward(source: Source, given: Given) -> Built | Refusal:
             "admissible": f"multiples of {step * grain} up to {high * step}",
         },
     )
+
+
+def reading(program: str, given: Given, name: str, operator: str) -> str | Refusal:
+    """`program` with the given's literals read from the variable `name` (over 100 for a percent)."""
+    expr = f"({name} / 100)" if given.scale != 1 else name
+    try:
+        return substituted(program, dict.fromkeys(given.at, expr))
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+        return Refusal(operator, f"the program does not parse: {exc}")
+
+
+def masked(question: str, given: Given, name: str) -> str:
+    """`question` with the given written as `name` wherever it stands (`$x`, `x%` keep their signs)."""
+    number = given.number
+    mask = ("$" if number.money else "") + name + ("%" if number.percent else "")
+    return retexted(question, [(place, mask) for place in given.places])
 
 
 def search_program(forward: str, target: Fraction, step: Fraction, points: int) -> str:
@@ -666,26 +676,22 @@ def chained(first: Source, second: Source, given: Given) -> Built | Refusal:
     number = given.number
     if number.decimals == 0 and not number.percent and a.denominator != 1:
         return Refusal("chained", f"{first.answer} cannot stand for the whole number {written(number, number.value)}")
-    expr = "(first_answer / 100)" if given.scale != 1 else "first_answer"
-    try:
-        second_program = substituted(second.program, dict.fromkeys(given.at, expr))
-    except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
-        return Refusal("chained", f"the program does not parse: {exc}")
+    second_program = reading(second.program, given, "first_answer", "chained")
+    if isinstance(second_program, Refusal):
+        return second_program
     program = (
         f"def first_problem():\n{_indent(first.program)}\n    return {ANSWER}\n"
         f"first_answer = first_problem()\n{second_program}\n"
     )
-    mask = ("$" if number.money else "") + "N" + ("%" if number.percent else "")
     question = (
         f"Let N be the answer to this question: {first.question.strip()} "
-        f"Now use N: {retexted(second.question, [(place, mask) for place in given.places]).strip()}"
+        f"Now use N: {masked(second.question, given, 'N').strip()}"
     )
-    states = stated_values(question)
     return Built(
         operator="chained",
         question=question,
         program=program,
-        states=states,
+        states=stated_values(question),
         withholds={a},
         details={"given": written(number, number.value), "first_answer": first.answer},
     )
