@@ -4,16 +4,17 @@ A candidate's program is a small pure Python computation that ends by binding `a
 programs bind document figures with `quote("verbatim text of the passage", value)`
 (`finmbs.verify.quotes`). `run_program` executes one in a separate process
 (`finmbs.verify.program_worker`): a fresh interpreter of this Python, in its own process group,
-closed in by two layers that each hold alone: the OS layer (its own mount and network namespaces
-with a read-only, no-exec view of the file system; from root it drops to nobody; CPU-time, memory,
-file-descriptor, file-size and process limits) and the language layer (RestrictedPython's
-compile-time restrictions; imports limited to read-only views of math, fractions, decimal,
-statistics, datetime and `sympy`, finmbs's linear subset `finmbs.verify.algebra`), and a
-wall-clock limit here that kills the group. Whatever the program
-does (loops, allocates, forks, opens, imports, raises, prints too much, binds a string) comes back
-as a `ProgramResult` with `ok=False` and a one-line `error`; nothing is raised to the caller and
-nothing hangs. Parts of the OS layer this machine does not allow are warned about once per process
-and shown by `finmbs doctor` (`sandbox_layers`); the threat model is in docs/programs.md.
+closed in by two layers that each hold alone: the OS layer (its own user, mount, network, IPC, UTS
+and PID namespaces under a guard that dies with the worker; a read-only, no-exec view of the file
+system; from root a uid no other process has; CPU-time, memory, file-descriptor, file-size and
+process limits) and the language layer (RestrictedPython's compile-time restrictions; imports
+limited to read-only views of math, fractions, decimal, statistics, datetime and `sympy`, finmbs's
+linear subset `finmbs.verify.algebra`), and a wall-clock limit here, counted from the program's
+start, that kills the group. Whatever the program does (loops, allocates, forks, opens, imports,
+raises, prints too much, binds a string) comes back as a `ProgramResult` with `ok=False` and a
+one-line `error`; input that is no program is `refused`; nothing is raised to the caller and nothing
+hangs. Parts of the OS layer this machine does not allow are warned about once per process and
+shown by `finmbs doctor` (`sandbox_layers`); the threat model is in docs/programs.md.
 
     FINMBS_PROGRAM_TIMEOUT_S   wall-clock limit per program, seconds (default 10; CPU limit the same)
 """
