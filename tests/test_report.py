@@ -335,7 +335,7 @@ def test_funnel_rates_are_over_what_reached_each_step():
     assert rows["quality_rejected_roots"].rate == "33.3% of roots past the novelty guard"  # 2 / 6
     assert rows["descendants"].rate == "28.6% of roots at the final gates"  # 4 / 14
     assert rows["qualified"].rate == "25.0% of candidates"  # 1 / 4 calibrated
-    assert rows["novelty_rejected"].rate == "" and rows["answer_leaks"].rate == ""
+    assert rows["novelty_rejected"].rate == "" and rows["answer_leaks"].rate == "" and rows["answer_leaks"].width == 0
     assert rows["seeds_too_easy"].rate == "50.0% of seeds"
     assert all(s.width <= 100 for s in rows.values())
     # a metrics.json written before novelty_rejected_roots: the gated roots as one row, over the candidates

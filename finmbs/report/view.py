@@ -255,7 +255,8 @@ def funnel_rows(m: dict[str, Any]) -> list[FunnelStep]:
     for key, label, _value in extra_metrics(m):
         if isinstance(m[key], int) and not _NOT_A_COUNT.search(key) and key not in shown:
             base = "seeds_in" if key.startswith("seeds_") else EXTRA_BASES.get(key)
-            steps.append(_step(key, label, m[key], base, counts))
+            # no known whole: the count alone, no bar (a full one would read as 100%)
+            steps.append(_step(key, label, m[key], base, counts) if base else FunnelStep(key, label, m[key], "", 0.0))
     return steps
 
 
