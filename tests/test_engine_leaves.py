@@ -57,6 +57,13 @@ def base_pay(question: str) -> Fraction | None:
 def solving_program(question: str) -> str:
     """The scripted teacher's program for a question of the pay family, read by rules (not by the engine);
     a question of no family it knows gets a program that gives 0."""
+    eggs = re.fullmatch(r"A box holds (\d+) eggs\. How many eggs are in (\d+) boxes\?", question.strip())
+    if eggs:
+        return f"per_box = {eggs[1]}\nboxes = {eggs[2]}\nanswer = per_box * boxes"
+    chain = re.match(r"Let N be the answer to this question: A box holds (\d+) eggs\. How many eggs are in (\d+) "
+                     r"boxes\? Now use N: (.+)", question, re.S)  # fmt: skip
+    if chain:
+        return solving_program(chain[3].replace("N", str(int(chain[1]) * int(chain[2]))))
     if "unknown variable x" in question:
         rate = re.search(r"\$(\S+) an hour", question)
         hours = re.search(r"worked (\S+) hours", question)
@@ -137,9 +144,17 @@ def leaf(accuracy: float) -> TreeNode:
     return node
 
 
-async def hardened(server, tmp_path: Path, teacher: PayTeacher, accuracy: float = 1.0, **stages: object):
+async def hardened(
+    server,
+    tmp_path: Path,
+    teacher: PayTeacher,
+    accuracy: float = 1.0,
+    peers: tuple[Problem, ...] = (),
+    **stages: object,
+):
     server.handler = teacher
-    ctx = Context(config=config(server.base_url, tmp_path / "c.sqlite", **stages), gateway=Gateway(cache_path=None))
+    cfg = config(server.base_url, tmp_path / "c.sqlite", **stages)
+    ctx = Context(config=cfg, gateway=Gateway(cache_path=None), peers=peers)
     node, ledger = leaf(accuracy), Ledger("pay")
     return await harder_leaves(ctx, node, ledger), node, ledger
 
@@ -209,6 +224,23 @@ async def test_an_operator_that_cannot_apply_is_one_counted_reason(tmp_path, ope
     refusals = [r for r in ledger.rejected if r.data.get("check") == "operator"]
     assert {r.problem.meta["operator"] for r in refusals} >= {"added_step", "two_steps"}
     assert all("question sentence" in r.reason for r in refusals if r.problem.meta["operator"] != "backward")
+
+
+async def test_chained_takes_the_next_seed_of_the_run_as_its_first_question(tmp_path, openai_server):
+    eggs = Problem(id="eggs", question="A box holds 6 eggs. How many eggs are in 2 boxes?", answer="12", domain="math")
+    pay = leaf(0.0).problem
+    kept, node, ledger = await hardened(openai_server, tmp_path, PayTeacher(), accuracy=0.0, peers=(pay, eggs))
+    plan = next(d for d in node.decisions if "engine operators in order" in d.reason)
+    assert plan.data["operators"] == ["added_step", "backward", "two_steps", "chained"]
+    chained = [n.problem for n in kept if n.problem.meta["operator"] == "chained"]
+    assert chained, [r.reason for r in ledger.rejected]
+    [problem] = chained
+    assert problem.question.startswith("Let N be the answer to this question: A box holds")
+    assert "A box holds 6 eggs" not in problem.question  # the first seed's givens are drawn again too
+    assert problem.meta["operator_details"]["first"] == "eggs" and problem.meta["round_trip"] == "3 of 3"
+    # a run of one seed has no other to chain with: the operator is not planned
+    _, alone, _ = await hardened(openai_server, tmp_path / "alone", PayTeacher(), accuracy=0.0, peers=(pay,))
+    assert "chained" not in next(d for d in alone.decisions if "engine operators" in d.reason).data["operators"]
 
 
 @pytest.mark.parametrize("key", ["stages.program_operators", "stages.program_roots"])

@@ -76,6 +76,7 @@ class Context:
     gateway: Gateway
     tick: Tick = no_tick
     excluded_documents: frozenset[str] = frozenset()  # never re-grounded on: other seeds', held-out ones
+    peers: tuple[Problem, ...] = ()  # the run's seeds in order (the engine's `chained` operator draws on them)
 
     @property
     def stages(self) -> StageParams:
@@ -108,6 +109,7 @@ class Context:
             gateway=SeedGateway(inner),
             tick=self.tick,  # type: ignore[arg-type]
             excluded_documents=self.excluded_documents,
+            peers=self.peers,
         )
 
     def tokens(self) -> dict[str, int]:

@@ -42,7 +42,7 @@ from finmbs.verify.skeleton import skeleton
 
 STAGE = Stage.LEAF
 ENGINE = "engine"
-BACKWARD, ADDED, TWO = "backward", "added_step", "two_steps"
+BACKWARD, ADDED, TWO, CHAINED = "backward", "added_step", "two_steps", "chained"
 PLAN_EASY = (BACKWARD, ADDED, TWO)  # a leaf the weakest student mostly solves: the hardest change first
 PLAN_HARD = (ADDED, BACKWARD, TWO)
 
@@ -144,12 +144,13 @@ async def computed(built: ops.Built) -> str | None:
     return None
 
 
-async def resampled_instance(ctx: Context, leaf: TreeNode, source: ops.Source) -> tuple[ops.Source, dict]:
-    """The leaf with its givens drawn again (`stages.engine_resamples` draws at most): the first draw whose
-    every intermediate value stays admissible, run to its new answer; the leaf itself when none does."""
+async def resampled_instance(ctx: Context, key: str, source: ops.Source) -> tuple[ops.Source, dict]:
+    """`source` with its givens drawn again (`stages.engine_resamples` draws at most, seeded by `key`): the
+    first draw whose every intermediate value stays admissible, run to its new answer; `source` itself when
+    none does."""
     tried = []
     for attempt in range(ctx.stages.engine_resamples):
-        built = ops.resampled(source, leaf.problem.id, attempt)
+        built = ops.resampled(source, key, attempt)
         if isinstance(built, ops.Refusal):
             return source, {"resampled": False, "why": built.reason}
         result = await run_program_async(ops.admissibility_program(built.program, source.program))
@@ -186,6 +187,50 @@ async def first_built(name: str, source: ops.Source, key: str) -> ops.Built | op
             return candidate
         reasons.append(why)
     return ops.Refusal(name, "; ".join(dict.fromkeys(reasons)) or "no candidate")
+
+
+def peer_for(ctx: Context, problem: Problem) -> Problem | None:
+    """The seed `chained` takes its first question from: the run's next math seed after `problem`'s own
+    (in the seeds file's order, wrapping round); None when the run has no other."""
+    seeds = [p for p in ctx.peers if p.domain == "math"]
+    ids = [p.id for p in seeds]
+    own = problem.provenance.seed_id or problem.id
+    if own not in ids or len(seeds) < 2:
+        return None
+    return seeds[(ids.index(own) + 1) % len(seeds)]
+
+
+async def chained_built(ctx: Context, leaf: Problem, instance: ops.Source) -> ops.Built | ops.Refusal:
+    """`chained`: the peer seed (`peer_for`, its givens drawn again too, so neither seed's wording is copied)
+    asked first, its answer standing for one given of `instance`; the first given for which every
+    intermediate value of `instance` stays admissible with that answer, run to the new answer."""
+    peer = peer_for(ctx, leaf)
+    if peer is None:
+        return ops.Refusal(CHAINED, "no other math seed in the run")
+    written, why = await program_to_answer(ctx, peer)
+    if why:
+        return ops.Refusal(CHAINED, f"the seed {peer.id} it would start from has no program: {why}")
+    first, _ = await resampled_instance(
+        ctx, peer.id, ops.Source(peer.question, mended(ctx, written.meta["program"]), peer.answer)
+    )
+    value = ops.answer_value(first.answer)
+    reasons = []
+    for given in ops.givens(instance.question, instance.program):
+        built = ops.chained(first, instance, given)
+        if isinstance(built, ops.Refusal) or value is None:
+            reasons.append(built.reason if isinstance(built, ops.Refusal) else "no answer")
+            continue
+        second = ops.substituted(instance.program, dict.fromkeys(given.at, ops.literal(value * given.scale)))
+        check = await run_program_async(ops.admissibility_program(second, instance.program))
+        if not check.ok or check.answer is None:
+            reasons.append(f"{ops.written(given.number, given.number.value)} as {first.answer}: {check.error}")
+            continue
+        built.expect = ops.answer_value(check.answer)
+        built.details["first"] = peer.id
+        if (why := await computed(built)) is None:
+            return built
+        reasons.append(why)
+    return ops.Refusal(CHAINED, "; ".join(dict.fromkeys(reasons)) or "no given to chain into")
 
 
 async def worded(ctx: Context, built: ops.Built) -> tuple[str, str, list[str]]:
@@ -242,7 +287,8 @@ async def engine_variant(
     ctx: Context, leaf: TreeNode, name: str, source: ops.Source, id: str, ledger: Ledger
 ) -> TreeNode | None:
     """One operator on the leaf's instance, worded and checked; None with the rejection on `ledger`."""
-    built = await first_built(name, source, f"{leaf.problem.id}:{id}")
+    key = f"{leaf.problem.id}:{id}"
+    built = await (chained_built(ctx, leaf.problem, source) if name == CHAINED else first_built(name, source, key))
     if isinstance(built, ops.Refusal):
         ledger.reject(refused(leaf.problem, id, name), STAGE, f"{name}: {built.reason}", check=Check.OPERATOR)
         return None
@@ -275,8 +321,8 @@ async def engine_leaves(ctx: Context, leaf: TreeNode, ledger: Ledger) -> list[Tr
     if source is None:
         leaf.decisions.append(Decision(stage=STAGE, outcome="info", reason=f"engine operators not applied: {why}"))
         return []
-    instance, drawn = await resampled_instance(ctx, leaf, source)
-    order = plan(ctx, leaf)
+    instance, drawn = await resampled_instance(ctx, leaf.problem.id, source)
+    order = plan(ctx, leaf) + ((CHAINED,) if peer_for(ctx, leaf.problem) else ())
     leaf.decisions.append(
         Decision(
             stage=STAGE,

@@ -133,13 +133,14 @@ async def grow_work(
     config: RunConfig,
     method: str,
     excluded: frozenset[str] = frozenset(),
+    peers: tuple[Problem, ...] = (),
 ) -> SeedOutcome:
     """One seed as a unit of executor work (module level, so it pickles for Ray). The seed's id is set in
     its task for the progress lines (`progress.SEED`: the engine's ticks name no seed), and a first tick says
-    it started."""
+    it started. `peers`: the run's seeds, in order (the engine's `chained` operator draws on them)."""
     SEED.set(seed.id)
     tick(STARTED)
-    ctx = Context(config=config, gateway=gateway, tick=tick, excluded_documents=excluded)
+    ctx = Context(config=config, gateway=gateway, tick=tick, excluded_documents=excluded, peers=peers)
     return await growers()[method](seed, ctx)
 
 
@@ -256,7 +257,7 @@ async def _grow_locked(
     try:
         with sigterm_as_interrupt(local_gateway):
             await executor.map(
-                partial(grow_work, config=config, method=method, excluded=excluded),
+                partial(grow_work, config=config, method=method, excluded=excluded, peers=tuple(seeds)),
                 todo,
                 concurrency=config.seed_concurrency,
                 on_result=on_result,
