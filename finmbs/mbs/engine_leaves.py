@@ -16,11 +16,13 @@ control and calibration):
 - round trip (`round_trip`): k programs written by the teacher from the worded text alone (one batched
   call); at least one must compute the engine's answer, else the wording is not solvable.
 
-The teacher's prose traces are still drawn, and their tally is recorded (`meta.prose_traces`), but they
-do not decide: the program proves the label and the round trip shows the text is solvable. The plan's
-order comes from the weakest student's measured accuracy on the leaf (which the screen measured): a
-leaf it solves more often than not gets the backward question first (the hardest change), others the
-milder added steps first. Each operator that cannot apply is one counted rejection (check `operator`).
+The teacher's prose traces are still drawn for the variants the screen keeps (`prose_tally`), and their
+tally is recorded (`meta.prose_traces`), but they do not decide: the program proves the label and the
+round trip shows the text is solvable. The plan's order comes from the weakest student's measured
+accuracy on the leaf (which the screen measured): a leaf it solves more often than not gets the
+backward question first (the hardest change), others the milder added steps first; `chained` comes last,
+when the run has another math seed. Each operator that cannot apply is one counted rejection (check
+`operator`).
 """
 
 from __future__ import annotations
@@ -305,13 +307,20 @@ async def engine_variant(
         reason = f"wording not solvable: none of {k} programs the teacher wrote from the text gives {problem.answer}"
         ledger.reject(problem, STAGE, reason, check=Check.ROUND_TRIP, operator=built.operator)
         return None
-    trace, why = await teacher_trace(ctx, problem)  # the tally only: the program proves the label
-    problem.meta["prose_traces"] = f"verified by {trace.model}" if trace else why
-    if trace is None:
-        trace = Trace(text=f"```python\n{built.program}\n```", answer=problem.answer, model=ENGINE, verified=True)
+    trace = Trace(text=f"```python\n{built.program}\n```", answer=problem.answer, model=ENGINE, verified=True)
     reason = f"{built.operator}: computed by the engine's program; round trip {hits} of {k}; worded by {by}"
     decision = Decision(stage=STAGE, outcome="accepted", reason=reason, data={"program_answer": problem.answer})
     return TreeNode(problem=problem, trace=trace, path=leaf.path, mirrors=leaf.problem.id, decisions=[decision])
+
+
+async def prose_tally(ctx: Context, node: TreeNode) -> None:
+    """The teacher's prose traces on a kept engine variant, drawn as for any problem (`teacher_trace`) and
+    recorded as `meta.prose_traces`; they decide nothing (the program proves the label). A verifying trace
+    becomes the node's worked solution in place of the engine's program."""
+    trace, why = await teacher_trace(ctx, node.problem)
+    node.problem.meta["prose_traces"] = f"verified by {trace.model}" if trace else why
+    if trace is not None:
+        node.trace = trace
 
 
 async def engine_leaves(ctx: Context, leaf: TreeNode, ledger: Ledger) -> list[TreeNode]:

@@ -36,7 +36,7 @@ from finmbs.mbs.candidates import (
     written_items,
 )
 from finmbs.mbs.context import Context, Ledger
-from finmbs.mbs.engine_leaves import engine_leaves
+from finmbs.mbs.engine_leaves import engine_leaves, prose_tally
 from finmbs.mbs.engine_leaves import on as engine_on
 from finmbs.mbs.labels import program_to_answer
 from finmbs.mbs.novelty import STAGE as NOVELTY
@@ -287,6 +287,7 @@ async def engine_hardened(ctx: Context, leaf: TreeNode, ledger: Ledger, plan: Le
     for problem in fresh:
         nodes[problem.id].problem = problem
     kept = await screened(ctx, [nodes[p.id] for p in fresh], ctx.stages.alpha_leaf, STAGE, ledger)
+    await asyncio.gather(*(prose_tally(ctx, node) for node in kept))
     reason = f"engine operators: kept {len(kept)} of {len(nodes)} variants that passed their checks"
     leaf.decisions.append(Decision(stage=STAGE, outcome="info", reason=reason, data={"engine": True}))
     return kept
