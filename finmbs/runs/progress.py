@@ -82,7 +82,7 @@ class SeedState:
     """One seed of this run: where it is (the latest of its method's stages that ticked) and since when."""
 
     started: float
-    stage: str = ""
+    stage: str = ""  # "": none ticked yet, so the seed is in its method's first stage (traces)
     reached: int = -1  # index of `stage` in the method's stages; -1: none yet
     results: int = 0  # ticks of any kind so far (a trace, a student rollout, a proposal): work is moving
 
@@ -193,7 +193,7 @@ class GrowProgress:
 
     def _status(self) -> str:
         doing = ", ".join(
-            f"{seed}: {s.stage or 'starting'}, {s.results} results" for seed, s in sorted(self.running.items())
+            f"{seed}: {s.stage or self.stages[0]}, {s.results} results" for seed, s in sorted(self.running.items())
         )
         elapsed = duration(self.clock() - self.started)
         eta = self.eta_s()
