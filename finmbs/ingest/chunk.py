@@ -28,7 +28,7 @@ _MEANS = re.compile(
 )
 
 
-VERSION = 2  # raise it when a change moves chunk boundaries: every file is then ingested again
+VERSION = 3  # raise it when a change moves chunk boundaries: every file is then ingested again
 BLOCK_CHARS = 32_768  # longest stretch handed to the sentence splitter at once
 WRAPPED_LINES = 50  # a blank-line block longer than this is hard-wrapped text: one paragraph a line
 _WRAPPED_PIECE = re.compile(

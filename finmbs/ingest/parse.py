@@ -287,20 +287,103 @@ def _ruled(page: pymupdf.Page) -> bool:
     return False
 
 
-def _cell_text(page: pymupdf.Page, cell: tuple | None) -> str:
-    """A table cell's text by pymupdf's normal extraction (table.extract() loses spaces and commas)."""
-    return re.sub(r"\s+", " ", page.get_text(clip=pymupdf.Rect(cell))).strip() if cell else ""
+Words = list[tuple[float, float, float, float, str, int, int, int]]  # pymupdf's get_text("words")
+
+
+Box = tuple[float, float, float, float]
+
+
+def _union(a: Box, b: Box) -> Box:
+    """pymupdf's `Rect | Rect` on plain tuples: an empty rectangle adds nothing, and is replaced."""
+    if b[0] >= b[2] or b[1] >= b[3]:
+        return a
+    if a[0] >= a[2] or a[1] >= a[3]:
+        return b
+    return (min(a[0], b[0]), min(a[1], b[1]), max(a[2], b[2]), max(a[3], b[3]))
+
+
+_EMPTY: Box = (2147483520.0, 2147483520.0, -2147483648.0, -2147483648.0)  # pymupdf.EMPTY_RECT()
+
+
+def _same_line(box: Box, line: Box, tolerance: float) -> bool:
+    return abs(line[1] - box[1]) <= tolerance or abs(line[3] - box[3]) <= tolerance
+
+
+def sorted_text(words: Words, tolerance: float = 3) -> str:
+    """`page.get_text(sort=True)` from the page's words, the same text: pymupdf's `get_sorted_text` and
+    `get_text_words(sort=True)` step for step, on tuples instead of `Rect` objects, whose unions were a
+    third of a filing's parse time (docs/measurements.md, issue 62)."""
+    if not words:
+        return ""
+    ordered: list = []  # words line-wise, left to right (get_text_words' sort_words)
+    words = sorted(words, key=lambda w: (w[3], w[0]))
+    line, box = [words[0]], tuple(words[0][:4])
+    for w in words[1:]:
+        if _same_line(w[:4], box, tolerance):
+            line.append(w)
+            box = _union(box, w[:4])
+        else:
+            ordered += sorted(line, key=lambda w: w[0])
+            line, box = [w], tuple(w[:4])
+    ordered += sorted(line, key=lambda w: w[0])
+    total = _EMPTY
+    for w in ordered:
+        total = _union(total, w[:4])
+
+    def line_text(line: list) -> str:
+        line.sort(key=lambda w: w[0])
+        text, x1 = "", total[0]
+        for w in line:
+            width = w[2] - w[0]
+            gap = int(round((w[0] - x1) / width * len(w[4]))) if width else 0
+            text += " " * max(gap, 0 if (x1 == total[0] or w[0] <= x1) else 1) + w[4]
+            x1 = w[2]
+        return text
+
+    lines: list[tuple[Box, str]] = []
+    line, box = [ordered[0]], tuple(ordered[0][:4])
+    for w in ordered[1:]:
+        if _same_line(w[:4], box, tolerance):
+            line.append(w)
+            box = _union(box, w[:4])
+        else:
+            lines.append((box, line_text(line)))
+            line, box = [w], tuple(w[:4])
+    lines.append((box, line_text(line)))
+    lines.sort(key=lambda item: item[0][3])
+    text, y1 = lines[0][1], lines[0][0][3]
+    for box, line_str in lines[1:]:
+        height = box[3] - box[1]
+        distance = min(int(round((box[1] - y1) / height)), 5) if height else 5
+        text += "\n" * (distance + 1) + line_str
+        y1 = box[3]
+    return text
+
+
+def _cell_text(words: Words, cell: tuple | None) -> str:
+    """A table cell's text: the page's words whose centre lies in the cell, in reading order, one space
+    between them (table.extract() loses spaces and commas). One word list serves every cell of the page:
+    `page.get_text(clip=cell)` built the page's whole text layer again for each cell, more than half of a
+    statement-heavy filing's parse time (docs/measurements.md, issue 62)."""
+    if not cell:
+        return ""
+    x0, y0, x1, y1 = cell
+    inside = [w for w in words if x0 <= (w[0] + w[2]) / 2 <= x1 and y0 <= (w[1] + w[3]) / 2 <= y1]
+    return " ".join(w[4] for w in sorted(inside, key=lambda w: (w[5], w[6], w[7])))
 
 
 def _pdf_page(page: pymupdf.Page, tables_wanted: bool) -> tuple[str, int]:
-    """A page's text in reading order, detected tables replaced by Markdown tables."""
-    text = page.get_text(sort=True)
+    """A page's text in reading order, detected tables replaced by Markdown tables. The page's text layer is
+    built once (`textpage`) for its text, blocks and words."""
+    textpage = page.get_textpage(flags=pymupdf.TEXTFLAGS_TEXT)  # the flags get_text uses for "text", "blocks", "words"
+    words = page.get_text("words", textpage=textpage)
+    text = sorted_text(words)
     tables = page.find_tables(**_LINES_ONLY).tables if tables_wanted and _tabular(text) and _ruled(page) else []
     if not tables:
         return _clean(text), 0
     boxes = [pymupdf.Rect(t.bbox) for t in tables]
     items: list[tuple[float, float, str]] = []
-    for x0, y0, x1, y1, block_text, _, block_type in page.get_text("blocks", sort=True):
+    for x0, y0, x1, y1, block_text, _, block_type in page.get_text("blocks", sort=True, textpage=textpage):
         rect = pymupdf.Rect(x0, y0, x1, y1)
         if block_type == 0 and not any(
             box.intersects(rect) and (box & rect).get_area() > 0.5 * rect.get_area() for box in boxes
@@ -308,7 +391,7 @@ def _pdf_page(page: pymupdf.Page, tables_wanted: bool) -> tuple[str, int]:
             items.append((y0, x0, _clean(block_text)))
     n = 0
     for table, box in zip(tables, boxes):
-        rows = [_merge_cells([c for c in (_cell_text(page, cell) for cell in row.cells) if c]) for row in table.rows]
+        rows = [_merge_cells([c for c in (_cell_text(words, cell) for cell in row.cells) if c]) for row in table.rows]
         markdown = rows_to_markdown(rows)
         if markdown:
             n += markdown.startswith("|")

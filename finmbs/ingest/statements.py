@@ -158,7 +158,11 @@ LINE_ITEMS: tuple[ItemWords, ...] = (
     ),
     _item("shareholders equity", (BALANCE, EQUITY), rf"\b{_OWNERS}equity\b|\btotal\s+equity\b"),
     _item("retained earnings", (BALANCE, EQUITY), r"\bretained\s+earnings\b|\baccumulated\s+deficit\b"),
-    _item("revenue", (INCOME,), r"\brevenues?\b|\bnet\s+sales\b|\btotal\s+sales\b|\btop[- ]line\b"),
+    _item(
+        "revenue",
+        (INCOME,),
+        r"(?<!of\s)\b(?:revenues?|(?:net\s+|total\s+)?sales)\b(?!\s+and\s+marketing|\s+tax)|\btop[- ]line\b",
+    ),
     _item("cost of sales", (INCOME,), r"\bcost\s+of\s+(?:sales|revenues?|goods\s+sold|products\s+sold)\b|\bcogs\b"),
     _item("gross profit", (INCOME,), r"\bgross\s+(?:profit|margin)\b"),
     _item(
@@ -244,7 +248,6 @@ class Statements:
 
 _MONTH = r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Sept|Oct|Nov|Dec)[a-z]*\.?"
 _DATE = re.compile(rf"\b{_MONTH}\s+\d{{1,2}},?\s+(?:19|20)\d\d\b")
-_YEAR_ONLY_LINE = re.compile(r"^[\s|$*]*(?:(?:fiscal|fy|year|q[1-4])?\s*'?(?:19|20)\d\d[\s|*]*){1,6}$", re.I)
 _YEAR = re.compile(r"(?:19|20)\d\d")
 _UNITS = re.compile(
     r"\(\s*((?:(?:amounts|dollars|\$|u\.s\.\s+dollars|usd|€|eur)\s+)?in\s+(?:millions|thousands|billions)[^)\n]{0,60})\)"
@@ -368,9 +371,11 @@ def _periods(head: str) -> list[str]:
     dates = list(dict.fromkeys(" ".join(d.replace(",", "").split()) for d in _DATE.findall(head)))
     if len(dates) >= 2:
         return dates
-    for line in head.splitlines():
-        if _YEAR_ONLY_LINE.match(line) and len(years := _YEAR.findall(line)) >= 2:
-            return list(dict.fromkeys(years))
+    for line in head.splitlines():  # "2022 2021", or "2022 2021 Percent" over an amount and a percent column
+        words = line.replace("|", " ").split()
+        years = [w for w in words if _YEAR.fullmatch(w.strip("*'"))]
+        if len(set(years)) >= 2 and len(words) - len(years) <= 3:
+            return list(dict.fromkeys(y.strip("*'") for y in years))
     return dates
 
 
