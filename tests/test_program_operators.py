@@ -14,6 +14,7 @@ from finmbs.mbs import program_operators as ops
 from finmbs.mbs.engine_leaves import operator_funnel, reached, slots
 from finmbs.mbs.stages import Check, Stage
 from finmbs.records import Problem
+from finmbs.report.view import metric_tables
 from finmbs.verify.program import run_program
 
 PAY = ops.Source(
@@ -199,3 +200,6 @@ def test_the_funnel_counts_each_variant_once_at_the_last_check_it_passed():
         "target_after": 0.125,
     }
     assert funnel["added_step"]["worded"] == 1 and funnel["added_step"]["round_trip"] == 0
+    # the report draws it as one row per operator
+    [table] = [t for t in metric_tables({"engine_funnel": funnel}) if t.key == "engine_funnel"]
+    assert table.columns[:3] == ["attempted", "built", "worded"] and [r[0] for r in table.rows] == list(funnel)
