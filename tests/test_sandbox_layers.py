@@ -211,9 +211,10 @@ def test_doctor_names_the_sandbox_layers() -> None:
     from finmbs.cli import app
 
     result = CliRunner().invoke(app, ["doctor"])
-    assert "program sandbox" in result.output
+    assert "program sandbox" in result.output and "does not cover" in result.output, result.output
     for what in ("language", *OS_LAYERS):
         assert what in result.output, result.output
+    assert set(program.NOT_COVERED) == {"language", *OS_LAYERS}  # every layer says what it leaves open
 
 
 def test_verify_a_file_of_hostile_programs_touches_nothing(tmp_path: Path, canary: dict[str, str], openai_server):
@@ -267,9 +268,10 @@ def _proc_field(pid: int, name: str) -> str:
 
 
 def _nobody_state(pid: int) -> dict[str, str]:
-    """What a program must not change in the nobody process: its state, tracer, nice value and limits."""
+    """What a program must not change in the nobody process: stopped or not (running and sleeping are one
+    here), its tracer, nice value and limits."""
     return {
-        "state": _proc_field(pid, "State")[0],
+        "stopped": str(_proc_field(pid, "State")[0] in "Tt"),
         "tracer": _proc_field(pid, "TracerPid"),
         "nice": Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[16],
         "limits": Path(f"/proc/{pid}/limits").read_text(),
@@ -353,14 +355,13 @@ def test_os_layer_alone_cannot_reach_another_process(name: str, nobody: dict[str
 
 
 @needs_root_beside_nobody
-def test_os_layer_alone_leaves_no_sysv_object_or_key(nobody: dict[str, str]) -> None:
-    """Shared memory, a message queue, a semaphore set and keys made by a program end with it (its own IPC
-    namespace, a session keyring of its own)."""
-    key, description = int(nobody["KEY"], 16), f"finmbs-canary-{os.getpid()}"
+def test_os_layer_alone_leaves_no_sysv_object(nobody: dict[str, str]) -> None:
+    """Shared memory, a message queue and a semaphore set made by a program end with it (its own IPC
+    namespace)."""
+    key = int(nobody["KEY"], 16)
     source = (
         "import ctypes\nlibc = ctypes.CDLL(None)\n"
         f"made = [libc.shmget({key}, 4096, 0o1666), libc.msgget({key}, 0o1666), libc.semget({key}, 1, 0o1666)]\n"
-        f"keys = [libc.syscall(248, b'user', b'{description}', b'x', 1, ring) for ring in (-3, -4)]\n"
         "assert min(made) >= 0, made\nanswer = 1"
     )
     result = run_program(source, timeout_s=3, restricted=False)
@@ -369,7 +370,42 @@ def test_os_layer_alone_leaves_no_sysv_object_or_key(nobody: dict[str, str]) -> 
     for kind in left:  # clean up what a failing run left on this machine
         subprocess.run(["ipcrm", {"shm": "-M", "msg": "-Q", "sem": "-S"}[kind], str(key)], check=False)
     assert left == [], f"SysV {left} with key {key:#x} outlived the program"
-    assert description not in Path("/proc/keys").read_text(), "a key outlived the program"
+
+
+# keyctl(2) on x86_64: a parent with a session keyring of its own runs a program that adds a key to its
+# session keyring (which it inherits from the parent unless it joins one of its own) and its user keyring
+KEYS_PARENT = """
+import ctypes, sys, time
+from finmbs.verify.program import run_program
+libc = ctypes.CDLL(None, use_errno=True)
+ring = libc.syscall(250, 1, b"finmbs-test-session")  # KEYCTL_JOIN_SESSION_KEYRING
+program = (
+    "import ctypes\\nlibc = ctypes.CDLL(None)\\n"
+    "serials = [libc.syscall(248, b'user', b'finmbs-canary', b'x', 1, ring) for ring in (-3, -4)]\\n"
+    "answer = max(serials)"
+)
+result = run_program(program, timeout_s=3, restricted=False)
+linked = libc.syscall(250, 11, ring, None, 0)  # KEYCTL_READ: bytes of key serials linked in our session keyring
+serial, gone = int(result.answer or 0), False
+for _ in range(300):  # the kernel collects an unreferenced key soon, not at once
+    if libc.syscall(250, 6, serial, None, 0) < 0 and ctypes.get_errno() == 126:  # KEYCTL_DESCRIBE: ENOKEY
+        gone = True
+        break
+    time.sleep(0.01)
+print("RESULT", result.ok, serial, linked, gone)
+"""
+
+
+@needs_root_beside_nobody
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="the keyctl and add_key numbers written here are x86_64's")
+def test_os_layer_alone_leaves_no_key() -> None:
+    done = subprocess.run([sys.executable, "-c", KEYS_PARENT], capture_output=True, text=True, timeout=60, check=False)
+    said = done.stdout.split()
+    assert "RESULT" in said, (done.stdout, done.stderr)
+    ok, serial, linked, gone = said[said.index("RESULT") + 1 : said.index("RESULT") + 5]
+    assert ok == "True" and int(serial) > 0, done.stdout  # the program could add a key: to a keyring of its own
+    assert linked == "0", f"the program linked keys into its parent's session keyring ({linked} bytes of serials)"
+    assert gone == "True", "the program's key outlived it"
 
 
 def _sysv_keys(kind: str) -> set[int]:

@@ -48,7 +48,7 @@ from finmbs.mine.questions import STAGE, DocumentMiner, DocumentOutcome, home_ch
 from finmbs.records import Chunk, Document, Problem
 from finmbs.resources import render_prompt
 from finmbs.verify.finance import figures
-from finmbs.verify.program import run_program_async
+from finmbs.verify.program import refusal, run_program_async
 from finmbs.verify.quotes import same_value
 
 HELPERS = {"abs", "round", "min", "max", "sum", "math"}  # names a program may use besides the bound ones
@@ -131,6 +131,8 @@ def xbrl(fact: Fact) -> dict[str, Any]:
 
 def body_error(source: str, fact_set: FactSet) -> str | None:
     """Why the teacher's program lines cannot stand after the engine's bindings, or None."""
+    if why := refusal(source):  # not text, or too long or too deep to parse safely
+        return f"the program cannot be read: {why}"
     try:
         tree = ast.parse(source)
     except SyntaxError as exc:

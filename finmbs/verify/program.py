@@ -269,6 +269,8 @@ def _exchange(proc: subprocess.Popen, request: bytes, timeout_s: float) -> _Exch
                 if key.fileobj is proc.stdin:
                     try:
                         pending = pending[os.write(proc.stdin.fileno(), pending[: 1 << 16]) :]
+                    except BlockingIOError:  # the pipe filled between the select and the write
+                        continue
                     except BrokenPipeError:  # the worker is gone; its status says why
                         pending = pending[:0]
                     if not pending:

@@ -84,13 +84,16 @@ EXTRA_BUILTINS = (
 UNSAFE_BUILTINS = ("setattr", "delattr", "__build_class__", "id", "hash")
 
 
+PR_SET_PDEATHSIG = 1  # prctl: the signal this process gets when its parent dies
+
+
 class ProgramError(FinmbsError):
     """A sandbox rule the program broke (a failed quote, an oversized output)."""
 
 
 def _die_with_parent() -> None:
     try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     except (OSError, AttributeError):
         pass
 
@@ -329,7 +332,7 @@ MS_REC, MS_PRIVATE = 0x4000, 0x40000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 0x1, 0x2, 0x4, 0x8
 MOUNT_ATTR_LOCKDOWN = 0x1 | 0x2 | 0x4 | 0x8  # read-only, no setuid, no devices, no exec
 AT_FDCWD, AT_RECURSIVE, SYS_MOUNT_SETATTR = -100, 0x8000, 442  # x86_64 and aarch64 share 442
-PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
+PR_SET_NO_NEW_PRIVS = 38
 SYS_KEYCTL = {"x86_64": 250, "aarch64": 219}.get(platform.machine())
 KEYCTL_JOIN_SESSION_KEYRING = 1
 # a root parent's worker runs the program as OWN_UID_BASE + the worker's pid: a pid belongs to one live
@@ -354,14 +357,20 @@ def confine(reply: int) -> dict[str, bool]:
     own_uid = OWN_UID_BASE + os.getpid()
     spaces = CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWPID
     if libc.unshare(spaces | (0 if root else CLONE_NEWUSER)) != 0:  # no namespaces here: one process, no view
-        return {"namespaces": False, "read_only": False} | _drop_privileges(libc, root, own_uid)
+        dropped = root and _own_user(own_uid)
+        _seal(libc)
+        return {"namespaces": False, "read_only": False} | _privileges(dropped)
     _supervise(reply)  # from here: the PID namespace's init, a guard that never runs the program
     read_only = _read_only(libc)
     proc = libc.mount(b"proc", b"/proc", b"proc", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, None) == 0
     named = libc.sethostname(HOSTNAME, len(HOSTNAME)) == 0
     _supervise(reply)  # from here: the program's process, pid 2 of the namespace
-    layers = _drop_privileges(libc, root, own_uid)
-    return {"namespaces": proc and named and layers.pop("own_user_namespace"), "read_only": read_only} | layers
+    dropped = root and _own_user(own_uid)
+    # from root, a user namespace of its own where its uid maps to nothing: it sees itself as nobody and can
+    # take no other id (not root: the worker made one with the others)
+    own_namespace = not root or (dropped and libc.unshare(CLONE_NEWUSER) == 0)
+    _seal(libc)
+    return {"namespaces": proc and named and own_namespace, "read_only": read_only} | _privileges(dropped)
 
 
 def _supervise(reply: int) -> None:
@@ -397,31 +406,30 @@ def _end_as(status: int) -> NoReturn:
     os._exit(128 + sig if sig else code)
 
 
-def _drop_privileges(libc: ctypes.CDLL, root: bool, own_uid: int) -> dict[str, bool]:
-    """From root: no groups and `own_uid` (the kernel clears root's capabilities with it), then a user
-    namespace of its own where that uid maps to nothing (the program sees itself as nobody and can take no
-    other id). Then a new session keyring (the one inherited is the parent's), no capabilities,
-    no_new_privs, and the parent-death signal again (a change of user clears it)."""
-    dropped = False
-    if root:
-        try:
-            os.setgroups([])
-            os.setresgid(own_uid, own_uid, own_uid)
-            os.setresuid(own_uid, own_uid, own_uid)
-            dropped = True
-        except OSError:
-            pass
-    own_namespace = not root or (dropped and libc.unshare(CLONE_NEWUSER) == 0)  # not root: made with the rest
+def _own_user(uid: int) -> bool:
+    """From root: no groups, and `uid` as every uid and gid (the kernel clears root's capabilities with it);
+    whether that held."""
+    try:
+        os.setgroups([])
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)
+    except OSError:
+        return False
+    return True
+
+
+def _seal(libc: ctypes.CDLL) -> None:
+    """A new session keyring (the one inherited is the parent's: a key added there would outlive the
+    program), no capabilities, no_new_privs, and the parent-death signal again (a change of user clears it)."""
     if SYS_KEYCTL is not None:
         libc.syscall(SYS_KEYCTL, KEYCTL_JOIN_SESSION_KEYRING, None)
     _drop_capabilities(libc)
     libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
     _die_with_parent()
-    return {
-        "unprivileged": os.geteuid() != 0 and os.getegid() != 0 and not os.getgroups(),
-        "own_uid": dropped,
-        "own_user_namespace": own_namespace,
-    }
+
+
+def _privileges(own_uid: bool) -> dict[str, bool]:
+    return {"unprivileged": os.geteuid() != 0 and os.getegid() != 0 and not os.getgroups(), "own_uid": own_uid}
 
 
 def _read_only(libc: ctypes.CDLL) -> bool:

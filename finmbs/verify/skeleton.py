@@ -22,6 +22,7 @@ from __future__ import annotations
 import ast
 
 from finmbs.errors import FinmbsError
+from finmbs.verify.program import parse_program
 
 ANSWER = "answer"
 CONSTANT = "C"
@@ -34,11 +35,8 @@ _STRAIGHT = (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Import, ast.ImportFro
 
 def skeleton(source: str) -> str | None:
     """The program's skeleton (module docstring), or None when it does not parse or binds no answer."""
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError):
-        return None
-    if not _binds(tree, ANSWER):
+    tree = parse_program(source)  # too long or too deep to parse safely: None as well
+    if tree is None or not _binds(tree, ANSWER):
         return None
     tree = _Abstracted(_bound_names(tree), constants=False).visit(tree)
     if all(isinstance(s, _STRAIGHT) for s in tree.body):
