@@ -319,7 +319,8 @@ def _nobody_intact(nobody: dict[str, str], before: dict[str, str]) -> list[str]:
 PID_MAX = int(Path("/proc/sys/kernel/pid_max").read_text())
 SCAN = (
     "import os\nkilled = 0\n"
-    f"for pid in range(1, {PID_MAX}):\n"
+    # from this process's pid up first: pids are handed out upwards, so the workers started since come soon
+    f"for pid in [*range({os.getpid()}, {PID_MAX}), *range(1, {os.getpid()})]:\n"
     "    try:\n"
     "        if pid != os.getpid() and os.stat(f'/proc/{pid}').st_uid == 65534:\n"
     "            os.kill(pid, 9)\n"
