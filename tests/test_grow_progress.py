@@ -103,7 +103,7 @@ def test_a_grow_logs_its_stages_and_each_qualified_problem(tmp_path, openai_serv
     assert "seed a: started" in log and "seed a: stage traces (1/8)" in log and "seed a: stage calibrate (8/8)" in log
     assert "QUALIFIED a.s0 (seed a): " in log and " | why: goldilocks: target solved 4/8 (50%)" in log
     assert "seed bad: finished" in log and "0 qualified" in log
-    assert "done: 2/2 seeds finished, 0 running, 1 qualified" in log
+    assert "done: 2/2 seeds finished, 0 running, 1 qualified; " in log and log.endswith(" elapsed, nothing left\n")
     for line in log.splitlines():
         assert line[:10].count("-") == 2 and line[19:21] == "Z "  # each line with its time
     # the terminal (here not one) shows the same lines, then the summary, the best problems and the report

@@ -198,6 +198,8 @@ class GrowProgress:
         elapsed = duration(self.clock() - self.started)
         eta = self.eta_s()
         left = "estimating the time left" if eta is None else f"about {duration(eta)} left"
+        if self.done_before + self.finished_now >= len(self.seeds):
+            left = "nothing left"
         return f"{self.count_line()}{f' ({doing})' if doing else ''}; {elapsed} elapsed, {left}"
 
     def say(self, line: str) -> None:
