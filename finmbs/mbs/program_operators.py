@@ -36,6 +36,8 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from fractions import Fraction
 
+from finmbs.verify.program import parse_program
+
 ANSWER = "answer"
 UNKNOWN = "x"
 SEARCH_POINTS = 4000  # the most values a backward program tries
@@ -150,9 +152,18 @@ def _numeric(node: ast.AST) -> bool:
     return isinstance(node, ast.Constant) and type(node.value) in (int, float)
 
 
+def parsed(source: str) -> ast.Module:
+    """`source`'s syntax tree through the sandbox's guarded parse (its size and nesting capped before
+    `ast.parse`); ValueError when there is none."""
+    tree = parse_program(source)
+    if tree is None:
+        raise ValueError("the program does not parse within the sandbox's limits")
+    return tree
+
+
 def program_literals(source: str) -> list[ast.Constant]:
     """The numeric literals of `source` that can be givens: not a round()'s digits, not inside quote()."""
-    tree = ast.parse(source)
+    tree = parsed(source)
     skip: set[int] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
@@ -209,7 +220,7 @@ class _Replace(ast.NodeTransformer):
 
 def substituted(source: str, at: dict[tuple[int, int], str]) -> str:
     """`source` with the literal at each position replaced by an expression's text."""
-    return ast.unparse(ast.fix_missing_locations(_Replace(at).visit(ast.parse(source))))
+    return ast.unparse(ast.fix_missing_locations(_Replace(at).visit(parsed(source))))
 
 
 def retexted(question: str, changes: list[tuple[Number, str]]) -> str:
@@ -221,10 +232,8 @@ def retexted(question: str, changes: list[tuple[Number, str]]) -> str:
 
 def binds_answer_last(source: str) -> bool:
     """Whether the program's last top-level statement binds `answer` (what the operators extend)."""
-    try:
-        body = ast.parse(source).body
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return False
+    tree = parse_program(source)
+    body = tree.body if tree else []
     return bool(body) and any(isinstance(t, ast.Name) and t.id == ANSWER for t in _targets(body[-1]))
 
 
@@ -318,10 +327,14 @@ def resampled(source: Source, key: str, attempt: int = 0) -> Built | Refusal:
         at.update({where: literal(value * given.scale) for where in given.at})
         changes.extend((place, written(place, value)) for place in given.places)
     question = retexted(source.question, changes)
+    try:
+        program = substituted(source.program, at)
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+        return Refusal("resampled", f"the program does not parse: {exc}")
     return Built(
         operator="resampled",
         question=question,
-        program=substituted(source.program, at),
+        program=program,
         states=stated_values(question),
         details={"givens": {written(g.number, g.number.value): written(g.number, v) for g, v in zip(found, drawn)}},
     )
@@ -351,7 +364,7 @@ def admissibility_program(source: str, original: str) -> str:
     every top-level variable `source` binds is admissible the way it was in `original`: whole where it was
     whole, positive where it was positive (run in the sandbox; its answer is `source`'s). Only the top
     level is checked: loops and functions bind inside."""
-    names = [t.id for s in ast.parse(source).body for t in _targets(s) if isinstance(t, ast.Name)]
+    names = [t.id for s in parsed(source).body for t in _targets(s) if isinstance(t, ast.Name)]
     return _admissible(source, original, list(dict.fromkeys(n for n in names if n != ANSWER)))
 
 
