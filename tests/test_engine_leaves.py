@@ -20,6 +20,7 @@ from finmbs.llm import Gateway
 from finmbs.mbs.context import Context, Ledger
 from finmbs.mbs.engine_leaves import operator_funnel
 from finmbs.mbs.leaves import harder_leaves
+from finmbs.mbs.outcome import seed_root
 from finmbs.records import Decision, Problem, Trace, TreeNode
 from finmbs.testing.server import Reply, Request
 
@@ -241,6 +242,26 @@ async def test_chained_takes_the_next_seed_of_the_run_as_its_first_question(tmp_
     # a run of one seed has no other to chain with: the operator is not planned
     _, alone, _ = await hardened(openai_server, tmp_path / "alone", PayTeacher(), accuracy=0.0, peers=(pay,))
     assert "chained" not in next(d for d in alone.decisions if "engine operators" in d.reason).data["operators"]
+
+
+async def test_a_seed_no_prose_trace_verifies_enters_with_a_program_that_computes_its_answer(tmp_path, openai_server):
+    openai_server.handler = PayTeacher()  # its prose always answers 7; its programs read the question
+    ctx = Context(config=config(openai_server.base_url, tmp_path / "c.sqlite"), gateway=Gateway(cache_path=None))
+    seed = Problem(id="pay", question=QUESTION, answer="504", domain="math")
+    root = await seed_root(ctx, seed, Ledger("pay"))
+    assert root is not None and root.trace is not None and root.trace.model.endswith("(program)")
+    assert root.problem.meta["verified_by"] == "program" and "answer = Fraction(504, 1)" in root.trace.text
+    assert "the prose traces missed: no verified trace" in root.decisions[0].reason
+    # a stated answer the program does not compute: dropped, both reasons named
+    ledger = Ledger("wrong")
+    wrong = seed.model_copy(update={"id": "wrong", "answer": "505"})
+    assert await seed_root(ctx, wrong, ledger) is None
+    [rejection] = ledger.rejected
+    assert "no verified trace" in rejection.reason and "its program gives 504" in rejection.reason
+    # switched off (the paper profile): the prose rule alone
+    off = config(openai_server.base_url, tmp_path / "c.sqlite", program_roots=False)
+    ctx_off = Context(config=off, gateway=Gateway(cache_path=None))
+    assert await seed_root(ctx_off, seed, Ledger("pay")) is None
 
 
 @pytest.mark.parametrize("key", ["stages.program_operators", "stages.program_roots"])
