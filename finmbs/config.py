@@ -232,6 +232,24 @@ class StageParams(Settings):
         "sandbox, and the model words at most one clause, checked by number slots and a round trip; the prompt "
         "operators only after (not in the paper; with verify.programs)",
     )
+    finance_operators: bool = Field(
+        True,
+        description="a finance leaf whose program quotes a rate of its passage is hardened first by the engine's "
+        "finance operators (finmbs/mbs/finance_operators.py, finmbs/mbs/finance_leaves.py): the rate applied to "
+        "a principal over days, the backward questions (principal, days), a second period, two rates of one "
+        "passage, each computed by the engine's program over the quoted figure; the model only names the "
+        "provision (checked for figures and for its role), the text passes number slots and a round trip (not "
+        "in the paper; with verify.programs)",
+    )
+    reground_rebind: bool = Field(
+        True,
+        description="a synthetic tree whose root the finance operators built (meta.finance_op) is re-grounded by "
+        "rebinding: in each unseen agreement the engine finds the clause playing the seed clause's role (concept "
+        "search and windows), chooses among its figure spans the one filling each quote (role, plausible range, "
+        "context), rebuilds the program and the question over it (the entity is the agreement's company) and "
+        "checks it by the leakage rules and a round trip; no teacher re-writes the tree (finmbs/mbs/rebind.py; "
+        "not in the paper)",
+    )
     round_trip_k: int = Field(
         3,
         ge=1,
@@ -624,6 +642,8 @@ PAPER_VALUES: dict[str, Any] = {
     "stages.leaf_operators": False,  # named mutation operators (prompts/operators/) instead of "harder"
     "stages.program_operators": False,  # the engine builds leaf variants as programs; the model words one clause
     "stages.program_roots": False,  # a seed verified by its program where the prose traces miss
+    "stages.finance_operators": False,  # the engine builds finance leaf variants over quoted rates
+    "stages.reground_rebind": False,  # engine-built finance trees re-grounded by rebinding their quotes
     "stages.round_trip_k": 3,  # (moot without program_operators) teacher programs per engine-authored text
     "stages.engine_resamples": 6,  # (moot without program_operators) draws of a leaf's givens
     "novelty.structure": False,  # a leaf variant with its source's program skeleton rejected

@@ -661,6 +661,16 @@ class Regrounder:
             )
         return self._groundings[ground.slot]
 
+    def grounding_for(self, doc: Document, snippet: Snippet, entity: str) -> Grounding:
+        """What d' allows for a rebinding (`finmbs.mbs.rebind`): as `grounding`, for a clause the engine found."""
+        return Grounding(
+            snippet.text,
+            self.material,
+            self.seed.entity,
+            vocabulary=[entity, doc.title, doc.company or ""],
+            document=self.index.document_text(doc.doc_id),
+        )
+
     @property
     def passed(self) -> str:
         """What a re-grounded node passed before its trace."""
@@ -894,11 +904,28 @@ async def reground(
             check="retrieve",
         )
         return []
+    from finmbs.mbs import rebind  # rebind imports mining's helpers, which import this module
+
     concept = await seed_concept(ctx, seed)
-    grounds = await asyncio.gather(
-        *(new_ground(ctx, index, seed, method, k, doc, ledger, concept) for k, doc in enumerate(documents))
-    )
     regrounder = Regrounder(ctx, index, seed, own, ledger)
-    results = await asyncio.gather(*(regrounder.tree(t, g) for g in grounds if g is not None for t in trees))
     first = max(t.index for t in trees) + 1
-    return [t.model_copy(update={"index": first + i}) for i, t in enumerate(t for found in results for t in found)]
+    # stages.reground_rebind: a tree the finance operators built is rebound onto each document (rebind.py)
+    by_rebinding = [t for t in trees if rebind.on(ctx, t)]
+    trees = [t for t in trees if not rebind.on(ctx, t)]
+    rebound = await asyncio.gather(
+        *(
+            rebind.rebound(ctx, index, seed, t, doc, k, concept, regrounder, ledger)
+            for k, doc in enumerate(documents)
+            for t in by_rebinding
+        )
+    )
+    grounds = (
+        await asyncio.gather(
+            *(new_ground(ctx, index, seed, method, k, doc, ledger, concept) for k, doc in enumerate(documents))
+        )
+        if trees
+        else []
+    )
+    results = await asyncio.gather(*(regrounder.tree(t, g) for g in grounds if g is not None for t in trees))
+    found = [t for t in rebound if t is not None] + [t for trees_ in results for t in trees_]
+    return [t.model_copy(update={"index": first + i}) for i, t in enumerate(found)]
