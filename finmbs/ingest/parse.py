@@ -309,23 +309,30 @@ def _same_line(box: Box, line: Box, tolerance: float) -> bool:
     return abs(line[1] - box[1]) <= tolerance or abs(line[3] - box[3]) <= tolerance
 
 
-def sorted_text(words: Words, tolerance: float = 3) -> str:
-    """`page.get_text(sort=True)` from the page's words, the same text: pymupdf's `get_sorted_text` and
-    `get_text_words(sort=True)` step for step, on tuples instead of `Rect` objects, whose unions were a
-    third of a filing's parse time (docs/measurements.md, issue 62)."""
-    if not words:
-        return ""
-    ordered: list = []  # words line-wise, left to right (get_text_words' sort_words)
-    words = sorted(words, key=lambda w: (w[3], w[0]))
+def _lines_of(words: Words, tolerance: float) -> list[tuple[Box, list]]:
+    """Words grouped into lines as pymupdf groups them: a word joins the current line when its top or its
+    bottom is within `tolerance` of the line's; each line with its bounding box."""
+    groups: list[tuple[Box, list]] = []
     line, box = [words[0]], tuple(words[0][:4])
     for w in words[1:]:
         if _same_line(w[:4], box, tolerance):
             line.append(w)
             box = _union(box, w[:4])
         else:
-            ordered += sorted(line, key=lambda w: w[0])
+            groups.append((box, line))
             line, box = [w], tuple(w[:4])
-    ordered += sorted(line, key=lambda w: w[0])
+    groups.append((box, line))
+    return groups
+
+
+def sorted_text(words: Words, tolerance: float = 3) -> str:
+    """`page.get_text(sort=True)` from the page's words, the same text: pymupdf's `get_sorted_text` and
+    `get_text_words(sort=True)` step for step, on tuples instead of `Rect` objects, whose unions were a
+    third of a filing's parse time (docs/measurements.md, issue 62)."""
+    if not words:
+        return ""
+    by_line = _lines_of(sorted(words, key=lambda w: (w[3], w[0])), tolerance)  # get_text_words' sort_words
+    ordered = [w for _, line in by_line for w in sorted(line, key=lambda w: w[0])]
     total = _EMPTY
     for w in ordered:
         total = _union(total, w[:4])
@@ -340,17 +347,7 @@ def sorted_text(words: Words, tolerance: float = 3) -> str:
             x1 = w[2]
         return text
 
-    lines: list[tuple[Box, str]] = []
-    line, box = [ordered[0]], tuple(ordered[0][:4])
-    for w in ordered[1:]:
-        if _same_line(w[:4], box, tolerance):
-            line.append(w)
-            box = _union(box, w[:4])
-        else:
-            lines.append((box, line_text(line)))
-            line, box = [w], tuple(w[:4])
-    lines.append((box, line_text(line)))
-    lines.sort(key=lambda item: item[0][3])
+    lines = sorted(((box, line_text(line)) for box, line in _lines_of(ordered, tolerance)), key=lambda i: i[0][3])
     text, y1 = lines[0][1], lines[0][0][3]
     for box, line_str in lines[1:]:
         height = box[3] - box[1]
