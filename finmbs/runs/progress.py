@@ -182,9 +182,12 @@ class GrowProgress:
         running, kept = len(self.running), len(self.qualified)
         return f"{finished}/{len(self.seeds)} seeds finished, {running} running, {kept} qualified"
 
+    def all_done(self) -> bool:
+        return self.done_before + self.finished_now >= len(self.seeds)
+
     def eta_part(self) -> str:
         eta = self.eta_s()
-        return "" if eta is None else f"; about {duration(eta)} left"
+        return "" if eta is None or self.all_done() else f"; about {duration(eta)} left"
 
     def status(self) -> str:
         """The heartbeat line: the counts, what each running seed is doing, the time left."""
@@ -198,7 +201,7 @@ class GrowProgress:
         elapsed = duration(self.clock() - self.started)
         eta = self.eta_s()
         left = "estimating the time left" if eta is None else f"about {duration(eta)} left"
-        if self.done_before + self.finished_now >= len(self.seeds):
+        if self.all_done():
             left = "nothing left"
         return f"{self.count_line()}{f' ({doing})' if doing else ''}; {elapsed} elapsed, {left}"
 
