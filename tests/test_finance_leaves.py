@@ -59,10 +59,10 @@ def solving(question: str) -> str | None:
 
 class FinanceTeacher:
     """The scripted server's handler: `name` is what it calls the figure; `programs_miss`: its round-trip
-    programs all add 1."""
+    programs all add 1; `spans`: it chooses the listed span stating 2% (else AvidXchange's own text)."""
 
-    def __init__(self, name: str = "the Default Rate", programs_miss: bool = False):
-        self.name, self.programs_miss = name, programs_miss
+    def __init__(self, name: str = "the Default Rate", programs_miss: bool = False, spans: bool = False):
+        self.name, self.programs_miss, self.spans = name, programs_miss, spans
         self.asked: list[str] = []
 
     def __call__(self, request: Request) -> Reply:
@@ -78,7 +78,10 @@ class FinanceTeacher:
                 body = "answer = m * 100"
             if self.programs_miss:
                 body += " + 1"
-            reply = {"figures": [{"name": "m", "figure": "two percent (2%)"}], "program": body}
+            figure = "two percent (2%)"
+            if self.spans:  # the listed span that binds 0.02 (another agreement writes it its own way)
+                figure = re.search(r'\[\d+\] "([^"]+)" = 0\.02 ', text)[1]
+            reply = {"figures": [{"name": "m", "figure": figure}], "program": body}
             return Reply(texts=[json.dumps(reply)] * request.n)
         self.asked.append("solve")  # prose traces and students: always wrong
         return Reply(texts=["I think it is \\boxed{7}."] * request.n)

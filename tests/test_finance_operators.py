@@ -135,9 +135,9 @@ SEED = Wanted(
     provision="the Default Rate",
 )
 ANSWER_KEY = [  # (unseen clause, the figure a hand reading binds, the provision name)
-    (ALPHA, "two percent (2.0%)", "the Default Rate"),
-    (REALTY, "two percent (2.0%)", "the Default Rate"),
-    (BROWN, "2%", None),
+    (ALPHA, "two percent (2.0%)", "the Default Rate of Interest"),
+    (REALTY, "two percent (2.0%)", "the Post-Default Rate"),
+    (BROWN, "2%", "the provision on interest on overdue amounts"),
 ]
 
 

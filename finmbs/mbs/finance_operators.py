@@ -64,7 +64,7 @@ _OVER_BENCHMARK_WORDS = re.compile(r"\b(margin|spread|premium|fee|increment)\b",
 _OTHERWISE = re.compile(r"otherwise (?:applicable|payable|in effect)|default|overdue|past due", re.I)
 _DAYS_AFTER = re.compile(r"^\s*\)?\s*days?\b", re.I)
 _YEAR_BEFORE = re.compile(r"\byear\s+of\s*$", re.I)
-_TERM = re.compile(r"[“\"]\s*([A-Z][^”\"]{1,60}?)\s*[”\"]")
+TERM = re.compile(r"[“\"]\s*([A-Z][^”\"]{1,60}?)\s*[”\"]")
 
 
 # ---------------------------------------------------------------- a passage's figures and their roles
@@ -199,7 +199,7 @@ def engine_name(passage: str, figure: QuotedFigure) -> str | None:
     if figure.start < 0:
         return None
     before = passage[: figure.start]
-    terms = list(_TERM.finditer(before))
+    terms = list(TERM.finditer(before))
     if terms:
         return "the " + " ".join(terms[-1].group(1).split())
     heading = re.findall(r"Section\s+[\d.()a-z]+\s+([A-Z][A-Za-z\- ]{3,60}?)\s*\.", before)
@@ -280,7 +280,7 @@ def percent_text(rate: Fraction) -> str:
 
 
 def money_text(value: Fraction) -> str:
-    return f"${int(value):,}" if value.denominator == 1 else f"${float(value):,.2f}"
+    return f"${int(value):,}" if value.denominator == 1 else f"${float(round(value, 2)):,.2f}"
 
 
 def cents(value: Fraction) -> Fraction:
@@ -560,6 +560,72 @@ def terms_of(spec: dict[str, Any], basis: QuotedFigure | None) -> Terms:
         quoted_basis=basis,
         key=t.get("key", ""),
     )
+
+
+def plain(value: Fraction) -> str:
+    """A value written out in full (commas, up to six decimals, no trailing zeros)."""
+    return f"{float(value):,.6f}".rstrip("0").rstrip(".")
+
+
+def steps(principal: Fraction, rate: Fraction, days: int, basis: int) -> tuple[str, Fraction]:
+    """Interest worked one operation at a time (a year's interest, times the days, over the year's days),
+    each result written, so each follows from what came before; and its exact value."""
+    year = principal * rate
+    total = year * days
+    return (
+        f"a year's interest is {money_text(principal)} x {percent_text(rate)} = ${plain(year)}; "
+        f"times {days} days it is {plain(total)}; divided by {basis} it is ${plain(total / basis)}",
+        total / basis,
+    )
+
+
+def worked(built: FinanceBuilt) -> str:
+    """The engine's worked solution of `built`, one operation a step with each result written (what the
+    leakage rules read to see the answer derived from the passage's figure and the question's givens)."""
+    t = built.terms
+    if t is None or not built.figures:
+        return ""
+    f = built.figures[0]
+    rate = (t.base + f.value) if f.role == ADD_ON else f.value
+    stated = f"The passage's figure {f.text!r} is {percent_text(f.value)}"
+    if f.role == ADD_ON:
+        stated += f"; the rate is {percent_text(t.base)} + {percent_text(f.value)} = {percent_text(rate)} per annum"
+    if built.operator == "finance:applied":
+        text, value = steps(t.principal, rate, t.days, t.basis)
+        return f"{stated}. Interest: {text}, or {money_text(cents(value))}."
+    amount = t.principal * rate * t.days / t.basis
+    if built.operator == "finance:backward:principal":
+        per = rate * t.days
+        return (
+            f"{stated}. {money_text(amount)} x {t.basis} = ${plain(amount * t.basis)}; {percent_text(rate)} x "
+            f"{t.days} = {plain(per)}; the principal is ${plain(amount * t.basis)} / {plain(per)} = "
+            f"{money_text(t.principal)}."
+        )
+    if built.operator == "finance:backward:days":
+        year = t.principal * rate
+        return (
+            f"{stated}. A year's interest is {money_text(t.principal)} x {percent_text(rate)} = ${plain(year)}; "
+            f"{money_text(amount)} x {t.basis} = ${plain(amount * t.basis)}; the days are ${plain(amount * t.basis)} / "
+            f"${plain(year)} = {t.days}."
+        )
+    if built.operator == "finance:second_period":
+        d2, b2 = int(built.details["second_days"]), Fraction(built.details["second_base"])
+        one, first = steps(t.principal, rate, t.days, t.basis)
+        two, second = steps(t.principal, b2 + f.value, d2, t.basis)
+        return (
+            f"{stated}. First period: {one}. Second period: the rate is {percent_text(b2)} + "
+            f"{percent_text(f.value)} = {percent_text(b2 + f.value)}; {two}. Together: ${plain(first)} + "
+            f"${plain(second)} = {money_text(cents(first + second))}."
+        )
+    if built.operator == "finance:two_figures" and len(built.figures) > 1:
+        g = built.figures[1]
+        text, value = steps(t.principal, f.value - g.value, t.days, t.basis)
+        return (
+            f"The passage's figures are {percent_text(f.value)} and {percent_text(g.value)}, "
+            f"{percent_text(f.value - g.value)} apart. The difference in interest: {text}, or "
+            f"{money_text(cents(value))}."
+        )
+    return ""
 
 
 def answer_of(built: FinanceBuilt, value: float | Fraction) -> str:

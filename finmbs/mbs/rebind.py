@@ -26,7 +26,7 @@ screen), never an exception that stops the run.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Any
 
@@ -107,19 +107,17 @@ def choose(passage: str, wanted: Wanted, doc_id: str) -> tuple[fo.QuotedFigure |
 
 
 def provision(passage: str, wanted: Wanted, figure: fo.QuotedFigure) -> tuple[str | None, str]:
-    """(the provision's name on d', why none): the seed's name when d' uses its words (template first), else
-    d''s own defined term before the figure; each checked for its role."""
-    seed = wanted.provision
-    key = re.sub(r"^the\s+", "", seed, flags=re.I)
-    if (
-        seed
-        and key.lower() in " ".join(passage.split()).lower()
-        and not fo.role_error(seed, figure.role or "", figure.base)
-    ):
-        return seed, ""
+    """(the provision's name on d', why none): d''s own defined term or heading before the figure ("the
+    Post-Default Rate"), else the seed's name when d' uses its words; each checked for its role."""
     own = fo.engine_name(passage, figure)
     if own and not (why := fo.role_error(own, figure.role or "", figure.base)):
         return own, ""
+    seed = wanted.provision
+    key = re.sub(r"^the\s+", "", seed, flags=re.I).lower()
+    if seed and key in " ".join(passage.split()).lower():
+        if not (why := fo.role_error(seed, figure.role or "", figure.base)):
+            return seed, ""
+        return None, why
     return None, (why if own else "the clause defines no term before the figure")
 
 
@@ -156,13 +154,32 @@ def clause(
             and chunk.char_end is not None
             and text[chunk.char_start : chunk.char_end] == chunk.text
         ):
-            snippet = stored_snippet(doc, text, chunk.char_start, chunk.char_end, chunk)
+            start = with_term(text, chunk.char_start, min(f.start for f in found))
+            snippet = stored_snippet(doc, text, start, chunk.char_end, chunk)
+            shift = chunk.char_start - start  # the figures' places in d', which may start before the chunk
+            found = [replace(f, start=f.start + shift) for f in found]
         else:
             snippet = locate(index, doc, chunk.text)
         if snippet is not None:
             return snippet, found, []
         reasons.append(f"{doc.doc_id}: the clause is not the stored document's text")
     return None, [], reasons or [f"{doc.doc_id}: no clause found"]
+
+
+TERM_LOOKBACK = 120  # characters before a clause searched for the term it defines
+
+
+def with_term(text: str, start: int, figure_at: int) -> int:
+    """Where d' starts: the clause's start, or, when the clause names no defined term before its figure and
+    the document's text just before it ends with one ("“ Post-Default Rate ”" on the line above its
+    definition), that term's start, so the question's name for the provision is in d'."""
+    if fo.TERM.search(text[start : start + figure_at]):
+        return start
+    before = text[max(0, start - TERM_LOOKBACK) : start]
+    found = list(fo.TERM.finditer(before))
+    if found and not before[found[-1].end() :].strip(" \n\t:,."):
+        return max(0, start - TERM_LOOKBACK) + found[-1].start()
+    return start
 
 
 def most_told(reasons: list[str]) -> str:
@@ -235,6 +252,7 @@ async def rebound(
                 "document": doc.doc_id,
                 "regrounded_from": root.id,
                 "regrounded_by": REBIND,
+                "teacher_solution": fo.worked(built),  # the engine's steps: what the leakage rules read
                 "rebound": {w.text: f.text for w, f in zip(wanted, figures)},
             },
         }
