@@ -6,6 +6,7 @@ the real sandbox and its answer compared with one computed here by hand."""
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 from fractions import Fraction
 
 import pytest
@@ -89,6 +90,18 @@ def test_resampled_changes_text_and_program_together_and_the_sandbox_checks_admi
     assert ops.resampled(PAY, "pay", 1).question != built.question  # type: ignore[union-attr]
 
 
+def test_a_drawn_count_keeps_its_grammar_and_its_kind():
+    [friends] = ops.numbers("3 friends")
+    [price] = ops.numbers("$1.50")
+    [big] = ops.numbers("1,200 liters")
+    for attempt in range(30):
+        rng = ops.rng_for(f"k:{attempt}")
+        assert ops.draw_near(friends, rng) >= 2  # never "1 friends"
+        cents = ops.draw_near(price, rng) * 100
+        assert cents.denominator == 1 and cents != 150
+        assert ops.draw_near(big, rng) % 100 == 0  # a round number stays round
+
+
 def test_backward_finds_the_one_admissible_value():
     rate, hours, percent = ops.givens(PAY.question, PAY.program)
     built = ops.backward(PAY, hours)
@@ -148,6 +161,12 @@ def test_two_steps_and_chained_compute_what_their_text_says():
     p, n = (Fraction(v) for v in built.details["new_givens"])  # type: ignore[union-attr]
     assert ran(built.program) == Fraction(504) * p / 100 / n == built.expect
     assert "Let M be" in built.question and slots(built.question, built) is None
+
+    # two steps that undo each other are no step: refused
+    double = replace(ops.STEPS[6], choices=lambda a, money: [(Fraction(2),)])
+    halve = replace(ops.STEPS[2], choices=lambda a, money: [(Fraction(50),)])
+    undone = ops.two_steps(PAY, double, halve, "pay")
+    assert isinstance(undone, ops.Refusal) and "give back the answer 504" in undone.reason
 
     first = ops.Source("A box holds 6 eggs. How many eggs are in 2 boxes?", "answer = 6 * 2", "12")
     [_, hours, _] = ops.givens(PAY.question, PAY.program)

@@ -352,7 +352,8 @@ def draw_near(number: Number, rng: random.Random) -> Fraction:
     grain = 1
     while units % (grain * 10) == 0 and units // (grain * 10) >= 2:
         grain *= 10
-    low, high = max(1, units // 2 // grain), max(2, units * 2 // grain)
+    # never 1 for a count of 2 or more: "1 friends" is no longer the question's grammar
+    low, high = max(1 if units < 2 else 2, units // 2 // grain), max(2, units * 2 // grain)
     if number.percent:
         high = min(high, 99 // grain)
     choices = [k * grain for k in range(low, high + 1) if k * grain != units]
@@ -640,7 +641,7 @@ _STATEMENTS = {
     "split": "Let M be one part when N is split equally into {a} parts.",
     "added": "Let M be N plus {a}.",
     "taken_away": "Let M be N minus {a}.",
-    "repeated": "Let M be N taken {a} times.",
+    "repeated": "Let M be {a} times N.",
 }
 
 
@@ -659,6 +660,8 @@ def two_steps(source: Source, first: Step, second: Step, key: str) -> Built | Re
     if one is None or two is None or mid is None:
         return Refusal(f"{first.name}+{second.name}", f"no new givens keep the answer clean (answer {source.answer})")
     new = second.compute(mid, two)
+    if new == a:  # the second step undoes the first (twice, then half): no step at all
+        return Refusal(f"{first.name}+{second.name}", f"the two steps give back the answer {source.answer}")
     question = (
         f"{source.question.strip()} Call that number N. "
         + _STATEMENTS[first.name].format(a=literal(one[0]))
