@@ -444,6 +444,54 @@ def probe(args: argparse.Namespace) -> None:
         print(f"  {column:34s} " + " / ".join(f"{c:3d}" for c in cells) + f"   (mean {chars:6.0f} chars returned)")
 
 
+def gold_statements(args: argparse.Namespace) -> None:
+    """Issue 62 without an index: for each question whose evidence is a statement page (`statement_evidence`),
+    that page alone parsed as ingest parses it, then read by `find_statements`: is it tagged a statement, of
+    the kind the question asks of (`statement_query`), with the line item the question names among its rows?
+    For each question that names its company by an everyday name (`everyday_name`), is that name among what
+    the filing gives (`aliases.filing_aliases`, cover tickers)? By half of the companies (`held_out`)."""
+    import pymupdf
+
+    from finmbs.ingest.aliases import filing_aliases
+    from finmbs.ingest.concepts import expansion
+    from finmbs.ingest.parse import COMPANY_DEFINED_CHARS, _pdf_page, cover_page, defined_company, parse_pdf
+    from finmbs.ingest.statements import find_statements, statement_query
+    from finmbs.ingest.summarize import tickers
+
+    have = {p.stem for p in (DATA / "pdfs").glob("*.pdf")}
+    qs = [q for q in questions() if all(e["doc_name"] in have for e in q["evidence"])]
+    rows: dict[str, list[tuple[bool, bool, bool, bool]]] = defaultdict(list)
+    for q in (q for q in qs if statement_evidence(q)):
+        asked = statement_query(q["question"], expansion(q["question"]))
+        tagged, kind_right, item_right = False, False, False
+        for e in q["evidence"]:
+            with pymupdf.open(DATA / "pdfs" / f"{e['doc_name']}.pdf") as pdf:
+                text, _ = _pdf_page(pdf[e["evidence_page_num"]], True)
+            found = find_statements(text, [0]).found
+            tagged |= bool(found)
+            kind_right |= any(r.kind in asked.kinds for r in found)
+            item_right |= any(key in row.items for r in found for row in r.rows for key in asked.items.get(r.kind, []))
+        half = "held-out" if held_out(q["company"]) else "tuning"
+        rows[half].append((tagged, kind_right, item_right, bool(asked.kinds)))
+    print("questions whose evidence is a statement page: the gold page tagged / of a kind the question asks of /")
+    print("with a line item it names among the rows / the question asks of some statement at all")
+    for half, values in sorted(rows.items()):
+        cells = " / ".join(f"{sum(v[i] for v in values):3d}" for i in range(4))
+        print(f"  {half:10s} {len(values):3d} questions: {cells}")
+    print("questions naming the company by an everyday name: the name among the filing's own names")
+    for q in (q for q in qs if everyday_name(q)):
+        names: set[str] = set()
+        for e in q["evidence"]:
+            doc = parse_pdf(DATA / "pdfs" / f"{e['doc_name']}.pdf", tables=False)
+            cover_page(doc, doc.text[:20000])  # the company from the filing's text alone, as under a neutral name
+            defined_company(doc, doc.text[:COMPANY_DEFINED_CHARS])
+            found = filing_aliases(doc.text, doc.company)
+            names |= {n.upper() for n in found.get("aliases", []) + found.get("listed", []) + tickers(doc.text)}
+        used = [w for w in re.findall(r"[A-Za-z&]{2,5}", q["question"]) if w.upper() in names]
+        half = "held-out" if held_out(q["company"]) else "tuning"
+        print(f"  {q['financebench_id']} ({half}) {q['company']}: {used or 'none'} of {sorted(names)[:8]}")
+
+
 AGREEMENTS = DATA.parent / "credit_agreements" / "docs"
 CLAUSES = [  # (query, what the right chunk is, test on the chunk)
     (
@@ -640,8 +688,10 @@ def main() -> None:
     e.add_argument("--points", type=int, default=100000)
     e.add_argument("--engines", default="qdrant-edge", help="comma-separated: qdrant-edge, qdrant-client local")
     e.add_argument("--queries", type=int, default=50)
+    sub.add_parser("statements", help="issue 62 without an index: gold statement pages tagged, everyday names read")
     args = parser.parse_args()
-    {"quality": quality, "agreements": agreements, "engines": engines, "probe": probe}[args.cmd](args)
+    commands = {"quality": quality, "agreements": agreements, "engines": engines, "probe": probe}
+    {**commands, "statements": gold_statements}[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ def test_initials_with_and_or_ampersand() -> None:
     assert initials("Procter and Gamble Co") == ["PNG", "P&G"]
     assert initials("American Water Works Company, Inc.") == ["AWW"]
     assert initials("Walmart Inc.") == []  # one word
+    assert initials("JPMorgan Chase & Co.") == []  # "JC": two letters, the "&" before the legal form dropped
     assert initials("General Mills, Inc.") == []  # two letters name too much else
 
 

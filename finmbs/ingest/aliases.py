@@ -57,6 +57,8 @@ def initials(name: str | None) -> list[str]:
     'American Water Works Company, Inc.' -> ['AWW']; none under three characters or from one word."""
     words = [w for w in company_words(name) if w not in LEGAL_FORMS or w in ("&", "and")]
     words = words[1:] if words[:1] == ["the"] else words
+    while words and words[-1] in ("&", "and"):  # "JPMorgan Chase & Co.": the legal form went, its "&" too
+        words.pop()
     content = [w for w in words if w not in ("&", "and")]
     if len(content) < 2:
         return []
