@@ -424,6 +424,14 @@ class MineSettings(Settings):
         "statement lines (no teacher call). The program's line is the engine's, as with mine.engine_program "
         "(finmbs's; off: the teacher writes the question)",
     )
+    round_trip: bool = Field(
+        True,
+        description="with mine.engine_question: an engine-written question, whose answer the engine's program "
+        "computed and checked against its operation, is kept when one of stages.round_trip_k teacher programs "
+        "written from the question and passage alone computes it; the teacher's prose traces are drawn and "
+        "tallied (meta.prose_traces) but do not decide, since they measure the teacher's arithmetic, not the "
+        "problem (finmbs's; off: a verified prose trace is required as for every mined question)",
+    )
 
 
 class VerifySettings(Settings):
@@ -639,6 +647,7 @@ PAPER_VALUES: dict[str, Any] = {
     "mine.from_facts": False,  # seeds mine: engine-chosen facts and operation, the teacher writes question and program
     "mine.engine_program": False,  # with from_facts: the engine writes the program's operation line
     "mine.engine_question": False,  # with from_facts: the engine writes the question, the teacher names the figure
+    "mine.round_trip": False,  # with engine_question: solvability by round trip, the prose traces tallied
     "stages.leaf_operators": False,  # named mutation operators (prompts/operators/) instead of "harder"
     "stages.program_operators": False,  # the engine builds leaf variants as programs; the model words one clause
     "stages.program_roots": False,  # a seed verified by its program where the prose traces miss

@@ -238,11 +238,13 @@ def facts_config(
     settings: IndexSettings,
     engine_program: bool = True,
     engine_question: bool = True,
+    round_trip: bool = False,
     **knobs: set[str],
 ) -> RunConfig:
     server.handler = FactsWorld(**knobs)
     config = world_config(server.base_url, ["teacher"], ["student"], "target", str(tmp_path / "c.sqlite"), N=4, Nt=2)
-    mine = config.mine.model_copy(update={"engine_program": engine_program, "engine_question": engine_question})
+    update = {"engine_program": engine_program, "engine_question": engine_question, "round_trip": round_trip}
+    mine = config.mine.model_copy(update=update)
     return config.model_copy(update={"index": settings, "domain": "finance", "mine": mine})
 
 
@@ -325,6 +327,18 @@ def test_words_naming_a_figure_may_state_no_rate_and_name_a_provision():
     assert naming_error("the Applicable Margin for Term SOFR Loans at Level II") is None
     assert "state three percent" in naming_error("three percent (3.00%)")  # the 1.5B's, on Alphatec's
     assert naming_error("rate") == "the words 'rate' name no provision"
+
+
+def test_with_the_round_trip_a_teacher_that_writes_no_program_solves_no_engine_question(
+    tmp_path, openai_server, index_settings
+):
+    # mine.round_trip: solvability is k programs from the question and passage, not the prose traces; this
+    # world's teacher writes no program, so every engine question is a counted round_trip rejection
+    config = facts_config(openai_server, tmp_path, index_settings, round_trip=True)
+    metrics, seeds, rejected = mine_facts(config, tmp_path, [BF])
+    assert seeds == [] and metrics.kept == 0
+    assert rejected and {r["data"]["check"] for r in rejected} == {"round_trip"}
+    assert all(r["problem"]["meta"]["round_trip"] == "0 of 3" for r in rejected)
 
 
 def test_with_engine_question_the_teacher_only_names_the_figure(tmp_path, openai_server, index_settings):

@@ -351,14 +351,21 @@ class DocumentMiner:
                 f"its {hit.field} overlaps {hit.source} {hit.ref} ({hit.coverage:.0%} of its n-grams: {hit.ngram!r})",
             )
             return None
-        with in_stage(Stage.TRACES):
-            node = await verified_node(self.ctx, problem, self.ledger, stage=STAGE, path="0")
-        if node is None:
-            last = self.ledger.rejected.pop()
-            self.reject(last.problem, last.data.get("check", "verify"), last.reason)
-            return None
-        problem = node.problem
-        problem.meta["verified_by"] = node.trace.model if node.trace else ""
+        if self.ctx.config.mine.round_trip and problem.meta.get("figure_name") and problem.meta.get("program"):
+            # mine.round_trip: the engine's question and program; the round trip shows it is solvable
+            solvable = await self.round_tripped(problem)
+            if solvable is None:
+                return None
+            problem = solvable
+        else:
+            with in_stage(Stage.TRACES):
+                node = await verified_node(self.ctx, problem, self.ledger, stage=STAGE, path="0")
+            if node is None:
+                last = self.ledger.rejected.pop()
+                self.reject(last.problem, last.data.get("check", "verify"), last.reason)
+                return None
+            problem = node.problem
+            problem.meta["verified_by"] = node.trace.model if node.trace else ""
         with in_stage(Stage.JUDGE):
             verdict = await answerability(self.ctx, problem)
         self.ctx.tick(Stage.JUDGE)
@@ -370,6 +377,28 @@ class DocumentMiner:
             )
             self.reject(problem, "judge", f"judge: {what}: {verdict.reason}")
             return None
+        return problem
+
+    async def round_tripped(self, problem: Problem) -> Problem | None:
+        """`mine.round_trip`: an engine-written question whose label the engine's program computed (checked
+        against its operation already) is kept when one of k teacher programs written from the question and
+        passage alone computes it (`engine_leaves.round_trip`); the teacher's prose traces are drawn and
+        tallied (meta.prose_traces) but do not decide. None: rejected (check `round_trip`)."""
+        from finmbs.mbs.engine_leaves import round_trip  # the engine's modules import mining's helpers
+        from finmbs.mbs.traces import teacher_trace
+
+        with in_stage(Stage.TRACES):
+            hits, k = await round_trip(self.ctx, problem)
+            problem.meta["round_trip"] = f"{hits} of {k}"
+            if hits == 0:
+                why = (
+                    f"wording not solvable: none of {k} programs the teacher wrote from the text gives {problem.answer}"
+                )
+                self.reject(problem, "round_trip", why)
+                return None
+            trace, why = await teacher_trace(self.ctx, problem)
+        problem.meta["prose_traces"] = f"verified by {trace.model}" if trace else why
+        problem.meta["verified_by"] = f"program; round trip {hits} of {k}"
         return problem
 
     def novel(self, problems: list[Problem]) -> list[Problem]:
