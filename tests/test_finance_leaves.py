@@ -44,7 +44,9 @@ def solving(question: str) -> str | None:
         return None
     r = f"({num(rate[1])} / 100 + m)"
     principal = re.search(rf"a loan of {_N}", question)
-    if second := re.search(rf"first period of (\d+) days\. For the next (\d+) days its base rate is {_N}%", question):
+    if second := re.search(
+        rf"first period of (\d+) days\. For the next (\d+) days the rate it would otherwise bear is {_N}%", question
+    ):
         r2 = f"({num(second[3])} / 100 + m)"
         p = num(principal[1])
         return f"answer = round({p} * {r} * {second[1]} / 360 + {p} * {r2} * {second[2]} / 360, 2)"

@@ -342,8 +342,8 @@ def _loan(figure: QuotedFigure, terms: Terms, slot: str = "{name0}") -> tuple[st
     p = money_text(terms.principal)
     if figure.role == ADD_ON and figure.base == OTHERWISE:
         return (
-            f"a loan of {p} would otherwise bear interest at {percent_text(terms.base)} per annum, and interest on "
-            f"it accrues as {slot} provides",
+            f"a loan of {p} would otherwise bear interest at {percent_text(terms.base)} per annum, and, "
+            f"{occasion(figure)}, interest on it accrues as {slot} provides",
             [terms.principal, terms.base * 100],
         )
     if figure.role == ADD_ON:
@@ -352,6 +352,13 @@ def _loan(figure: QuotedFigure, terms: Terms, slot: str = "{name0}") -> tuple[st
             [terms.principal, terms.base * 100],
         )
     return f"a loan of {p} bears interest at {slot}", [terms.principal]
+
+
+def occasion(figure: QuotedFigure) -> str:
+    """When a default-rate increase applies, as its clause says: principal overdue, or an Event of Default."""
+    if re.search(r"overdue|past due", figure.context, re.I):
+        return "its principal being overdue"
+    return "an Event of Default having occurred and continuing"
 
 
 def _figures(program_figures: list[QuotedFigure], terms: Terms) -> list[QuotedFigure]:
@@ -471,9 +478,10 @@ def second_period(figure: QuotedFigure, terms: Terms) -> FinanceBuilt | ops.Refu
     second_base = Fraction(pick(tuple(b for b in BENCHMARKS if b != terms.base), terms.key, "second_base"))
     loan, states = _loan(figure, terms)
     year, year_states = _year(terms)
+    reset = "the rate it would otherwise bear" if figure.base == OTHERWISE else "the benchmark rate"
     template = (
         f"Under {{company}}'s credit agreement, {loan}, for a first period of {terms.days} days. For the next "
-        f"{second_days} days its base rate is {percent_text(second_base)} instead, {{name0}} still applying. How "
+        f"{second_days} days {reset} is {percent_text(second_base)} instead, {{name0}} still applying. How "
         f"much interest accrues on it over both periods together, {year}? {ROUNDING}"
     )
     body = "\n".join(
