@@ -13,6 +13,7 @@ from finmbs.config import IndexSettings
 from finmbs.ingest import ingest_paths, open_index
 from finmbs.ingest.aliases import defined_names, filing_aliases, initials, listed_symbols
 from finmbs.ingest.query import alias_table
+from finmbs.ingest.search import hit_json
 
 
 def test_initials_with_and_or_ampersand() -> None:
@@ -113,6 +114,7 @@ def test_a_balance_sheet_question_gets_the_statement(index: IndexSettings) -> No
     with open_index(index) as idx:
         hits = idx.search("Basing your judgments off of the balance sheet, what are the accounts payable?", 3)
         assert hits[0].statement == "balance_sheet" and "11,703" in hits[0].chunk.text
+        assert hit_json(1, hits[0])["statement"] == "balance_sheet"
         [sheet] = idx.statements(hits[0].chunk.doc_id)
         payable = next(row for row in sheet.rows if row.label == "Accounts payable")
         assert payable.values == ["11,703", "11,055"] and sheet.periods == ["January 1 2023", "January 2 2022"]

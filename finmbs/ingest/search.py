@@ -27,6 +27,7 @@ def hit_json(rank: int, hit: Hit) -> dict[str, Any]:
         "char_end": chunk.char_end,
         "kind": chunk.kind,
         "term": chunk.term,
+        "statement": hit.statement,  # the primary statement the chunk lies in (index.statements), or None
         "chunk_id": chunk.chunk_id,
         "source_path": shown_path(chunk.source_path) if chunk.source_path else None,
         "text": chunk.text,
