@@ -13,6 +13,8 @@ import re
 from fractions import Fraction
 from pathlib import Path
 
+from test_engine_leaves import config as math_config
+
 from finmbs.config import PAPER_VALUES, RunConfig, StageParams
 from finmbs.llm import Gateway
 from finmbs.mbs.context import Context, Ledger
@@ -90,21 +92,10 @@ class FinanceTeacher:
 
 
 def config(base_url: str, cache: Path, **stages: object) -> RunConfig:
-    endpoint = dict(model="openai/t", api_base=base_url, timeout_s=10.0, max_retries=1, supports_n=True)
-    return RunConfig.model_validate(
-        {
-            "domain": "finance",
-            "roles": {
-                "teachers": [{"name": "teacher", **endpoint}],
-                "students": [{"name": "student", **endpoint}],
-                "target": {"name": "target", **endpoint},
-                "judge": {"name": "judge", **endpoint},
-            },
-            "stages": {"N": 2, "Nt": 1, "R": 1, "leaf_operators": False, **stages},
-            "verify": {"programs": True, "quote_spans": True},
-            "cache_path": str(cache),
-        }
-    )
+    """The math tests' scripted roles (test_engine_leaves.config), in finance, figures chosen among spans."""
+    base = math_config(base_url, cache, R=1, **stages)
+    verify = base.verify.model_copy(update={"quote_spans": True})
+    return base.model_copy(update={"domain": "finance", "verify": verify})
 
 
 def leaf() -> TreeNode:
