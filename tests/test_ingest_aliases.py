@@ -5,10 +5,13 @@ name two companies claim filters nothing and the search says so, statement quest
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from finmbs.cli import app
 from finmbs.config import IndexSettings
 from finmbs.ingest import ingest_paths, open_index
 from finmbs.ingest.aliases import defined_names, filing_aliases, initials, listed_symbols
@@ -119,6 +122,18 @@ def test_a_balance_sheet_question_gets_the_statement(index: IndexSettings) -> No
         payable = next(row for row in sheet.rows if row.label == "Accounts payable")
         assert payable.values == ["11,703", "11,055"] and sheet.periods == ["January 1 2023", "January 2 2022"]
         assert idx.document_text(hits[0].chunk.doc_id)[payable.char_start : payable.char_end].startswith("| Acc")
+
+
+def test_the_ingest_report_counts_statements_and_unread_pages(tmp_path: Path) -> None:
+    """A statement whose rows cannot be read (a title, its vocabulary, no figures) is counted, not tagged."""
+    (tmp_path / "filing-a.md").write_text(JNJ)
+    unread = "CONSOLIDATED BALANCE SHEETS\n\n| Total assets | Current assets | Inventories | Accounts payable |\n|---|---|---|---|\n"
+    (tmp_path / "filing-b.md").write_text(_other("Beta Corp", "Beta") + "\n" + unread)
+    result = CliRunner().invoke(app, ["ingest", str(tmp_path), "--index-path", str(tmp_path / "qdrant"), "--json"])
+    report = json.loads(result.output[result.output.index("{") :])
+    assert (report["statements"], report["line_items"], report["statements_unread"]) == (1, 7, 1)
+    table = CliRunner().invoke(app, ["ingest", str(tmp_path / "filing-a.md"), "--index-path", str(tmp_path / "q2")])
+    assert "statements_unread" in table.output
 
 
 def test_the_paper_profile_switches_it_off(tmp_path: Path) -> None:

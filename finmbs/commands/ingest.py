@@ -41,6 +41,9 @@ def report_table(report) -> Table:
         "over_window",
         "tables",
         "definitions",
+        "statements",  # primary statements recognised, their rows read (index.statements)
+        "line_items",
+        "statements_unread",  # pages that look like a statement whose rows could not be read: ordinary chunks
     ):
         table.add_row(key, str(getattr(report, key)))
     table.add_row("time", f"{report.seconds:.1f} s")
