@@ -106,6 +106,19 @@ def choose(passage: str, wanted: Wanted, doc_id: str) -> tuple[fo.QuotedFigure |
     return best, None
 
 
+NAMED_FIT = 5  # a clause whose own name for the figure shares a word with the seed's provision name
+
+
+def fit(passage: str, figure: fo.QuotedFigure, wanted: Wanted) -> int:
+    """How well a figure of a candidate clause fits the seed's: the words its context shares with the seed
+    figure's context and provision name, and NAMED_FIT more when the clause's own name for it (its defined
+    term or heading) shares a word with the seed's provision name ("Post-Default Rate", "Default Rate")."""
+    seed_words = words(wanted.context) | words(wanted.provision)
+    own = fo.engine_name(passage, figure) or ""
+    named = bool(words(own) & (words(wanted.provision) - {"rate", "provision"}))
+    return len(words(figure.context) & seed_words) + (NAMED_FIT if named else 0)
+
+
 def provision(passage: str, wanted: Wanted, figure: fo.QuotedFigure) -> tuple[str | None, str]:
     """(the provision's name on d', why none): d''s own defined term or heading before the figure ("the
     Post-Default Rate"), else the seed's name when d' uses its words; each checked for its role."""
@@ -133,13 +146,14 @@ def clause_chunks(index: Index, doc: Document, seed: Problem, concept: str | Non
 def clause(
     index: Index, doc: Document, seed: Problem, concept: str | None, wanted: list[Wanted]
 ) -> tuple[Snippet | None, list[fo.QuotedFigure], list[str]]:
-    """(d', the figures filling `wanted` in it, []) for the first candidate clause that fills every quote, or
-    (None, [], the reasons each clause failed)."""
+    """(d', the figures filling `wanted` in it, []) for the candidate clause that fills every quote and fits
+    the seed's best (`fit`; on a tie the better ranked), or (None, [], the reasons each clause failed)."""
     from finmbs.mbs.reground import locate, stored_snippet
 
     reasons: list[str] = []
     text = index.document_text(doc.doc_id)
-    for chunk in clause_chunks(index, doc, seed, concept):
+    fits: list[tuple[int, int, Chunk, list[fo.QuotedFigure]]] = []
+    for rank, chunk in enumerate(clause_chunks(index, doc, seed, concept)):
         found, why = [], None
         for w in wanted:
             figure, why = choose(chunk.text, w, doc.doc_id)
@@ -149,6 +163,8 @@ def clause(
         if why:
             reasons.append(why)
             continue
+        fits.append((-sum(fit(chunk.text, f, w) for f, w in zip(found, wanted)), rank, chunk, found))
+    for _, _, chunk, found in sorted(fits, key=lambda f: (f[0], f[1])):  # the best fit first, then rank
         if (
             chunk.char_start is not None
             and chunk.char_end is not None
