@@ -18,7 +18,7 @@ from test_engine_leaves import config as math_config
 from finmbs.config import PAPER_VALUES, RunConfig, StageParams
 from finmbs.llm import Gateway
 from finmbs.mbs.context import Context, Ledger
-from finmbs.mbs.engine_leaves import on
+from finmbs.mbs.engine_leaves import on, operator_funnel
 from finmbs.mbs.leaves import harder_leaves
 from finmbs.records import Decision, Problem, Snippet, Trace, TreeNode
 from finmbs.testing.server import Reply, Request
@@ -140,6 +140,9 @@ async def test_the_engine_builds_names_and_round_trips_each_finance_variant(tmp_
     assert applied.answer == f"${float(round(exact, 2)):,.2f}"
     assert by_op["finance:backward:principal"].answer == f"${int(details['principal']):,}"
     assert by_op["finance:backward:days"].answer == str(details["days"])
+    funnel = operator_funnel([n.problem for n in kept], [])  # each finance operator its own row
+    assert set(funnel) == {"finance:applied", "finance:backward", "finance:second_period"}
+    assert funnel["finance:backward"]["qualified"] == 2
 
 
 async def test_a_benchmark_name_falls_back_to_the_engines_name(tmp_path, openai_server):

@@ -393,7 +393,9 @@ def operator_funnel(qualified: list[Problem], rejected: list[tuple[Problem, str,
         op = problem.meta.get("operator")
         if problem.meta.get("authored_by") != ENGINE or not isinstance(op, str):
             return
-        op = op.split(":")[0]
+        # a math operator's row is its name (added_step:percent_of -> added_step); a finance one's keeps its
+        # operator (finance:applied, finance:backward:days -> finance:backward)
+        op = ":".join(op.split(":")[:2]) if op.startswith("finance:") else op.split(":")[0]
         row = rows.setdefault(op, [0] * len(FUNNEL))
         for i in range(last + 1):
             row[i] += 1
