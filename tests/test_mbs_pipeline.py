@@ -65,6 +65,7 @@ ZERO = {
     "leaks_by_solution": 0,
     "not_well_posed": 0,
     "novelty_rejected_roots": 0,
+    "engine_funnel": {},  # stages.program_operators is off in the scripted world
     "reground_unverified": 0,
     "reground_too_easy": 0,
     "other_descendants": 0,
