@@ -165,7 +165,11 @@ async def test_the_engine_builds_words_and_checks_each_variant(tmp_path, openai_
     by_op = {n.problem.meta["operator"].split(":")[0]: n.problem for n in kept}
     assert set(by_op) == {"backward", "added_step", "two_steps"}, [r.reason for r in ledger.rejected]
     plan = next(d for d in node.decisions if "engine operators in order" in d.reason)
-    assert plan.data["operators"] == ["backward", "added_step", "two_steps"]  # the student solves it: backward first
+    # the student solves it: backward first; an added step twice, by two operations, the milder first
+    assert plan.data["operators"] == ["backward", "added_step", "added_step", "two_steps"]
+    steps = [n.problem.meta["operator"] for n in kept if n.problem.meta["operator"].startswith("added_step")]
+    assert len(steps) == 2 and len(set(steps)) == 2
+    assert steps[0].split(":")[1] in ("added", "taken_away", "split", "repeated")
     instance = plan.data["instance_question"]
     assert plan.data["instance"]["resampled"] and instance != QUESTION
     for problem in by_op.values():
@@ -200,14 +204,14 @@ async def test_a_wording_no_teacher_program_solves_is_rejected_then_the_prompt_p
     teacher = PayTeacher(programs_miss=True)
     kept, node, ledger = await hardened(openai_server, tmp_path, teacher, accuracy=0.0)
     engine = [r for r in ledger.rejected if r.problem.meta.get("authored_by") == "engine"]
-    assert len(engine) == 3 and all(r.data["check"] == "round_trip" for r in engine)
+    assert len(engine) == 4 and all(r.data["check"] == "round_trip" for r in engine)
     assert all(r.reason.startswith("wording not solvable: none of 3 programs") for r in engine)
     assert all(r.problem.meta["round_trip"] == "0 of 3" for r in engine)
     assert not any(p.meta.get("authored_by") == "engine" for p in (n.problem for n in kept))
     assert any("engine operators: kept 0 of 0" in d.reason for d in node.decisions)
     funnel = operator_funnel([], [(r.problem, r.stage, r.data) for r in engine])
     assert {op: row["round_trip"] for op, row in funnel.items()} == {"backward": 0, "added_step": 0, "two_steps": 0}
-    assert all(row["worded"] == 1 for row in funnel.values())
+    assert funnel["added_step"]["worded"] == 2 and funnel["backward"]["worded"] == funnel["two_steps"]["worded"] == 1
 
 
 async def test_an_operator_that_cannot_apply_is_one_counted_reason(tmp_path, openai_server):
@@ -232,7 +236,7 @@ async def test_chained_takes_the_next_seed_of_the_run_as_its_first_question(tmp_
     pay = leaf(0.0).problem
     kept, node, ledger = await hardened(openai_server, tmp_path, PayTeacher(), accuracy=0.0, peers=(pay, eggs))
     plan = next(d for d in node.decisions if "engine operators in order" in d.reason)
-    assert plan.data["operators"] == ["added_step", "backward", "two_steps", "chained"]
+    assert plan.data["operators"] == ["added_step", "added_step", "backward", "two_steps", "chained"]
     chained = [n.problem for n in kept if n.problem.meta["operator"] == "chained"]
     assert chained, [r.reason for r in ledger.rejected]
     [problem] = chained

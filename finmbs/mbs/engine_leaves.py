@@ -45,8 +45,9 @@ from finmbs.verify.skeleton import skeleton
 STAGE = Stage.LEAF
 ENGINE = "engine"
 BACKWARD, ADDED, TWO, CHAINED = "backward", "added_step", "two_steps", "chained"
-PLAN_EASY = (BACKWARD, ADDED, TWO)  # a leaf the weakest student mostly solves: the hardest change first
-PLAN_HARD = (ADDED, BACKWARD, TWO)
+# an added step twice, by two different operations of the catalogue, the milder ones first
+PLAN_EASY = (BACKWARD, ADDED, ADDED, TWO)  # a leaf the weakest student mostly solves: the hardest change first
+PLAN_HARD = (ADDED, ADDED, BACKWARD, TWO)
 
 
 class WordedAsk(BaseModel):
@@ -172,28 +173,38 @@ async def resampled_instance(ctx: Context, key: str, source: ops.Source) -> tupl
 
 
 def build(name: str, source: ops.Source, key: str) -> list[ops.Built | ops.Refusal]:
-    """Operator `name` on `source`: its candidates in the order to try them (one is kept)."""
+    """Operator `name` on `source`: its candidates in the order to try them. An added step tries the mild
+    operations of the catalogue first (`ops.MILD`: an amount added or taken away, a split, a repeat), then
+    the percents, each group in an order drawn from `key` (the leaf's id)."""
     if name == BACKWARD:
         found = ops.givens(source.question, source.program)
         return [ops.backward(source, g) for g in found] or [ops.Refusal(BACKWARD, "no given to ask for")]
-    steps = list(ops.STEPS)
-    ops.rng_for(f"{key}:{name}").shuffle(steps)
+    rng = ops.rng_for(f"{key}:{name}")
+    mild = [s for s in ops.STEPS if s.name in ops.MILD]
+    other = [s for s in ops.STEPS if s.name not in ops.MILD]
+    rng.shuffle(mild)
+    rng.shuffle(other)
+    steps = mild + other
     if name == ADDED:
         return [ops.added_step(source, step, key) for step in steps]
     return [ops.two_steps(source, a, b, key) for a, b in zip(steps, steps[1:] + steps[:1])]
 
 
-async def first_built(name: str, source: ops.Source, key: str) -> ops.Built | ops.Refusal:
-    """The first candidate of operator `name` whose program the sandbox runs to the expected answer."""
+async def first_built(name: str, source: ops.Source, key: str, nth: int = 0) -> ops.Built | ops.Refusal:
+    """The `nth` (from 0) candidate of operator `name` whose program the sandbox runs to the expected
+    answer: a plan that names an operator twice gets two different ones."""
     reasons = []
     for candidate in build(name, source, key):
         if isinstance(candidate, ops.Refusal):
             reasons.append(candidate.reason)
             continue
         if (why := await computed(candidate)) is None:
-            return candidate
+            if nth == 0:
+                return candidate
+            nth -= 1
+            continue
         reasons.append(why)
-    return ops.Refusal(name, "; ".join(dict.fromkeys(reasons)) or "no candidate")
+    return ops.Refusal(name, "; ".join(dict.fromkeys(reasons)) or "no other candidate")
 
 
 def peer_for(ctx: Context, problem: Problem) -> Problem | None:
@@ -291,11 +302,11 @@ async def round_trip(ctx: Context, problem: Problem) -> tuple[int, int]:
 
 
 async def engine_variant(
-    ctx: Context, leaf: TreeNode, name: str, source: ops.Source, id: str, ledger: Ledger
+    ctx: Context, leaf: TreeNode, name: str, source: ops.Source, id: str, ledger: Ledger, nth: int = 0
 ) -> TreeNode | None:
     """One operator on the leaf's instance, worded and checked; None with the rejection on `ledger`."""
-    key = f"{leaf.problem.id}:{id}"
-    built = await (chained_built(ctx, leaf.problem, source) if name == CHAINED else first_built(name, source, key))
+    key = leaf.problem.id
+    built = await (chained_built(ctx, leaf.problem, source) if name == CHAINED else first_built(name, source, key, nth))
     if isinstance(built, ops.Refusal):
         ledger.reject(refused(leaf.problem, id, name), STAGE, f"{name}: {built.reason}", check=Check.OPERATOR)
         return None
@@ -351,7 +362,10 @@ async def engine_leaves(ctx: Context, leaf: TreeNode, ledger: Ledger) -> list[Tr
         )
     )
     nodes = await asyncio.gather(
-        *(engine_variant(ctx, leaf, name, instance, f"{leaf.problem.id}.e{i}", ledger) for i, name in enumerate(order))
+        *(
+            engine_variant(ctx, leaf, name, instance, f"{leaf.problem.id}.e{i}", ledger, order[:i].count(name))
+            for i, name in enumerate(order)
+        )
     )
     kept = [n for n in nodes if n is not None]
     for node in kept:

@@ -570,6 +570,7 @@ STEPS = (
     ),
 )
 STEP_NAMES = tuple(s.name for s in STEPS)
+MILD = frozenset({"added", "taken_away", "split", "repeated"})  # no percent: the milder change for a weak target
 
 
 def split_ask(question: str) -> tuple[str, str] | None:
