@@ -18,7 +18,8 @@ from test_engine_leaves import config as math_config
 from finmbs.config import PAPER_VALUES, RunConfig, StageParams
 from finmbs.llm import Gateway
 from finmbs.mbs.context import Context, Ledger
-from finmbs.mbs.engine_leaves import on, operator_funnel
+from finmbs.mbs.engine_leaves import operator_funnel
+from finmbs.mbs.finance_leaves import on
 from finmbs.mbs.leaves import harder_leaves
 from finmbs.records import Decision, Problem, Snippet, Trace, TreeNode
 from finmbs.testing.server import Reply, Request

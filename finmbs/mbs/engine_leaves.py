@@ -57,12 +57,8 @@ class WordedAsk(BaseModel):
 
 
 def on(ctx: Context, problem: Problem) -> bool:
-    """Whether the engine's operators harden `problem` (math, with programs; finance with
-    `stages.finance_operators`: finmbs/mbs/finance_leaves.py)."""
-    from finmbs.mbs import finance_leaves  # the finance branch imports this module
-
-    if problem.domain == "finance":
-        return finance_leaves.on(ctx, problem)
+    """Whether the engine's operators harden `problem` (math, with programs; finance has its own branch,
+    finmbs/mbs/finance_leaves.py, which leaf synthesis asks apart)."""
     return ctx.stages.program_operators and ctx.config.verify.programs and problem.domain == "math"
 
 
@@ -342,10 +338,6 @@ async def prose_tally(ctx: Context, node: TreeNode) -> None:
 async def engine_leaves(ctx: Context, leaf: TreeNode, ledger: Ledger) -> list[TreeNode]:
     """The leaf's variants by the engine's operators, each once, checked (module docstring); the novelty
     guard, structure check and weakest-student screen are the caller's."""
-    if leaf.problem.domain == "finance":  # the finance operators' branch (finmbs/mbs/finance_leaves.py)
-        from finmbs.mbs.finance_leaves import finance_leaves
-
-        return await finance_leaves(ctx, leaf, ledger)
     source, why = await leaf_source(ctx, leaf)
     if source is None:
         leaf.decisions.append(Decision(stage=STAGE, outcome="info", reason=f"engine operators not applied: {why}"))

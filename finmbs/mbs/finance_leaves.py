@@ -27,11 +27,10 @@ from finmbs.mbs import engine_leaves as engine
 from finmbs.mbs import finance_operators as fo
 from finmbs.mbs import program_operators as ops
 from finmbs.mbs.context import Context, Ledger
+from finmbs.mbs.finance_terms import FactName, short_name
 from finmbs.mbs.labels import program_to_answer
 from finmbs.mbs.programs import mended
 from finmbs.mbs.stages import Check, Stage
-from finmbs.mine.from_facts import FactName
-from finmbs.mine.questions import short_name
 from finmbs.records import Decision, Problem, Trace, TreeNode
 from finmbs.resources import render_prompt
 from finmbs.verify.program import run_program_async

@@ -35,8 +35,17 @@ from fractions import Fraction
 from typing import Any
 
 from finmbs.mbs import program_operators as ops
-from finmbs.mine.facts import BENCHMARKS, DAYS, FEE, OVER, OVER_AFTER, PRINCIPALS, answer_text, pick
-from finmbs.mine.from_facts import naming_error
+from finmbs.mbs.finance_terms import (
+    BENCHMARKS,
+    DAYS,
+    FEE,
+    OVER,
+    OVER_AFTER,
+    PRINCIPALS,
+    answer_text,
+    naming_error,
+    pick,
+)
 from finmbs.verify.spans import Span, candidate_spans
 
 ADD_ON, RATE, DAY_COUNT = "add_on", "rate", "day_count"

@@ -38,6 +38,8 @@ from finmbs.mbs.candidates import (
 from finmbs.mbs.context import Context, Ledger
 from finmbs.mbs.engine_leaves import engine_leaves, prose_tally
 from finmbs.mbs.engine_leaves import on as engine_on
+from finmbs.mbs.finance_leaves import finance_leaves
+from finmbs.mbs.finance_leaves import on as finance_on
 from finmbs.mbs.labels import program_to_answer
 from finmbs.mbs.novelty import STAGE as NOVELTY
 from finmbs.mbs.novelty import similarity
@@ -281,7 +283,8 @@ def copied_example(ctx: Context, problem: Problem, ledger: Ledger) -> bool:
 async def engine_hardened(ctx: Context, leaf: TreeNode, ledger: Ledger, plan: LeafPlan) -> list[TreeNode]:
     """`stages.program_operators`: the leaf's variants the engine builds (finmbs/mbs/engine_leaves.py), through
     the rules every variant meets: the novelty guard, the structure check and the weakest-student screen."""
-    nodes = {n.problem.id: n for n in await engine_leaves(ctx, leaf, ledger)}
+    built = finance_leaves(ctx, leaf, ledger) if leaf.problem.domain == "finance" else engine_leaves(ctx, leaf, ledger)
+    nodes = {n.problem.id: n for n in await built}
     fresh = novel_problems(ctx, [n.problem for n in nodes.values()], lambda _: [("source", leaf.problem)], ledger)
     fresh = structure_checked(ctx, leaf, fresh, plan, ledger)
     for problem in fresh:
@@ -298,7 +301,8 @@ async def harder_leaves(ctx: Context, leaf: TreeNode, ledger: Ledger) -> list[Tr
     when it keeps none, round r asks teacher r, until a round keeps a variant (or, by operators, until
     every operator of the catalogue was asked once)."""
     plan = await leaf_plan(ctx, leaf)
-    if engine_on(ctx, leaf.problem) and (kept := await engine_hardened(ctx, leaf, ledger, plan)):
+    engine = engine_on(ctx, leaf.problem) or finance_on(ctx, leaf.problem)
+    if engine and (kept := await engine_hardened(ctx, leaf, ledger, plan)):
         return kept
     for r in range(ctx.stages.R):
         if plan.operators is not None and r * ctx.stages.N_leaf >= len(plan.operators):

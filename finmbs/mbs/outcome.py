@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
+from finmbs.mbs import rebind
 from finmbs.mbs.calibrate import STAGE as CALIBRATE
 from finmbs.mbs.calibrate import annotate, calibrate
 from finmbs.mbs.candidates import novel_problems
@@ -206,7 +207,7 @@ async def regrounded(
     if seed.domain != "finance" or not synthetic or not on:
         return None
     with in_stage(Stage.REGROUND):
-        return await reground_trees(ctx, seed, synthetic, ledger)
+        return await reground_trees(ctx, seed, synthetic, ledger, rebind)
 
 
 async def quality_checked(

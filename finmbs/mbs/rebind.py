@@ -37,10 +37,11 @@ from finmbs.mbs import finance_operators as fo
 from finmbs.mbs import program_operators as ops
 from finmbs.mbs.context import Context, Ledger
 from finmbs.mbs.finance_leaves import computed
+from finmbs.mbs.finance_terms import short_name
 from finmbs.mbs.leaves import weakest_screen
+from finmbs.mbs.reground import document_chunks, locate, stored_snippet, windows
 from finmbs.mbs.stages import Check, Stage
 from finmbs.mbs.traces import teacher_trace
-from finmbs.mine.questions import short_name
 from finmbs.records import Chunk, Decision, Document, Problem, Snippet, SyntheticTree, Trace, TreeNode
 from finmbs.verify.spans import candidate_spans
 
@@ -138,8 +139,6 @@ def provision(passage: str, wanted: Wanted, figure: fo.QuotedFigure) -> tuple[st
 
 def clause_chunks(index: Index, doc: Document, seed: Problem, concept: str | None) -> list[Chunk]:
     """d''s candidate clauses: the chunks the seed passage and concept find (rank order), then their windows."""
-    from finmbs.mbs.reground import document_chunks, windows  # reground imports this module
-
     seed_text = seed.snippet.text if seed.snippet else seed.question
     chunks = document_chunks(index, doc.doc_id, seed_text, CLAUSE_CHUNKS, concept)
     return chunks + [w for w in windows(index, chunks) if w.chunk_id not in {c.chunk_id for c in chunks}]
@@ -150,8 +149,6 @@ def clause(
 ) -> tuple[Snippet | None, list[fo.QuotedFigure], list[str]]:
     """(d', the figures filling `wanted` in it, []) for the candidate clause that fills every quote and fits
     the seed's best (`fit`; on a tie the better ranked), or (None, [], the reasons each clause failed)."""
-    from finmbs.mbs.reground import locate, stored_snippet
-
     reasons: list[str] = []
     text = index.document_text(doc.doc_id)
     fits: list[tuple[int, int, Chunk, list[fo.QuotedFigure]]] = []

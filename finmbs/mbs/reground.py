@@ -27,6 +27,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -874,20 +875,46 @@ class Regrounder:
         ]
 
 
+class Rebinding(Protocol):
+    """Re-grounding by rebinding (`finmbs.mbs.rebind`, which builds on this module): which trees it takes,
+    and one tree rebound onto one document. Passed in by the caller, so this module imports it not."""
+
+    def on(self, ctx: Context, tree: SyntheticTree) -> bool: ...
+
+    async def rebound(
+        self,
+        ctx: Context,
+        index: Index,
+        seed: Problem,
+        tree: SyntheticTree,
+        doc: Document,
+        k: int,
+        concept: Any,
+        regrounder: Regrounder,
+        ledger: Ledger,
+    ) -> SyntheticTree | None: ...
+
+
 async def reground_trees(
-    ctx: Context, seed: Problem, trees: list[SyntheticTree], ledger: Ledger
+    ctx: Context, seed: Problem, trees: list[SyntheticTree], ledger: Ledger, rebinding: Rebinding | None = None
 ) -> list[SyntheticTree]:
     """Stage 5 for one finance seed, on the index of the run config."""
     if not trees:
         return []
     with shared_index(ctx.config.index) as index:
-        return await reground(ctx, index, seed, trees, ledger)
+        return await reground(ctx, index, seed, trees, ledger, rebinding)
 
 
 async def reground(
-    ctx: Context, index: Index, seed: Problem, trees: list[SyntheticTree], ledger: Ledger
+    ctx: Context,
+    index: Index,
+    seed: Problem,
+    trees: list[SyntheticTree],
+    ledger: Ledger,
+    rebinding: Rebinding | None = None,
 ) -> list[SyntheticTree]:
-    """Every synthetic tree of `seed` re-grounded on each accepted unseen document (new tree indexes follow)."""
+    """Every synthetic tree of `seed` re-grounded on each accepted unseen document (new tree indexes follow);
+    with `rebinding` (`finmbs.mbs.rebind`), the trees it takes are rebound instead."""
     if not trees:
         return []
     method = trees[0].root.problem.provenance.method
@@ -904,17 +931,15 @@ async def reground(
             check="retrieve",
         )
         return []
-    from finmbs.mbs import rebind  # rebind imports mining's helpers, which import this module
-
     concept = await seed_concept(ctx, seed)
     regrounder = Regrounder(ctx, index, seed, own, ledger)
     first = max(t.index for t in trees) + 1
     # stages.reground_rebind: a tree the finance operators built is rebound onto each document (rebind.py)
-    by_rebinding = [t for t in trees if rebind.on(ctx, t)]
-    trees = [t for t in trees if not rebind.on(ctx, t)]
+    by_rebinding = [t for t in trees if rebinding is not None and rebinding.on(ctx, t)]
+    trees = [t for t in trees if t not in by_rebinding]
     rebound = await asyncio.gather(
         *(
-            rebind.rebound(ctx, index, seed, t, doc, k, concept, regrounder, ledger)
+            rebinding.rebound(ctx, index, seed, t, doc, k, concept, regrounder, ledger)  # type: ignore[union-attr]
             for k, doc in enumerate(documents)
             for t in by_rebinding
         )

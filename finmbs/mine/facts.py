@@ -20,7 +20,6 @@ program over those names only. The engine's own value of the operation checks th
 
 from __future__ import annotations
 
-import hashlib
 import html
 import re
 from dataclasses import dataclass, field
@@ -28,13 +27,13 @@ from datetime import date
 from fractions import Fraction
 from pathlib import Path
 
+from finmbs.mbs.finance_terms import BENCHMARKS, DAYS, FEE, OVER, OVER_AFTER, PRINCIPALS, pick
 from finmbs.mine.questions import home_chunk
 from finmbs.records import Chunk, Document, Snippet, shown_path
 from finmbs.verify.spans import candidate_spans
 
 MAX_RATE = Fraction(15, 100)  # a rate of interest or fees; "50% of the Commitments" is no rate
 RATE = re.compile(r"\b(rate|margin|spread|interest|per annum|sofr|base rate|applicable|libor|euribor)\b", re.I)
-FEE = re.compile(r"\b(commitment fee|unused|facility fee|undrawn)\b", re.I)
 RATIO = re.compile(r"\b(ratio|leverage|coverage)\b", re.I)
 # a covenant's level, not a pricing grid's threshold ("Greater than 0.75 to 1.00") nor an election ("may exceed")
 COVENANT = re.compile(
@@ -46,13 +45,8 @@ MAXIMUM = re.compile(r"\b(exceed|greater than|more than|maximum)\b", re.I)
 MINIMUM = re.compile(r"\b(less than|at least|minimum|not below)\b", re.I)
 OF_SOMETHING = re.compile(r"^\s*\)?\s*(?:\([^)]{0,20}\)\s*)?of\b", re.I)  # "25% of Consolidated Assets": a share
 PRECISION = re.compile(r"\b(nearest|multiple|rounded|round)\b[^.;]{0,40}$", re.I)  # "to the nearest 1/100 of 1%"
-OVER = re.compile(r"\b(plus|margin|applicable|spread)\b[^.;]{0,160}$", re.I)  # a rate added to another
-OVER_AFTER = re.compile(r"^\s*(?:\([^)]{0,20}\)\s*)?(?:per annum\s*)?(in excess of|above|over|plus)\b", re.I)
 CONTEXT_CHARS = 160  # of the passage before a figure, shown as its context
 
-PRINCIPALS = (10_000_000, 25_000_000, 40_000_000, 75_000_000, 120_000_000)
-DAYS = (30, 60, 90, 180)
-BENCHMARKS = (Fraction(430, 10000), Fraction(480, 10000), Fraction(505, 10000), Fraction(530, 10000))
 COMMITMENTS = (150_000_000, 250_000_000, 400_000_000)
 DENOMINATORS = (120_000_000, 180_000_000, 250_000_000)
 
@@ -132,28 +126,12 @@ class FactSet:
         return Fraction(eval(self.formula, {"__builtins__": {}}, scope))  # noqa: S307 (the engine's own formula)
 
 
-def answer_text(value: Fraction | float, unit: str) -> str:
-    """The answer as written: money to the cent, a percentage or ratio to two decimals."""
-    v = float(value)
-    if unit == "money":
-        return f"${v:,.2f}"
-    if unit == "percent":
-        return f"{v:.2f}%"
-    return f"{v:.2f}"
-
-
 def rounding(unit: str) -> str:
     """The sentence the engine ends a question with, so that it has one answer."""
     return {
         "money": "Give the answer in dollars, rounded to the nearest cent.",
         "percent": "Give the answer as a percentage rounded to two decimal places.",
     }.get(unit, "Give the answer rounded to two decimal places.")
-
-
-def pick(options: tuple, key: str, salt: str) -> object:
-    """One of `options`, the same for the same key and salt (a rerun asks the same questions)."""
-    digest = hashlib.sha256(f"{key}/{salt}".encode()).digest()
-    return options[digest[0] % len(options)]
 
 
 # --------------------------------------------------------------------------------------------- spans

@@ -26,18 +26,16 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BaseModel, Field
 
 from finmbs.ingest.index import Index
-from finmbs.mbs.candidates import placeholder
+from finmbs.mbs.finance_terms import FactName, answer_text, naming_error, pick, written
 from finmbs.mbs.programs import BINDS_ANSWER, mended
 from finmbs.mine.facts import (
     Fact,
     FactSet,
     Given,
-    answer_text,
     fiscal_year,
     ixbrl_fact_sets,
     ixbrl_facts,
     locate_facts,
-    pick,
     raw_filing,
     rounding,
     scaled_meaning,
@@ -55,23 +53,10 @@ HELPERS = {"abs", "round", "min", "max", "sum", "math"}  # names a program may u
 PASSAGES_PER_QUESTION = 6  # passages scanned for fact sets per question asked
 
 
-def written(value: str) -> str:
-    """A reply field's text, or the error that it is the template's placeholder, not content."""
-    if placeholder(value):
-        raise ValueError(f"a placeholder, not content: {value.strip()[:40]!r}")
-    return value
-
-
 class FactAsk(BaseModel):
     """The teacher's reply with `mine.engine_program`: the question over the named facts alone."""
 
     question: Annotated[str, AfterValidator(written)] = Field(min_length=1)
-
-
-class FactName(BaseModel):
-    """The teacher's reply with `mine.engine_question`: the words that name the passage's figure."""
-
-    name: Annotated[str, AfterValidator(written)] = Field(min_length=3, max_length=160)
 
 
 class FactQuestion(FactAsk):
@@ -216,17 +201,6 @@ def engine_question(fact_set: FactSet, short: str, document: str, name: str = NA
 def document_kind(fact_set: FactSet) -> str:
     """What the questions call the document: a filing's facts come from an annual report."""
     return "annual report" if any(f.concept for f in fact_set.facts) else "credit agreement"
-
-
-def naming_error(name: str) -> str | None:
-    """Why the teacher's words cannot name the figure in the question: they state a rate or an amount, or
-    are one bare word ("rate": the 1.5B's, which names no provision)."""
-    stated = [f.text for f in figures(name) if f.kind in ("percent", "money")]
-    if stated:
-        return f"the words naming the figure state {'; '.join(stated)}: the solver must look it up"
-    if len(name.split()) < 2:
-        return f"the words {name.strip()!r} name no provision"
-    return None
 
 
 class FactMiner(DocumentMiner):

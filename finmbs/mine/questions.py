@@ -23,7 +23,6 @@ by quote() from the cited passage) and keeps the question only when its result i
 from __future__ import annotations
 
 import asyncio
-import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -33,12 +32,14 @@ from finmbs.ingest import find_verbatim
 from finmbs.mbs.calibrate import calibrate
 from finmbs.mbs.candidates import WorkedProblem, placeholder, reply_model, verified_node
 from finmbs.mbs.context import Context, Ledger, in_stage
-from finmbs.mbs.leakage import entity_name
+from finmbs.mbs.engine_leaves import round_trip
+from finmbs.mbs.finance_terms import short_name
 from finmbs.mbs.novelty import STAGE as NOVELTY
 from finmbs.mbs.novelty import names_its_entity, restated, unworkable
 from finmbs.mbs.programs import program_prompt
 from finmbs.mbs.reground import answerability
 from finmbs.mbs.stages import Stage
+from finmbs.mbs.traces import teacher_trace
 from finmbs.mine.company import document_company
 from finmbs.mine.passages import Passage
 from finmbs.records import Chunk, DifficultyReport, Document, Problem, Provenance, Record, Rejection
@@ -170,13 +171,6 @@ def home_chunk(chunks: list[Chunk], start: int) -> Chunk | None:
         ),
         None,
     )
-
-
-def short_name(company: str) -> str:
-    """How a question names the company: without its legal form, an all-capitals name in title case and a
-    web suffix dropped ("AMAZON.COM, INC." -> "Amazon"; "Brown-Forman Corporation" -> "Brown-Forman")."""
-    name = entity_name(re.sub(r"\.com\b", "", company, flags=re.IGNORECASE)) or company
-    return re.sub(r"[A-Za-z][A-Za-z’']*", lambda m: m.group(0).capitalize(), name.lower()) if name.isupper() else name
 
 
 def locate_evidence(
@@ -384,9 +378,6 @@ class DocumentMiner:
         against its operation already) is kept when one of k teacher programs written from the question and
         passage alone computes it (`engine_leaves.round_trip`); the teacher's prose traces are drawn and
         tallied (meta.prose_traces) but do not decide. None: rejected (check `round_trip`)."""
-        from finmbs.mbs.engine_leaves import round_trip  # the engine's modules import mining's helpers
-        from finmbs.mbs.traces import teacher_trace
-
         with in_stage(Stage.TRACES):
             hits, k = await round_trip(self.ctx, problem)
             problem.meta["round_trip"] = f"{hits} of {k}"
