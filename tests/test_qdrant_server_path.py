@@ -89,7 +89,9 @@ def test_url_api_key_and_sharding_reach_the_server(monkeypatch):
             },
         )
         indexed = {body["field_name"] for path, _, body in create[1:] if path == "/collections/finmbs_chunks/index"}
-        assert indexed == {"doc_id", "source_path", "company_key", "doc_type_key", "periods", "kind", "term"}
+        assert indexed == {
+            "doc_id", "source_path", "company_key", "doc_type_key", "periods", "kind", "term", "statement", "line_items"
+        }  # fmt: skip
         assert all(key == "secret-key" for _, _, key, _ in server.requests)
 
         # QDRANT_URL alone (no --qdrant-url, no key in the environment): the server's own defaults
