@@ -90,6 +90,15 @@ def test_resampled_changes_text_and_program_together_and_the_sandbox_checks_admi
     assert ops.resampled(PAY, "pay", 1).question != built.question  # type: ignore[union-attr]
 
 
+def test_admissibility_checks_a_variable_at_every_step_it_is_bound():
+    # read in the quickstart: a chained question gave Maya 11 stickers and had her give away 13
+    original = "stickers = 45\nstickers -= 12\nstickers += 20\nanswer = stickers"
+    short = run_program(ops.admissibility_program(original.replace("45", "11").replace("12", "13"), original))
+    assert not short.ok and "stickers after statement 2 was positive, is now -2" in (short.error or "")
+    fine = run_program(ops.admissibility_program(original.replace("45", "40"), original))
+    assert fine.ok and fine.answer == "48"
+
+
 def test_a_drawn_count_keeps_its_grammar_and_its_kind():
     [friends] = ops.numbers("3 friends")
     [price] = ops.numbers("$1.50")

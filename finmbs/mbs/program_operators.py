@@ -362,26 +362,19 @@ def draw_near(number: Number, rng: random.Random) -> Fraction:
 
 def admissibility_program(source: str, original: str) -> str:
     """A program that runs `original` and `source` (the same program with new literals) and fails unless
-    every top-level variable `source` binds is admissible the way it was in `original`: whole where it was
-    whole, positive where it was positive (run in the sandbox; its answer is `source`'s). Only the top
-    level is checked: loops and functions bind inside."""
-    names = [t.id for s in parsed(source).body for t in _targets(s) if isinstance(t, ast.Name)]
-    return _admissible(source, original, list(dict.fromkeys(n for n in names if n != ANSWER)))
-
-
-def _indent(source: str, prefix: str = "    ") -> str:
-    return "\n".join(prefix + line if line.strip() else line for line in source.splitlines())
-
-
-def _admissible(source: str, original: str, names: list[str]) -> str:
-    listed = ", ".join(names + [ANSWER])
+    every value a top-level statement of `source` binds is admissible the way it was in `original`: whole
+    where it was whole, positive where it was positive, each value after each statement (a variable bound
+    again, `stickers -= 13`, is checked at every step: 11 stickers less 13 is no count). Run in the
+    sandbox; its answer is `source`'s. Only the top level is checked: loops and functions bind inside."""
+    new, labels = _instrumented(source)
+    old, _ = _instrumented(original)
     return (
         "from fractions import Fraction\n"
-        f"def run_original():\n{_indent(original)}\n    return [{listed}]\n"
-        f"def run_new():\n{_indent(source)}\n    return [{listed}]\n"
+        f"def run_original():\n{_indent(old)}\n    return seen\n"
+        f"def run_new():\n{_indent(new)}\n    return seen\n"
         "before = run_original()\n"
         "after = run_new()\n"
-        f"labels = {[*names, ANSWER]!r}\n"
+        f"labels = {labels!r}\n"
         "for i in range(len(before)):\n"
         "    a, b = before[i], after[i]\n"
         "    if not isinstance(b, (int, float, Fraction)) or isinstance(b, bool):\n"
@@ -393,6 +386,24 @@ def _admissible(source: str, original: str, names: list[str]) -> str:
         "            raise ValueError('not admissible: ' + labels[i] + ' was whole, is now ' + str(b))\n"
         "answer = after[-1]\n"
     )
+
+
+def _indent(source: str, prefix: str = "    ") -> str:
+    return "\n".join(prefix + line if line.strip() else line for line in source.splitlines())
+
+
+def _instrumented(source: str) -> tuple[str, list[str]]:
+    """`source` with each value a top-level statement binds appended to `seen` right after it (and the
+    answer last), and a label for each ("stickers after statement 2")."""
+    lines, labels = ["seen = []"], []
+    for k, statement in enumerate(parsed(source).body, 1):
+        lines.append(ast.unparse(statement))
+        for target in _targets(statement):
+            if isinstance(target, ast.Name):
+                lines.append(f"seen.append({target.id})")
+                labels.append(f"{target.id} after statement {k}")
+    lines.append(f"seen.append({ANSWER})")
+    return "\n".join(lines), [*labels, ANSWER]
 
 
 # ---------------------------------------------------------------- backward
