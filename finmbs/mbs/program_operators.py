@@ -35,11 +35,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
 from fractions import Fraction
+from textwrap import indent
 
 from finmbs.verify.program import parse_program
 
 ANSWER = "answer"
 UNKNOWN = "x"
+BODY = "    "  # a function body's indent in the programs the engine builds
 SEARCH_POINTS = 4000  # the most values a backward program tries
 FOBAR = "If we know the answer to the above question is {answer}, what is the value of unknown variable x?"
 
@@ -370,8 +372,8 @@ def admissibility_program(source: str, original: str) -> str:
     old, _ = _instrumented(original)
     return (
         "from fractions import Fraction\n"
-        f"def run_original():\n{_indent(old)}\n    return seen\n"
-        f"def run_new():\n{_indent(new)}\n    return seen\n"
+        f"def run_original():\n{indent(old, BODY)}\n    return seen\n"
+        f"def run_new():\n{indent(new, BODY)}\n    return seen\n"
         "before = run_original()\n"
         "after = run_new()\n"
         f"labels = {labels!r}\n"
@@ -386,10 +388,6 @@ def admissibility_program(source: str, original: str) -> str:
         "            raise ValueError('not admissible: ' + labels[i] + ' was whole, is now ' + str(b))\n"
         "answer = after[-1]\n"
     )
-
-
-def _indent(source: str, prefix: str = "    ") -> str:
-    return "\n".join(prefix + line if line.strip() else line for line in source.splitlines())
 
 
 def _instrumented(source: str) -> tuple[str, list[str]]:
@@ -467,7 +465,7 @@ def search_program(forward: str, target: Fraction, step: Fraction, points: int) 
     not exactly one gives the target."""
     return (
         "from fractions import Fraction\n"
-        f"def forward({UNKNOWN}):\n{_indent(forward)}\n    return {ANSWER}\n"
+        f"def forward({UNKNOWN}):\n{indent(forward, BODY)}\n    return {ANSWER}\n"
         f"target = {literal(target)}\n"
         f"step = {literal(step) if step.denominator == 1 else f'Fraction({step.numerator}, {step.denominator})'}\n"
         "hits = []\n"
@@ -708,7 +706,7 @@ def chained(first: Source, second: Source, given: Given) -> Built | Refusal:
     if isinstance(second_program, Refusal):
         return second_program
     program = (
-        f"def first_problem():\n{_indent(first.program)}\n    return {ANSWER}\n"
+        f"def first_problem():\n{indent(first.program, BODY)}\n    return {ANSWER}\n"
         f"first_answer = first_problem()\n{second_program}\n"
     )
     question = (
