@@ -5,6 +5,7 @@ the real sandbox and its answer compared with one computed here by hand."""
 
 from __future__ import annotations
 
+import ast
 from collections import Counter
 from dataclasses import replace
 from fractions import Fraction
@@ -231,3 +232,20 @@ def test_the_funnel_counts_each_variant_once_at_the_last_check_it_passed():
     # the report draws it as one row per operator
     [table] = [t for t in metric_tables({"engine_funnel": funnel}) if t.key == "engine_funnel"]
     assert table.columns[:3] == ["attempted", "built", "worded"] and [r[0] for r in table.rows] == list(funnel)
+
+
+def test_assigned_names_only_what_a_simple_step_binds():
+    from finmbs.verify.skeleton import assigned
+
+    cases = {
+        "x = 3": ["x"],
+        "a = b = 2": ["a", "b"],
+        "x += 1": ["x"],
+        "x: float = 2.0": ["x"],
+        "x: float": [],  # a bare annotation binds nothing: instrumenting it would read an unbound name
+        "a, b = 1, 2": [],
+        "d['k'] = 1": [],
+        "print(3)": [],
+    }
+    for source, names in cases.items():
+        assert assigned(ast.parse(source).body[0]) == names, source

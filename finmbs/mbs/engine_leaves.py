@@ -14,7 +14,8 @@ control and calibration):
   engine's text does, in digits or ordinary words) and nothing else, so neither the answer nor an
   intermediate value; a model clause that fails falls back to the engine's template;
 - round trip (`round_trip`): k programs written by the teacher from the worded text alone (one batched
-  call); at least one must compute the engine's answer, else the wording is not solvable.
+  call, `programs.drawn_runs`, so a program that computes nothing counts for nothing); at least one must
+  compute the engine's answer, else the wording is not solvable.
 
 The teacher's prose traces are still drawn for the variants the screen keeps (`prose_tally`), and their
 tally is recorded (`meta.prose_traces`), but they do not decide: the program proves the label and the
@@ -34,7 +35,7 @@ from pydantic import BaseModel, Field
 from finmbs.mbs import program_operators as ops
 from finmbs.mbs.context import Context, Ledger
 from finmbs.mbs.labels import program_to_answer
-from finmbs.mbs.programs import drawn_programs, mended, program_request, run_for, same, with_mends
+from finmbs.mbs.programs import drawn_runs, mended, program_request, same
 from finmbs.mbs.stages import Check, Stage
 from finmbs.mbs.traces import teacher_trace
 from finmbs.records import Decision, Problem, Provenance, Trace, TreeNode
@@ -128,9 +129,12 @@ def refused(leaf: Problem, id: str, operator: str) -> Problem:
     )
 
 
-async def leaf_source(ctx: Context, leaf: TreeNode) -> tuple[ops.Source | None, str]:
-    """The leaf as the operators start from it: (question, program that computes its answer, answer)."""
-    problem, why = await program_to_answer(ctx, leaf.problem)
+async def leaf_source(
+    ctx: Context, leaf: TreeNode, found: tuple[Problem, str | None] | None = None
+) -> tuple[ops.Source | None, str]:
+    """The leaf as the operators start from it: (question, program that computes its answer, answer).
+    `found`: what `program_to_answer` gave for the leaf already (the structure check's), else it is asked."""
+    problem, why = found or await program_to_answer(ctx, leaf.problem)
     if why:
         return None, f"no program computes its answer: {why}"
     return ops.Source(problem.question, mended(ctx, problem.meta["program"]), problem.answer), ""
@@ -285,14 +289,9 @@ async def round_trip(ctx: Context, problem: Problem) -> tuple[int, int]:
     request = program_request(ctx, bare, equations=True)
     if request is None:
         return 0, k
-    drawn = await drawn_programs(ctx, ctx.teachers[0], request, n=k, first_index=0)
     hits = 0
-    for source, _ in drawn:
-        if source is None:
-            continue
-        written = with_mends(ctx, bare.model_copy(update={"meta": {"program": source}}))
-        result = await run_for(written)
-        if result.ok and await same(ctx, problem, result.answer or "", problem.answer):
+    for _, run in await drawn_runs(ctx, bare, request, n=k, first_index=0):
+        if await same(ctx, problem, run.answer or "", problem.answer):
             hits += 1
     return hits, k
 
@@ -335,10 +334,12 @@ async def prose_tally(ctx: Context, node: TreeNode) -> None:
         node.trace = trace
 
 
-async def engine_leaves(ctx: Context, leaf: TreeNode, ledger: Ledger) -> list[TreeNode]:
+async def engine_leaves(
+    ctx: Context, leaf: TreeNode, ledger: Ledger, found: tuple[Problem, str | None] | None = None
+) -> list[TreeNode]:
     """The leaf's variants by the engine's operators, each once, checked (module docstring); the novelty
-    guard, structure check and weakest-student screen are the caller's."""
-    source, why = await leaf_source(ctx, leaf)
+    guard, structure check and weakest-student screen are the caller's. `found`: as for `leaf_source`."""
+    source, why = await leaf_source(ctx, leaf, found)
     if source is None:
         leaf.decisions.append(Decision(stage=STAGE, outcome="info", reason=f"engine operators not applied: {why}"))
         return []

@@ -163,11 +163,15 @@ async def finance_variant_node(
     return TreeNode(problem=problem, trace=trace, path=leaf.path, mirrors=leaf.problem.id, decisions=[decision])
 
 
-async def finance_leaves(ctx: Context, leaf: TreeNode, ledger: Ledger) -> list[TreeNode]:
+async def finance_leaves(
+    ctx: Context, leaf: TreeNode, ledger: Ledger, found: tuple[Problem, str | None] | None = None
+) -> list[TreeNode]:
     """The leaf's variants by the engine's finance operators, each once, checked (module docstring); the
-    novelty guard, structure check and weakest-student screen are the caller's (`leaves.engine_hardened`)."""
+    novelty guard, structure check and weakest-student screen are the caller's (`leaves.engine_hardened`).
+    `found`: what `labels.program_to_answer` gave for the leaf already (the structure check's), else it is
+    asked."""
     passage = leaf.problem.snippet.text if leaf.problem.snippet else ""
-    problem, why = await program_to_answer(ctx, leaf.problem)
+    problem, why = found or await program_to_answer(ctx, leaf.problem)
     usable = []
     if not why:
         usable = [f for f in fo.quoted_figures(mended(ctx, problem.meta["program"]), passage) if fo.usable(f) is None]

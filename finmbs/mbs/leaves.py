@@ -131,23 +131,27 @@ class LeafRound:
 class LeafPlan:
     """What a leaf's rounds share: the operators in the order its variants take them (None: the paper's
     "harder" prompt), and the structure check's source skeleton (`checked`: novelty.structure is on;
-    `source` None: the leaf's program has no skeleton, so nothing is measured)."""
+    `source` None: the leaf's program has no skeleton, so nothing is measured), and the leaf's program as
+    `labels.program_to_answer` found it for that check (`found`: (problem, why not), None when the check
+    did not look), handed on to the engine's operators so they do not run it again."""
 
     operators: list[Operator] | None = None
     checked: bool = False
     source: str | None = None
+    found: tuple[Problem, str | None] | None = None
 
 
 def structure_on(ctx: Context) -> bool:
     return ctx.config.novelty.structure and programs_on(ctx)
 
 
-async def source_skeleton(ctx: Context, leaf: TreeNode) -> str | None:
+async def source_skeleton(ctx: Context, leaf: TreeNode) -> tuple[str | None, tuple[Problem, str | None]]:
     """The skeleton of `leaf`'s program: its own (a verified child's), else one the teachers write for it
     (`labels.program_to_answer`), used only when it runs and gives the leaf's answer.
-    How it was had is a decision on the leaf."""
+    How it was had is a decision on the leaf. Returned with what `program_to_answer` gave."""
     how = "its own program" if leaf.problem.meta.get("program") else "a program the teachers wrote for it"
-    problem, why = await program_to_answer(ctx, leaf.problem)
+    found = await program_to_answer(ctx, leaf.problem)
+    problem, why = found
     source = problem.meta.get("program")
     shape = None
     if not why:
@@ -157,14 +161,15 @@ async def source_skeleton(ctx: Context, leaf: TreeNode) -> str | None:
     leaf.decisions.append(
         Decision(stage=STAGE, outcome="info", reason=reason, data={"source_program": source, "skeleton": shape})
     )
-    return shape
+    return shape, found
 
 
 async def leaf_plan(ctx: Context, leaf: TreeNode) -> LeafPlan:
     operators = rotation(leaf.problem.id, catalogue(leaf.problem.domain)) if ctx.stages.leaf_operators else None
     if not structure_on(ctx):
         return LeafPlan(operators=operators)
-    return LeafPlan(operators=operators, checked=True, source=await source_skeleton(ctx, leaf))
+    shape, found = await source_skeleton(ctx, leaf)
+    return LeafPlan(operators=operators, checked=True, source=shape, found=found)
 
 
 def structure_checked(
@@ -283,7 +288,8 @@ def copied_example(ctx: Context, problem: Problem, ledger: Ledger) -> bool:
 async def engine_hardened(ctx: Context, leaf: TreeNode, ledger: Ledger, plan: LeafPlan) -> list[TreeNode]:
     """`stages.program_operators`: the leaf's variants the engine builds (finmbs/mbs/engine_leaves.py), through
     the rules every variant meets: the novelty guard, the structure check and the weakest-student screen."""
-    built = finance_leaves(ctx, leaf, ledger) if leaf.problem.domain == "finance" else engine_leaves(ctx, leaf, ledger)
+    build = finance_leaves if leaf.problem.domain == "finance" else engine_leaves
+    built = build(ctx, leaf, ledger, found=plan.found)
     nodes = {n.problem.id: n for n in await built}
     fresh = novel_problems(ctx, [n.problem for n in nodes.values()], lambda _: [("source", leaf.problem)], ledger)
     fresh = structure_checked(ctx, leaf, fresh, plan, ledger)

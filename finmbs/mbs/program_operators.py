@@ -38,6 +38,7 @@ from fractions import Fraction
 from textwrap import indent
 
 from finmbs.verify.program import parse_program
+from finmbs.verify.skeleton import assigned
 
 ANSWER = "answer"
 UNKNOWN = "x"
@@ -236,15 +237,7 @@ def binds_answer_last(source: str) -> bool:
     """Whether the program's last top-level statement binds `answer` (what the operators extend)."""
     tree = parse_program(source)
     body = tree.body if tree else []
-    return bool(body) and any(isinstance(t, ast.Name) and t.id == ANSWER for t in _targets(body[-1]))
-
-
-def _targets(statement: ast.stmt) -> list[ast.expr]:
-    if isinstance(statement, ast.Assign):
-        return statement.targets
-    if isinstance(statement, (ast.AugAssign, ast.AnnAssign)):
-        return [statement.target]
-    return []
+    return bool(body) and ANSWER in assigned(body[-1])
 
 
 # ---------------------------------------------------------------- what an operator builds
@@ -396,10 +389,9 @@ def _instrumented(source: str) -> tuple[str, list[str]]:
     lines, labels = ["seen = []"], []
     for k, statement in enumerate(parsed(source).body, 1):
         lines.append(ast.unparse(statement))
-        for target in _targets(statement):
-            if isinstance(target, ast.Name):
-                lines.append(f"seen.append({target.id})")
-                labels.append(f"{target.id} after statement {k}")
+        for name in assigned(statement):
+            lines.append(f"seen.append({name})")
+            labels.append(f"{name} after statement {k}")
     lines.append(f"seen.append({ANSWER})")
     return "\n".join(lines), [*labels, ANSWER]
 

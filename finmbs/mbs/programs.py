@@ -288,17 +288,8 @@ async def agreed(ctx: Context, problem: Problem, result: ProgramResult) -> tuple
     k = ctx.config.verify.program_agreement
     bare = problem.model_copy(update={"meta": {m: v for m, v in problem.meta.items() if m not in PROGRAM_META}})
     request = program_request(ctx, bare)
-    drawn = await drawn_programs(ctx, ctx.teachers[0], request, n=k - 1, first_index=1) if request else []
-    votes = [(problem, result)]
-    for source, _ in drawn:
-        if source is None or computes_nothing(source):
-            continue
-        written = with_mends(ctx, bare.model_copy(update={"meta": {**bare.meta, "program": source}}))
-        written = written.model_copy(
-            update={"meta": {**written.meta, "program_written": True, "program_writer": ctx.teachers[0].name}}
-        )
-        if (run := await run_for(written)).ok:
-            votes.append((recorded(written, run), run))
+    drawn = await drawn_runs(ctx, bare, request, n=k - 1, first_index=1) if request else []
+    votes = [(problem, result)] + [(recorded(written, run), run) for written, run in drawn]
     groups: list[list[tuple[Problem, ProgramResult]]] = []
     for vote in votes:
         for group in groups:
@@ -421,6 +412,28 @@ def program_request(ctx: Context, problem: Problem, *, equations: bool = False) 
         figures=listing(spans),
     )
     return ProgramRequest(messages=[{"role": "user", "content": text}], spans=spans)
+
+
+async def drawn_runs(
+    ctx: Context, problem: Problem, request: ProgramRequest, *, n: int, first_index: int
+) -> list[tuple[Problem, ProgramResult]]:
+    """n programs drawn from the first teacher for `request` (`drawn_programs`), each mended and run
+    against `problem`'s passage: (`problem` carrying it as meta.program, marked written by that teacher, its
+    run) for every draw that ran. A draw that gives no program, computes nothing (prints a number it was
+    never asked to compute), or fails to run gives nothing. The one loop behind program agreement and the
+    engine's round trip."""
+    teacher = ctx.teachers[0]
+    runs: list[tuple[Problem, ProgramResult]] = []
+    for source, _ in await drawn_programs(ctx, teacher, request, n=n, first_index=first_index):
+        if source is None or computes_nothing(source):
+            continue
+        written = with_mends(ctx, problem.model_copy(update={"meta": {**problem.meta, "program": source}}))
+        written = written.model_copy(
+            update={"meta": {**written.meta, "program_written": True, "program_writer": teacher.name}}
+        )
+        if (run := await run_for(written)).ok:
+            runs.append((written, run))
+    return runs
 
 
 async def drawn_programs(

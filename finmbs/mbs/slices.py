@@ -33,6 +33,7 @@ from finmbs.mbs.solve import document_block
 from finmbs.mbs.stages import Check, Stage
 from finmbs.records import Problem
 from finmbs.resources import render_prompt
+from finmbs.verify.skeleton import assigned
 
 STAGE = Stage.DECOMPOSE
 CHECK = Check.SLICE  # the rejection check of a child whose answer is not its slice's value
@@ -93,12 +94,8 @@ def _value(stmt: ast.stmt) -> ast.expr | None:
 
 def _single_target(stmt: ast.stmt) -> str | None:
     """The one name a simple assignment binds (`x = ...`, `x: float = ...`, `x += ...`), else None."""
-    if isinstance(stmt, ast.Assign):
-        targets = stmt.targets
-        return targets[0].id if len(targets) == 1 and isinstance(targets[0], ast.Name) else None
-    if isinstance(stmt, (ast.AnnAssign, ast.AugAssign)) and isinstance(stmt.target, ast.Name):
-        return stmt.target.id if stmt.value is not None else None
-    return None
+    names = assigned(stmt)
+    return names[0] if len(names) == 1 and len(getattr(stmt, "targets", names)) == 1 else None
 
 
 OPERATIONS = (ast.BinOp, ast.BoolOp, ast.Compare, ast.IfExp, ast.Subscript)

@@ -52,6 +52,20 @@ def same_structure(a: str, b: str) -> bool | None:
     return None if x is None or y is None else x == y
 
 
+def assigned(statement: ast.stmt) -> list[str]:
+    """The names a simple assignment statement binds, in order (`x = ...`, `a = b = ...`, `x += ...`,
+    `x: float = ...`); [] for any other statement, and for a target that is no plain name (a tuple, an
+    item, an attribute) or a bare annotation, which binds nothing. The operators' and the slices' one
+    reading of what a top-level step binds."""
+    if isinstance(statement, ast.Assign):
+        targets = statement.targets
+    elif isinstance(statement, ast.AugAssign) or (isinstance(statement, ast.AnnAssign) and statement.value):
+        targets = [statement.target]
+    else:
+        return []
+    return [t.id for t in targets if isinstance(t, ast.Name)]
+
+
 def _binds(tree: ast.AST, name: str) -> bool:
     return any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store) for n in ast.walk(tree))
 
