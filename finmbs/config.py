@@ -250,6 +250,14 @@ class StageParams(Settings):
         "checks it by the leakage rules and a round trip; no teacher re-writes the tree (finmbs/mbs/rebind.py; "
         "not in the paper)",
     )
+    engine_compose: bool = Field(
+        True,
+        description="a decomposed math parent is composed first by the engine (finmbs/mbs/engine_leaves.py, "
+        "engine_composed): a synthetic child version with a program is asked first and its answer stands for one "
+        "given of the parent's own program (every intermediate value kept admissible), the answer computed in "
+        "the sandbox, the text worded by template and checked by number slots and a round trip, then the "
+        "alpha_parent screen; the teacher composes only when none passes (not in the paper; with verify.programs)",
+    )
     round_trip_k: int = Field(
         3,
         ge=1,
@@ -653,6 +661,7 @@ PAPER_VALUES: dict[str, Any] = {
     "stages.program_roots": False,  # a seed verified by its program where the prose traces miss
     "stages.finance_operators": False,  # the engine builds finance leaf variants over quoted rates
     "stages.reground_rebind": False,  # engine-built finance trees re-grounded by rebinding their quotes
+    "stages.engine_compose": False,  # a decomposed parent composed by the engine over a child version's answer
     "stages.round_trip_k": 3,  # (moot without program_operators) teacher programs per engine-authored text
     "stages.engine_resamples": 6,  # (moot without program_operators) draws of a leaf's givens
     "novelty.structure": False,  # a leaf variant with its source's program skeleton rejected

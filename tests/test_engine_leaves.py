@@ -18,7 +18,7 @@ import pytest
 from finmbs.config import PAPER_VALUES, RunConfig, StageParams
 from finmbs.llm import Gateway
 from finmbs.mbs.context import Context, Ledger
-from finmbs.mbs.engine_leaves import operator_funnel
+from finmbs.mbs.engine_leaves import engine_composed, operator_funnel
 from finmbs.mbs.leaves import harder_leaves
 from finmbs.mbs.outcome import seed_root
 from finmbs.records import Decision, Problem, Trace, TreeNode
@@ -268,7 +268,50 @@ async def test_a_seed_no_prose_trace_verifies_enters_with_a_program_that_compute
     assert await seed_root(ctx_off, seed, Ledger("pay")) is None
 
 
-@pytest.mark.parametrize("key", ["stages.program_operators", "stages.program_roots"])
+async def test_a_decomposed_parent_is_composed_by_the_engine_over_a_child_version(tmp_path, openai_server):
+    openai_server.handler = PayTeacher()
+    ctx = Context(config=config(openai_server.base_url, tmp_path / "c.sqlite"), gateway=Gateway(cache_path=None))
+    # the parent after decomposition: its program calls its child, its own program kept as own_program
+    parent = Problem(
+        id="pay", question=QUESTION, answer="504", domain="math",
+        meta={"program": "gross = child_1()\nanswer = gross * (1 - 0.2)", "program_functions": {"child_1": "answer = 18 * 35"},
+              "own_program": PROGRAM},
+    )  # fmt: skip
+    node, ledger = TreeNode(problem=parent, path="0"), Ledger("pay")
+    eggs = Problem(
+        id="pay.0.h0", question="A box holds 6 eggs. How many eggs are in 2 boxes?", answer="12", domain="math",
+        meta={"program": "per_box = 6\nboxes = 2\nanswer = per_box * boxes", "operator": "added_step:repeated",
+              "authored_by": "engine"},
+    )  # fmt: skip
+    version = TreeNode(problem=eggs, path="0.0")
+    [composed] = await engine_composed(ctx, node, [[version]], ledger)
+    problem = composed.problem
+    # 12 stands for the first given the parent's program holds ($18 an hour): 12 * 35 * 0.8
+    assert problem.question.startswith("Let N be the answer to this question: A box holds 6 eggs.")
+    assert "Ana earns $N an hour" in problem.question and "$18" not in problem.question
+    assert Fraction(problem.answer) == 336 and problem.meta["operator"] == "composed"
+    assert problem.meta["round_trip"] == "3 of 3" and problem.meta["authored_by"] == "engine"
+    assert problem.meta["operator_details"]["first"] == "pay.0.h0"
+    assert problem.meta["operator_details"]["child_operator"] == "added_step:repeated"
+    assert problem.provenance.stage == "compose" and composed.children == [version]
+    assert composed.mirrors == "pay" and ledger.rejected == []
+    # a child answer no given can take (a fraction for whole-number givens that stay whole) is one reason
+    half = TreeNode(problem=eggs.model_copy(update={"id": "pay.0.h1", "answer": "12.5",
+                                                    "meta": {**eggs.meta, "program": "answer = 25 / 2"}}), path="0.0")  # fmt: skip
+    ledger = Ledger("pay")
+    node = TreeNode(problem=parent, path="0")
+    assert await engine_composed(ctx, node, [[half]], ledger) == []
+    [refusal] = ledger.rejected
+    assert refusal.data["check"] == "operator" and refusal.reason.startswith("composed: pay.0.h1 into the parent")
+    # a parent with no program of its own: not applied, said on the node
+    bare = TreeNode(
+        problem=parent.model_copy(update={"meta": {"program_functions": {"child_1": "answer = 1"}}}), path="0"
+    )
+    assert await engine_composed(ctx, bare, [[version]], Ledger("pay")) == []
+    assert "no program of its own" in bare.decisions[-1].reason
+
+
+@pytest.mark.parametrize("key", ["stages.program_operators", "stages.program_roots", "stages.engine_compose"])
 def test_the_engine_is_finmbs_s_and_off_in_the_paper_profile(key):
     assert PAPER_VALUES[key] is False
     stage = key.split(".")[1]

@@ -14,6 +14,11 @@ A child with no synthetic version does not stop its parent: the parent is compos
 synthetic versions of the children that have them (the pattern still shows every original child);
 only a node none of whose children has a version gets none. The paper does not say what becomes of a
 parent with a failed child; dropping every ancestor of one failed leaf would end a whole seed on it.
+
+With `stages.engine_compose` (finmbs's, off in the paper profile) a math parent is first composed by the
+engine (`engine_leaves.engine_composed`): a child version's answer stands for one given of the parent's
+own program, the text worded by template and checked by number slots and a round trip, then screened by
+alpha_parent like any trial; the teacher's trials run only when none passes.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from itertools import product
 
 from finmbs.mbs.candidates import WorkedProblem, derive, reply_model, verified_node
 from finmbs.mbs.context import Context, Ledger, in_stage
+from finmbs.mbs.engine_leaves import engine_composed, prose_tally
 from finmbs.mbs.leaves import STAGE as LEAF
 from finmbs.mbs.leaves import harder_leaves, screened
 from finmbs.mbs.programs import child_functions, program_prompt
@@ -117,6 +123,11 @@ async def run_trials(
     return [], len(chosen)
 
 
+def engine_compose_on(ctx: Context, node: TreeNode) -> bool:
+    """`stages.engine_compose`: a math parent is composed by the engine first (`engine_composed`)."""
+    return ctx.stages.engine_compose and ctx.config.verify.programs and node.problem.domain == "math"
+
+
 async def synthesize(ctx: Context, node: TreeNode, ledger: Ledger) -> tuple[list[TreeNode], list[TreeNode]]:
     """(synthetic versions of `node`, synthetic subtrees below it that no version of `node` uses)."""
     if node.is_leaf:
@@ -137,6 +148,14 @@ async def synthesize(ctx: Context, node: TreeNode, ledger: Ledger) -> tuple[list
         )
     if not pools:
         return [], orphans
+    if engine_compose_on(ctx, node):
+        with in_stage(STAGE):
+            composed = await engine_composed(ctx, node, pools, ledger)
+            versions = await screened(ctx, composed, ctx.stages.alpha_parent, STAGE, ledger)
+        if versions:
+            await asyncio.gather(*(prose_tally(ctx, v) for v in versions))
+            used = {id(c) for v in versions for c in v.children}
+            return versions, orphans + [v for pool in pools for v in pool if id(v) not in used]
     chosen = trials([len(p) for p in pools], ctx.stages.Nc)
     with in_stage(STAGE):
         versions, tried = await run_trials(ctx, node, pools, chosen, ledger)

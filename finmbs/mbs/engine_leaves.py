@@ -46,6 +46,7 @@ from finmbs.verify.skeleton import skeleton
 STAGE = Stage.LEAF
 ENGINE = "engine"
 BACKWARD, ADDED, TWO, CHAINED = "backward", "added_step", "two_steps", "chained"
+COMPOSED = "composed"  # a decomposed parent over a harder version of one child (`engine_composed`)
 # an added step twice, by two different operations of the catalogue, the milder ones first
 PLAN_EASY = (BACKWARD, ADDED, ADDED, TWO)  # a leaf the weakest student mostly solves: the hardest change first
 PLAN_HARD = (ADDED, ADDED, BACKWARD, TWO)
@@ -88,8 +89,8 @@ def slots(text: str, built: ops.Built) -> str | None:
     return "number slots: the text " + "; ".join(parts)
 
 
-def variant(leaf: Problem, built: ops.Built, id: str, question: str, *, worded_by: str) -> Problem:
-    """The engine-authored problem for `built` worded as `question`."""
+def variant(leaf: Problem, built: ops.Built, id: str, question: str, *, worded_by: str, stage: str = STAGE) -> Problem:
+    """The engine-authored problem for `built` worded as `question`, made from `leaf` at `stage`."""
     return Problem(
         id=id,
         question=question,
@@ -100,7 +101,7 @@ def variant(leaf: Problem, built: ops.Built, id: str, question: str, *, worded_b
         provenance=Provenance(
             seed_id=leaf.provenance.seed_id or leaf.id,
             method="mbs",
-            stage=STAGE,
+            stage=stage,
             tree_path=leaf.provenance.tree_path,
             parent_ids=[leaf.id],
         ),
@@ -220,8 +221,7 @@ def peer_for(ctx: Context, problem: Problem) -> Problem | None:
 
 async def chained_built(ctx: Context, leaf: Problem, instance: ops.Source) -> ops.Built | ops.Refusal:
     """`chained`: the peer seed (`peer_for`, its givens drawn again too, so neither seed's wording is copied)
-    asked first, its answer standing for one given of `instance`; the first given for which every
-    intermediate value of `instance` stays admissible with that answer, run to the new answer."""
+    asked first, its answer standing for one given of `instance` (`chain`)."""
     peer = peer_for(ctx, leaf)
     if peer is None:
         return ops.Refusal(CHAINED, "no other math seed in the run")
@@ -231,6 +231,13 @@ async def chained_built(ctx: Context, leaf: Problem, instance: ops.Source) -> op
     first, _ = await resampled_instance(
         ctx, peer.id, ops.Source(peer.question, mended(ctx, written.meta["program"]), peer.answer)
     )
+    return await chain(first, peer.id, instance)
+
+
+async def chain(first: ops.Source, first_id: str, instance: ops.Source) -> ops.Built | ops.Refusal:
+    """`first` asked first, its answer standing for one given of `instance`: the first given (in the order
+    `ops.givens` finds them) for which every intermediate value of `instance` stays admissible with that
+    answer, run to the new answer. `first_id` is recorded as details.first."""
     value = ops.answer_value(first.answer)
     reasons = []
     for given in ops.givens(instance.question, instance.program):
@@ -244,7 +251,7 @@ async def chained_built(ctx: Context, leaf: Problem, instance: ops.Source) -> op
             reasons.append(f"{ops.written(given.number, given.number.value)} as {first.answer}: {check.error}")
             continue
         built.expect = ops.answer_value(check.answer)
-        built.details["first"] = peer.id
+        built.details["first"] = first_id
         if (why := await computed(built)) is None:
             return built
         reasons.append(why)
@@ -305,23 +312,81 @@ async def engine_variant(
     if isinstance(built, ops.Refusal):
         ledger.reject(refused(leaf.problem, id, name), STAGE, f"{name}: {built.reason}", check=Check.OPERATOR)
         return None
+    return await checked_node(ctx, leaf, built, id, ledger, stage=STAGE)
+
+
+async def checked_node(
+    ctx: Context, origin: TreeNode, built: ops.Built, id: str, ledger: Ledger, *, stage: str
+) -> TreeNode | None:
+    """`built` worded (`worded`) and checked by number slots and the round trip: the engine-authored node, a
+    synthetic version of `origin` at `stage`, its worked solution the engine's program; None with the
+    rejection on `ledger`."""
     text, by, failed = await worded(ctx, built)
-    problem = variant(leaf.problem, built, id, text, worded_by=by)
+    problem = variant(origin.problem, built, id, text, worded_by=by, stage=stage)
     if failed:
         problem.meta["wording_failed"] = failed
     if why := slots(text, built):
-        ledger.reject(problem, STAGE, why, check=Check.SLOTS, operator=built.operator)
+        ledger.reject(problem, stage, why, check=Check.SLOTS, operator=built.operator)
         return None
     hits, k = await round_trip(ctx, problem)
     problem.meta["round_trip"] = f"{hits} of {k}"
     if hits == 0:
         reason = f"wording not solvable: none of {k} programs the teacher wrote from the text gives {problem.answer}"
-        ledger.reject(problem, STAGE, reason, check=Check.ROUND_TRIP, operator=built.operator)
+        ledger.reject(problem, stage, reason, check=Check.ROUND_TRIP, operator=built.operator)
         return None
     trace = Trace(text=f"```python\n{built.program}\n```", answer=problem.answer, model=ENGINE, verified=True)
     reason = f"{built.operator}: computed by the engine's program; round trip {hits} of {k}; worded by {by}"
-    decision = Decision(stage=STAGE, outcome="accepted", reason=reason, data={"program_answer": problem.answer})
-    return TreeNode(problem=problem, trace=trace, path=leaf.path, mirrors=leaf.problem.id, decisions=[decision])
+    decision = Decision(stage=stage, outcome="accepted", reason=reason, data={"program_answer": problem.answer})
+    return TreeNode(problem=problem, trace=trace, path=origin.path, mirrors=origin.problem.id, decisions=[decision])
+
+
+def parent_source(ctx: Context, parent: Problem) -> ops.Source | None:
+    """A decomposed parent as the engine composes over it: its question, its own program (the one verified
+    before decomposition, meta.own_program; else its program when that calls no child), its answer."""
+    own = parent.meta.get("own_program")
+    if not own and not parent.meta.get("program_functions"):
+        own = parent.meta.get("program")
+    return ops.Source(parent.question, mended(ctx, own), parent.answer) if isinstance(own, str) and own else None
+
+
+async def engine_composed(ctx: Context, node: TreeNode, pools: list[list[TreeNode]], ledger: Ledger) -> list[TreeNode]:
+    """`stages.engine_compose`: synthetic versions of a decomposed `node` the engine composes from its
+    children's synthetic versions, before any teacher trial (compose.py). Each child version that has a
+    program of its own (the engine's variants, and verified teacher variants), up to stages.Nc of them, is
+    asked first and its answer stands for one given of the parent's own program (`chain`): the parent over
+    its harder child, every intermediate value kept admissible. Each is worded and checked as an engine
+    variant (`checked_node`: slots, round trip); a kept version has that child version as its child. The
+    alpha_parent screen is the caller's."""
+    compose = Stage.COMPOSE
+    instance = parent_source(ctx, node.problem)
+    if instance is None:
+        reason = "engine composition not applied: the parent has no program of its own"
+        node.decisions.append(Decision(stage=compose, outcome="info", reason=reason))
+        return []
+    versions = [
+        v
+        for pool in pools
+        for v in pool
+        if isinstance(v.problem.meta.get("program"), str) and not v.problem.meta.get("program_functions")
+    ][: ctx.stages.Nc]
+    kept = []
+    for t, version in enumerate(versions):
+        child = version.problem
+        first = ops.Source(child.question, mended(ctx, child.meta["program"]), child.answer)
+        id = f"{node.problem.id}.e{t}"
+        built = await chain(first, child.id, instance)
+        if isinstance(built, ops.Refusal):
+            reason = f"{COMPOSED}: {child.id} into the parent: {built.reason}"
+            ledger.reject(refused(node.problem, id, COMPOSED), compose, reason, check=Check.OPERATOR)
+            continue
+        built.operator = COMPOSED
+        built.details["child_operator"] = child.meta.get("operator")
+        if composed := await checked_node(ctx, node, built, id, ledger, stage=compose):
+            composed.children = [version]
+            kept.append(composed)
+    reason = f"engine composition: {len(kept)} of {len(versions)} child versions chained into the parent passed"
+    node.decisions.append(Decision(stage=compose, outcome="info", reason=reason, data={"engine": True}))
+    return kept
 
 
 async def prose_tally(ctx: Context, node: TreeNode) -> None:
@@ -381,7 +446,7 @@ def reached(stage: str, data: dict) -> int:
         return 1
     if check == Check.ROUND_TRIP:
         return 2
-    if stage in (Stage.LEAF, Stage.NOVELTY):  # the structure check, the novelty guard, the weakest screen
+    if stage in (Stage.LEAF, Stage.NOVELTY, Stage.COMPOSE):  # structure, novelty guard, the weakest screen
         return 3
     difficulty = data.get("difficulty") or {}
     return 5 if stage == Stage.CALIBRATE and difficulty.get("band") == "goldilocks" else 4

@@ -344,7 +344,7 @@ def world_config(
     program operators and program-verified roots are off unless a test names them in `stages`: the
     world's "Compute EXPR." problems end with no question sentence to reword, and its tests count the
     teacher-written path's calls (tests/test_engine_leaves.py runs the engine's)."""
-    stages = {"program_operators": False, "program_roots": False, **stages}
+    stages = {"program_operators": False, "program_roots": False, "engine_compose": False, **stages}
 
     def endpoint(name: str, **extra: object) -> dict:
         return dict(
