@@ -2,6 +2,7 @@
 
     python bench/bench_operators.py [--want 40] [--scan 80] [--data ../shared/data] [--config configs/default.yaml]
                                     [--cache /tmp/finmbs-ops/cache.sqlite] [--samples 4] [--out variants.jsonl]
+                                    [--concurrency 4]
 
 For the first `--want` GSM8K test questions (of the first `--scan`) whose program the configured teacher
 writes correctly (`labels.program_to_answer`, as a leaf gets its program), the engine applies its operators
@@ -68,19 +69,20 @@ async def main(args: argparse.Namespace) -> int:
     variants: list[Problem] = []
     refused: dict[str, list[str]] = defaultdict(list)
     scanned = 0
-    for item in items[: args.scan]:
-        if len(sources) >= args.want:
-            break
-        scanned += 1
-        problem = Problem(id=item.id, question=item.question, answer=item.answer, domain="math")
-        written, kept, rows = await one(ctx, problem)
-        if written is None:
-            continue
-        sources.append(written)
-        variants.extend(kept)
-        for row in rows:
-            refused[str(row["operator"]).split(":")[0]].append(f"{row['check']}: {row['reason'][:100]}")
-        print(f"[{time.monotonic() - start:6.0f}s] {item.id}: {len(kept)} variants kept", file=sys.stderr)
+    pending = list(items[: args.scan])
+    while pending and len(sources) < args.want:
+        # questions in groups of --concurrency: their requests to one embedded model decode in the same steps
+        group, pending = pending[: args.concurrency], pending[args.concurrency :]
+        scanned += len(group)
+        problems = [Problem(id=i.id, question=i.question, answer=i.answer, domain="math") for i in group]
+        for problem, (written, kept, rows) in zip(problems, await asyncio.gather(*(one(ctx, p) for p in problems))):
+            if written is None or len(sources) >= args.want:
+                continue
+            sources.append(written)
+            variants.extend(kept)
+            for row in rows:
+                refused[str(row["operator"]).split(":")[0]].append(f"{row['check']}: {row['reason'][:100]}")
+            print(f"[{time.monotonic() - start:6.0f}s] {problem.id}: {len(kept)} variants kept", file=sys.stderr)
 
     async def accuracy(student, problem: Problem) -> float:
         return await student_accuracy(ctx, student, problem)
@@ -88,8 +90,11 @@ async def main(args: argparse.Namespace) -> int:
     by_id = {p.id: p for p in sources}
     acc: dict[tuple[str, str], float] = {}
     for student in (weak, strong):
-        for problem in [*sources, *variants]:
-            acc[(student.name, problem.id)] = await accuracy(student, problem)
+        everything = [*sources, *variants]
+        for k in range(0, len(everything), args.concurrency):
+            batch = everything[k : k + args.concurrency]
+            for problem, value in zip(batch, await asyncio.gather(*(accuracy(student, p) for p in batch))):
+                acc[(student.name, problem.id)] = value
     out = Path(args.out)
     with out.open("w", encoding="utf-8") as f:
         for v in variants:
@@ -143,6 +148,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--set", action="append")
     p.add_argument("--cache", default="/tmp/finmbs-ops/cache.sqlite")
     p.add_argument("--samples", type=int, default=4)
+    p.add_argument("--concurrency", type=int, default=4, help="questions worked at once")
     p.add_argument("--out", default="/tmp/finmbs-ops/variants.jsonl")
     return p.parse_args(argv)
 

@@ -249,3 +249,9 @@ def test_assigned_names_only_what_a_simple_step_binds():
     }
     for source, names in cases.items():
         assert assigned(ast.parse(source).body[0]) == names, source
+
+
+def test_an_added_or_taken_amount_is_round_and_never_one():
+    assert ops._amounts(Fraction(6)) == [Fraction(2), Fraction(3)]  # a tenth to a half of 6, and not 1
+    assert ops._amounts(Fraction(3)) == []  # nothing between 2 and 1.5: the step does not apply
+    assert all(b >= 2 and b <= 60 for b in ops._amounts(Fraction(120)))

@@ -502,12 +502,13 @@ PERCENTS = (5, 10, 15, 20, 25, 30, 40, 50, 60, 75, 80)
 
 
 def _amounts(a: Fraction) -> list[Fraction]:
-    """Round amounts below `a`, between a tenth and a half of it."""
+    """Round amounts below `a`, between a tenth and a half of it, and never 1 (a step of one adds nothing
+    to think about: "What is N plus 1?")."""
     out = []
     for unit in (1, 2, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1000, 5000, 10000):
         for k in range(1, 10):
             b = Fraction(unit * k)
-            if a / 10 <= b <= a / 2 and b not in out:
+            if max(a / 10, Fraction(2)) <= b <= a / 2 and b not in out:
                 out.append(b)
     return out
 
