@@ -504,6 +504,14 @@ class VerifySettings(Settings):
         "program: rejected (check program); the tally is meta.program_votes. 1: one program (not in the paper; "
         "with verify.programs)",
     )
+    lookup_programs: bool = Field(
+        True,
+        description="a verified finance problem whose answer is one figure its passage states (one candidate "
+        "span of that kind and value, written once) and for which no teacher's program runs to its answer gets "
+        "the engine's program quote('that figure', value), so the finance operators and re-grounding by "
+        "rebinding can start from it (finmbs/mbs/labels.py lookup_program; not in the paper; with "
+        "verify.quote_spans)",
+    )
     quote_spans: bool = Field(
         True,
         description="a finance program takes document figures only by choosing among the passage's candidate "
@@ -666,6 +674,7 @@ PAPER_VALUES: dict[str, Any] = {
     "stages.engine_resamples": 6,  # (moot without program_operators) draws of a leaf's givens
     "novelty.structure": False,  # a leaf variant with its source's program skeleton rejected
     "verify.quote_spans": False,  # finance programs choose document figures among the passage's extracted spans
+    "verify.lookup_programs": False,  # a lookup's program written by the engine: the quote of the answer's figure
     "index.embed": "full",  # every chunk embedded by MiniLM at ingest (cascade: static + BM25, MiniLM at query time)
     "index.context_tokens": 0,  # hits alone, without their enclosing table or section window (small-to-big)
     "index.context_scope": "section",  # (moot without a window) a window never crosses a section heading

@@ -170,3 +170,23 @@ def test_the_switch_and_the_paper_profile(tmp_path):
     assert not on(ctx, leaf().problem)
     ctx = Context(config=config("http://x", tmp_path / "c.sqlite"), gateway=Gateway())
     assert on(ctx, leaf().problem)
+
+
+async def test_a_lookup_no_teacher_program_reaches_gets_the_engines_quote(tmp_path, openai_server):
+    from finmbs.mbs.labels import lookup_program, program_to_answer
+
+    openai_server.handler = lambda request: Reply(texts=["answer = 0.02 + 0.005 = 0.025"] * request.n)
+    ctx = Context(config=config(openai_server.base_url, tmp_path / "c.sqlite"), gateway=Gateway(cache_path=None))
+    seed = leaf().problem.model_copy(update={"meta": {}})
+    written, why = await program_to_answer(ctx, seed)
+    assert why is None and written.meta["program"] == "answer = quote('two percent (2%)', 0.02)"
+    assert written.meta["program_writer"] == "engine (lookup)"
+    # the engine's program only where it is unambiguous: one figure stated once, of the answer's kind
+    twice = seed.model_copy(update={"snippet": Snippet(text=PASSAGE + " and two percent (2%) more", doc_id="av")})
+    assert lookup_program(ctx, twice) is None
+    assert lookup_program(ctx, seed.model_copy(update={"answer": "3%"})) is None
+    assert lookup_program(ctx, seed.model_copy(update={"answer": "2% or 3%"})) is None
+    off = config(openai_server.base_url, tmp_path / "c.sqlite")
+    off = off.model_copy(update={"verify": off.verify.model_copy(update={"lookup_programs": False})})
+    assert lookup_program(Context(config=off, gateway=Gateway(cache_path=None)), seed) is None
+    assert PAPER_VALUES["verify.lookup_programs"] is False

@@ -15,10 +15,12 @@ from pydantic import BaseModel, Field
 
 from finmbs.mbs.candidates import verified_node
 from finmbs.mbs.context import Context, Ledger
-from finmbs.mbs.programs import CHECK, programs_on, run_for, same, write_program
+from finmbs.mbs.programs import CHECK, passage, programs_on, quote_spans_on, run_for, same, write_program
 from finmbs.mbs.stages import Progress, Stage
 from finmbs.records import Problem
+from finmbs.verify.finance import compare, figures
 from finmbs.verify.program import computes_nothing, refusal
+from finmbs.verify.spans import candidate_spans
 
 STAGE = Stage.VERIFY
 Outcome = Literal["verified", "relabeled", "rejected", "refused"]  # refused: a row that cannot be run
@@ -44,17 +46,47 @@ class LabelCheck(BaseModel):
     problem: Problem
 
 
+def lookup_program(ctx: Context, problem: Problem) -> Problem | None:
+    """`verify.lookup_programs`: for a finance problem whose answer is one figure its passage states (one
+    candidate span of the same kind and value, written once in the passage: "2%" and "two percent (2%)"),
+    the problem with the engine's program `answer = quote('two percent (2%)', 0.02)`, recorded as written
+    by the engine (meta.program_writer); else None. A lookup's program is the quote itself, and the 1.5B
+    often cannot write even that ("answer = 0.02 + 0.005 = 0.025")."""
+    if not (ctx.config.verify.lookup_programs and quote_spans_on(ctx, problem)):
+        return None
+    stated = figures(problem.answer)
+    text = passage(problem)
+    if len(stated) != 1 or not text:
+        return None
+    kind = stated[0].kind
+    found = [
+        s
+        for s in candidate_spans(text)
+        if (s.kind == kind or {s.kind, kind} <= {"number", "count"})
+        and compare(str(s.literal), problem.answer).verdict == "equal"
+        and text.count(s.text) == 1
+    ]
+    if len(found) != 1:
+        return None
+    meta = {**problem.meta, "program": f"answer = quote({found[0].text!r}, {found[0].literal})"}
+    return problem.model_copy(update={"meta": meta | {"program_written": True, "program_writer": "engine (lookup)"}})
+
+
 async def program_to_answer(ctx: Context, problem: Problem) -> tuple[Problem, str | None]:
     """(`problem` with a program that runs to its answer, None), or (`problem` with the last program
     tried, why none does). Its own program (a verified child's) is the only one tried; a problem without
     one gets the teachers' (`write_program`, written without seeing the answer), drawn again up to
-    `verify.program_samples` times while it fails to run or gives another answer. For a node whose answer
+    `verify.program_samples` times while it fails to run or gives another answer, then the engine's lookup
+    program where the answer is a figure of the passage (`lookup_program`). For a node whose answer
     is verified already, where the program serves its structure (slices, the source skeleton): a search
     for a program, not a check of the answer."""
     own = bool(problem.meta.get("program"))
     written, why = problem, "none was written"
-    for attempt in range(1 if own else ctx.config.verify.program_samples):
-        written = problem if own else await write_program(ctx, problem, first_index=attempt)
+    tries: list[Problem | None] = [problem] if own else [None] * ctx.config.verify.program_samples
+    if not own and (lookup := lookup_program(ctx, problem)):
+        tries.append(lookup)  # after the teachers' draws: the engine's own, for a figure the passage states
+    for attempt, given in enumerate(tries):
+        written = given or await write_program(ctx, problem, first_index=attempt)
         source = written.meta.get("program") or ""
         if not source:
             why = "no program: " + (
