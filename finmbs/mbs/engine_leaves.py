@@ -290,16 +290,19 @@ async def worded(ctx: Context, built: ops.Built) -> tuple[str, str, list[str]]:
 
 
 async def round_trip(ctx: Context, problem: Problem) -> tuple[int, int]:
-    """(how many of k teacher programs written from the text alone compute the answer, k)."""
+    """(how many of k teacher programs written from the text alone compute the answer, k); what the programs
+    that ran gave is recorded as meta.round_trip_answers."""
     k = ctx.stages.round_trip_k
     bare = problem.model_copy(update={"meta": {}})
     request = program_request(ctx, bare, equations=True)
     if request is None:
         return 0, k
-    hits = 0
+    hits, answers = 0, []
     for _, run in await drawn_runs(ctx, bare, request, n=k, first_index=0):
+        answers.append(run.answer)
         if await same(ctx, problem, run.answer or "", problem.answer):
             hits += 1
+    problem.meta["round_trip_answers"] = answers  # what the programs that ran gave, for reading a miss
     return hits, k
 
 

@@ -45,6 +45,7 @@ from finmbs.mbs.traces import teacher_trace
 from finmbs.records import Chunk, Decision, Document, Problem, Snippet, SyntheticTree, Trace, TreeNode
 from finmbs.verify.spans import candidate_spans
 
+FRESH_META = ("round_trip", "round_trip_answers", "prose_traces", "difficulty")  # measured again on d', not copied
 STAGE = Stage.REGROUND
 REBIND = "rebind"  # the rejection check of a rebinding that found no clause, figure or name
 CLAUSE_CHUNKS = 8  # chunks of d' searched for the analogous clause
@@ -260,7 +261,7 @@ async def rebound(
             "entity": company or None,
             "provenance": root.provenance.model_copy(update={"stage": STAGE, "parent_ids": [root.id]}),
             "meta": {
-                **{k: v for k, v in root.meta.items() if k not in ("round_trip", "prose_traces", "difficulty")},
+                **{k: v for k, v in root.meta.items() if k not in FRESH_META},
                 "program": built.program(),
                 "program_answer": built.answer,
                 "finance_op": built.spec(),
