@@ -91,8 +91,8 @@ class PayTeacher:
     """The scripted server's handler. `clause`: how the teacher words an added step ("good", or "leak":
     it states the old answer); `programs_miss`: its round-trip programs all add 1."""
 
-    def __init__(self, clause: str = "good", programs_miss: bool = False):
-        self.clause, self.programs_miss = clause, programs_miss
+    def __init__(self, clause: str = "good", programs_miss: bool = False, clause_split: bool = False):
+        self.clause, self.programs_miss, self.clause_split = clause, programs_miss, clause_split
         self.asked: list[str] = []
 
     def __call__(self, request: Request) -> Reply:
@@ -113,6 +113,10 @@ class PayTeacher:
             problem = re.search(r"<problem>\n(.+?)\n</problem>", text, re.S)
             assert problem
             program = solving_program(problem[1]) + (" + 1" if self.programs_miss else "")
+            tail = problem[1].split("taxes.", 1)[-1]
+            if self.clause_split and "What is" in tail and "Call that number" not in tail:
+                # the teacher's own clause: one program reads it as the engine does, the others misread it
+                return Reply(texts=[f"```python\n{program}{' + 1' * bool(i)}\n```" for i in range(request.n)])
             return Reply(texts=[f"```python\n{program}\n```"] * request.n)
         self.asked.append("solve")  # prose traces and students: always wrong
         return Reply(texts=["I think it is \\boxed{7}."] * request.n)
@@ -198,6 +202,15 @@ async def test_a_clause_that_states_the_old_answer_falls_back_to_the_template(tm
     assert added.meta["worded_by"] == "engine" and "Call that number N." in added.question
     [why] = added.meta["wording_failed"]
     assert why.startswith("the model's clause: number slots: the text states") and "(withheld:" in why
+
+
+async def test_a_clause_not_every_round_trip_program_solves_gives_way_to_the_template(tmp_path, openai_server):
+    kept, _, _ = await hardened(openai_server, tmp_path, PayTeacher(clause_split=True), accuracy=0.0)
+    added = [n.problem for n in kept if n.problem.meta["operator"].startswith("added_step")]
+    assert added and all(p.meta["worded_by"] == "engine" and "Call that number N." in p.question for p in added)
+    assert all(p.meta["round_trip"] == "3 of 3" for p in added)
+    [why] = added[0].meta["wording_failed"]
+    assert why.startswith("the model's clause: round trip 1 of 3, not all")
 
 
 async def test_a_wording_no_teacher_program_solves_is_rejected_then_the_prompt_path_runs(tmp_path, openai_server):

@@ -255,3 +255,15 @@ def test_an_added_or_taken_amount_is_round_and_never_one():
     assert ops._amounts(Fraction(6)) == [Fraction(2), Fraction(3)]  # a tenth to a half of 6, and not 1
     assert ops._amounts(Fraction(3)) == []  # nothing between 2 and 1.5: the step does not apply
     assert all(b >= 2 and b <= 60 for b in ops._amounts(Fraction(120)))
+
+
+def test_a_calendar_count_is_never_drawn_past_what_the_calendar_holds():
+    import random
+
+    question = "She works 50 weeks a year, 35 hours a week, and 6 days per week; 45 apples a day."
+    caps = {question[n.start : n.end]: ops.calendar_cap(question, n) for n in ops.numbers(question)}
+    assert caps == {"50": 52, "35": 168, "6": 7, "45": None}
+    for n in ops.numbers(question):
+        cap = caps[question[n.start : n.end]]
+        drawn = {ops.draw_near(n, random.Random(i), cap) for i in range(100)}
+        assert cap is None or max(drawn) <= cap

@@ -12,7 +12,8 @@ control and calibration):
 
 - number slots (`slots`): the text states exactly the values it must (the givens, each as often as the
   engine's text does, in digits or ordinary words) and nothing else, so neither the answer nor an
-  intermediate value; a model clause that fails falls back to the engine's template;
+  intermediate value; a model clause that fails falls back to the engine's template, and so does one that
+  not every round-trip program solves to the label;
 - round trip (`round_trip`): k programs written by the teacher from the worded text alone (one batched
   call, `programs.drawn_runs`, so a program that computes nothing counts for nothing); at least one must
   compute the engine's answer, else the wording is not solvable.
@@ -326,12 +327,25 @@ async def checked_node(
     rejection on `ledger`."""
     text, by, failed = await worded(ctx, built)
     problem = variant(origin.problem, built, id, text, worded_by=by, stage=stage)
-    if failed:
-        problem.meta["wording_failed"] = failed
     if why := slots(text, built):
         ledger.reject(problem, stage, why, check=Check.SLOTS, operator=built.operator)
         return None
     hits, k = await round_trip(ctx, problem)
+    if by != ENGINE and hits < k:
+        # a model's clause must be solved to the label by every program: one that misreads it can be solved
+        # by the same misreading ("the total cost before adding the additional $140", labelled total + 140,
+        # 1 of 3 in GSM8K); else the engine's template, checked again
+        failed.append(
+            f"the model's clause: round trip {hits} of {k}, not all; answers {problem.meta['round_trip_answers']}"
+        )
+        text, by = built.question, ENGINE
+        problem = variant(origin.problem, built, id, text, worded_by=by, stage=stage)
+        if why := slots(text, built):
+            ledger.reject(problem, stage, why, check=Check.SLOTS, operator=built.operator)
+            return None
+        hits, k = await round_trip(ctx, problem)
+    if failed:
+        problem.meta["wording_failed"] = failed
     problem.meta["round_trip"] = f"{hits} of {k}"
     if hits == 0:
         reason = f"wording not solvable: none of {k} programs the teacher wrote from the text gives {problem.answer}"

@@ -317,7 +317,7 @@ def resampled(source: Source, key: str, attempt: int = 0) -> Built | Refusal:
     at, changes = {}, []
     drawn = []
     for given in found:
-        value = draw_near(given.number, rng)
+        value = draw_near(given.number, rng, calendar_cap(source.question, given.number))
         drawn.append(value)
         at.update({where: literal(value * given.scale) for where in given.at})
         changes.extend((place, written(place, value)) for place in given.places)
@@ -335,10 +335,35 @@ def resampled(source: Source, key: str, attempt: int = 0) -> Built | Refusal:
     )
 
 
-def draw_near(number: Number, rng: random.Random) -> Fraction:
-    """A new value for a given, in its kind: within about half to twice its value, on the grid of its
-    written resolution (a whole number stays whole, $1.50 stays in cents, a percent under 100), never
-    the value itself where another exists."""
+# What a calendar holds: a count of these units per that one is never more (read in GSM8K variants: "she
+# works 90 weeks a year" drawn from 50). (unit, per, most)
+CALENDAR = (
+    ("weeks?", "year", 52),
+    ("months?", "year", 12),
+    ("days?", "year", 366),
+    ("days?", "month", 31),
+    ("days?", "week", 7),
+    ("hours?", "day", 24),
+    ("hours?", "week", 168),
+    ("minutes?", "hour", 60),
+    ("seconds?", "minute", 60),
+)
+
+
+def calendar_cap(question: str, number: Number) -> Fraction | None:
+    """The most `number` can be when the words after it count calendar units per a larger one ("35 hours a
+    week": 168), else None."""
+    after = question[number.end : number.end + 40].lower()
+    for unit, per, most in CALENDAR:
+        if re.match(rf"\s*(?:more\s+)?{unit}\s+(?:a|an|per|each|every)\s+{per}\b", after):
+            return Fraction(most)
+    return None
+
+
+def draw_near(number: Number, rng: random.Random, cap: Fraction | None = None) -> Fraction:
+    """A new value for a given, in its kind: within about half to twice its value (at most `cap`), on the
+    grid of its written resolution (a whole number stays whole, $1.50 stays in cents, a percent under
+    100), never the value itself where another exists."""
     step = Fraction(1, 10**number.decimals)
     units = int(number.value / step)
     if units <= 1:
@@ -351,6 +376,8 @@ def draw_near(number: Number, rng: random.Random) -> Fraction:
     low, high = max(1 if units < 2 else 2, units // 2 // grain), max(2, units * 2 // grain)
     if number.percent:
         high = min(high, 99 // grain)
+    if cap is not None:
+        high = min(high, int(cap / step) // grain)
     choices = [k * grain for k in range(low, high + 1) if k * grain != units]
     return Fraction(rng.choice(choices)) * step if choices else number.value
 
