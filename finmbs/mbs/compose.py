@@ -148,25 +148,24 @@ async def synthesize(ctx: Context, node: TreeNode, ledger: Ledger) -> tuple[list
         )
     if not pools:
         return [], orphans
+    versions: list[TreeNode] = []
     if engine_compose_on(ctx, node):
         with in_stage(STAGE):
             composed = await engine_composed(ctx, node, pools, ledger)
             versions = await screened(ctx, composed, ctx.stages.alpha_parent, STAGE, ledger)
-        if versions:
-            await asyncio.gather(*(prose_tally(ctx, v) for v in versions))
-            used = {id(c) for v in versions for c in v.children}
-            return versions, orphans + [v for pool in pools for v in pool if id(v) not in used]
-    chosen = trials([len(p) for p in pools], ctx.stages.Nc)
-    with in_stage(STAGE):
-        versions, tried = await run_trials(ctx, node, pools, chosen, ledger)
-    distinct = len(set(chosen[:tried]))
-    node.decisions.append(
-        Decision(
-            stage=STAGE,
-            outcome="info",
-            reason=f"kept {len(versions)} of {tried} composition trials ({distinct} distinct combinations; up to "
-            f"{len(chosen)})",
+        await asyncio.gather(*(prose_tally(ctx, v) for v in versions))
+    if not versions:  # the teacher's trials, as the paper composes
+        chosen = trials([len(p) for p in pools], ctx.stages.Nc)
+        with in_stage(STAGE):
+            versions, tried = await run_trials(ctx, node, pools, chosen, ledger)
+        distinct = len(set(chosen[:tried]))
+        node.decisions.append(
+            Decision(
+                stage=STAGE,
+                outcome="info",
+                reason=f"kept {len(versions)} of {tried} composition trials ({distinct} distinct combinations; up "
+                f"to {len(chosen)})",
+            )
         )
-    )
     used = {id(c) for v in versions for c in v.children}
     return versions, orphans + [v for pool in pools for v in pool if id(v) not in used]

@@ -335,9 +335,8 @@ async def checked_node(
         # a model's clause must be solved to the label by every program: one that misreads it can be solved
         # by the same misreading ("the total cost before adding the additional $140", labelled total + 140,
         # 1 of 3 in GSM8K); else the engine's template, checked again
-        failed.append(
-            f"the model's clause: round trip {hits} of {k}, not all; answers {problem.meta['round_trip_answers']}"
-        )
+        answers = problem.meta.get("round_trip_answers", [])  # absent when no program could be requested
+        failed.append(f"the model's clause: round trip {hits} of {k}, not all; its programs gave {answers}")
         text, by = built.question, ENGINE
         problem = variant(origin.problem, built, id, text, worded_by=by, stage=stage)
         if why := slots(text, built):
