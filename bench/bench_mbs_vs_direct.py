@@ -14,10 +14,11 @@ same process. The qualified problems of every run are written to OUT/RUN/qualifi
 
     flock /tmp/finmbs-cpu.lock python bench/bench_mbs_vs_direct.py --out /tmp/bench-mbs-direct \\
         [--seeds corpora/math/seeds-hard.jsonl corpora/math/seeds-more.jsonl] [--limit 11] \\
-        [--profiles finmbs paper finmbs-prose] [--mbs-only finmbs-prose] [--set stages.N=4 ...]
+        [--profiles finmbs paper finmbs-prose finmbs-no-ops] [--mbs-only finmbs-prose] [--set stages.N=4 ...]
 
 finmbs-prose is the default profile with decomposition from prose (`stages.decompose_from_program` and
-`stages.slice_asks` off): what the program slices add. Each row also counts the roots per seed, the
+`stages.slice_asks` off): what the program slices add. finmbs-no-ops is the default profile without the
+engine's program operators, composition and program roots: what issue 59's lever adds. Each row also counts the roots per seed, the
 too-easy seeds' roots, effective decompositions out of attempts (and those cut from the program), and the
 children each form of the leak check removed (answer / question / worked solution); MBS rows also count
 the children kept in the trees that one of those forms would have removed, and the effective
@@ -108,10 +109,14 @@ def matched_tokens(run: Path) -> int:
 
 # finmbs-prose: the default profile with decomposition from prose, as the paper decomposes (the slices off)
 PROSE = ["stages.decompose_from_program=false", "stages.slice_asks=false"]
+# finmbs-no-ops: the default profile without the engine's program operators (issue 59): leaves hardened by
+# the prompt operators alone, parents composed by the teacher alone, seeds entering only on prose traces
+NO_OPS = ["stages.program_operators=false", "stages.engine_compose=false", "stages.program_roots=false"]
+OWN = {"finmbs-prose": PROSE, "finmbs-no-ops": NO_OPS}
 
 
 async def one_profile(profile: str, seeds: list[Problem], out: Path, overrides: list[str], direct: bool) -> list[dict]:
-    own = PROSE if profile == "finmbs-prose" else []
+    own = OWN.get(profile, [])
     config = load_config(
         None, [*own, *overrides, f"cache_path={out / 'cache.sqlite'}"], profile="paper" if profile == "paper" else None
     )
@@ -138,7 +143,7 @@ def matched_tokens_direct(run: Path) -> int:
     return sum(budget_tokens(tree.stages) for tree in load_run(run).trees.values())
 
 
-PROFILES = ["finmbs", "paper", "finmbs-prose"]
+PROFILES = ["finmbs", "paper", "finmbs-prose", "finmbs-no-ops"]
 
 
 def main() -> None:

@@ -140,6 +140,14 @@ CASES: list[tuple[str, str, str | None, str]] = [
     ("12.34%", "12.30%", None, D),
     ("12.30%", "12.3%", None, E),
     ("12.25%", "12.3%", None, E),
+    # half a step away rounds half away from zero: 0.025 is not a rounding of a stated 2% (a program that
+    # added a margin to it was accepted as a lookup's before), 0.015 is; the same mirrored below zero
+    ("0.025", "2%", None, D),
+    ("2.5%", "2%", None, D),
+    ("0.015", "2%", None, E),
+    ("12.35%", "12.3%", None, D),
+    ("-12.35%", "-12.3%", None, D),
+    ("-12.25%", "-12.3%", None, E),
     ("12.2%", "12.3%", None, D),
     ("65.4", "65.4%", None, E),
     ("0.654", "65.4%", None, E),

@@ -461,7 +461,11 @@ def _readings(pred: Figure, gold: Figure) -> list[Fraction] | None:
 
 
 def _near(value: Fraction, target: Fraction, step: Fraction) -> bool:
-    return abs(value - target) * 2 <= step
+    """`value` rounds to `target` at `step`, half away from zero (finance's convention: 1.25 -> 1.3, -1.25
+    -> -1.3): within half a step, the half step itself on the side toward zero only. A program giving 0.025
+    for a stated 2% computed another figure (half up it is 3%); 0.015 is a rounding of it."""
+    off = (value - target) * 2 * (1 if target >= 0 else -1)
+    return -step <= off < step
 
 
 def compare_figures(pred: Figure, gold: Figure, question: str | None = None) -> Comparison:
@@ -483,7 +487,8 @@ def compare_figures(pred: Figure, gold: Figure, question: str | None = None) -> 
         if value * gold.value > 0 and pred.step <= gold.step and _near(value, gold.value, gold.step):
             return Comparison(verdict="equal", reason=f"{pred.text!r} rounds to {gold.text!r} at the gold's precision")
     for value in readings:
-        if pred.step > gold.step and _near(gold.value, value, pred.step):
+        # undecided, not equal: the judge reads it, so both conventions at the half step (1.2x for 1.25)
+        if pred.step > gold.step and abs(gold.value - value) * 2 <= pred.step:
             return Comparison(verdict="undecided", reason=f"{pred.text!r} is a coarser rounding of {gold.text!r}")
         if value == -gold.value and (pred.paren or gold.paren):
             return Comparison(verdict="undecided", reason="same magnitude; parenthesized sign is ambiguous")
