@@ -156,6 +156,21 @@ async def test_a_benchmark_name_falls_back_to_the_engines_name(tmp_path, openai_
         assert any("names a benchmark" in why or "name a benchmark" in why for why in meta["naming_failed"])
 
 
+async def test_a_name_the_passage_does_not_define_for_the_figure_falls_back_to_the_defined_term(
+    tmp_path, openai_server
+):
+    # the 1.5B's name in the finance quickstart: a margin of another provision, for the 2% that the Default
+    # Rate's definition holds; it passes the role check (a margin, not a benchmark), not the passage's
+    kept, _, _ = await hardened(
+        openai_server, tmp_path, FinanceTeacher(name="the Applicable Margin for Term SOFR Loans")
+    )
+    assert kept
+    for node in kept:
+        meta = node.problem.meta
+        assert meta["named_by"] == "engine" and "Applicable Margin" not in node.problem.question
+        assert any("defines the figure's provision as “Default Rate”" in why for why in meta["naming_failed"])
+
+
 async def test_round_trip_misses_reject_every_variant(tmp_path, openai_server):
     kept, _, ledger = await hardened(openai_server, tmp_path, FinanceTeacher(programs_miss=True))
     assert kept == []

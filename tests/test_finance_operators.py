@@ -117,6 +117,36 @@ def test_engine_name_is_the_defined_term_or_heading_before_the_figure():
     assert fo.engine_name(ALPHA, alpha) == "the Default Rate of Interest"
 
 
+def test_the_defining_term_holds_the_figure_in_its_definition_or_defines_it_inline():
+    avid = figure("m = quote('two percent (2%)', 0.02)\nanswer = m", AVID)
+    realty = figure("m = quote('two percent (2.0%)', 0.02)\nanswer = m", REALTY)
+    assert fo.defining_term(AVID, avid) == "Default Rate"
+    assert fo.defining_term(REALTY, realty) == "Post-Default Rate"
+    inline = "Obligations shall bear interest at 2% per annum plus the rate otherwise applicable (the “Default Rate”)."
+    assert fo.defining_term(inline, figure("m = quote('2%', 0.02)\nanswer = m", inline)) == "Default Rate"
+    # a term defined and ended before the figure's sentence does not hold it
+    ended = "“Margin” means 1.00% per annum.\nOverdue amounts bear interest at 2% per annum plus the rate otherwise applicable."
+    assert fo.defining_term(ended, figure("m = quote('2%', 0.02)\nanswer = m", ended)) is None
+    # no definition in the passage: no check (the role check still applies)
+    brown = figure("m = quote('2%', 0.02)\nanswer = m", BROWN)
+    assert fo.defining_term(BROWN, brown) is None
+    assert fo.passage_name_error("the Applicable Margin", BROWN, brown) is None
+
+
+@pytest.mark.parametrize(
+    ("name", "ok"),
+    [
+        ("the Applicable Margin for Term SOFR Loans", False),  # a provision the passage mentions, not defines here
+        ("the Default Rate", True),
+        ("Default Rate for SOFR Loans", True),
+        ("the Base Rate", False),
+    ],
+)
+def test_a_name_must_use_the_term_whose_definition_holds_the_figure(name, ok):
+    avid = figure("m = quote('two percent (2%)', 0.02)\nanswer = m", AVID)
+    assert (fo.passage_name_error(name, AVID, avid) is None) is ok
+
+
 def test_a_figure_outside_the_rate_range_is_refused():
     wide = fo.QuotedFigure("m", "two hundred percent (200%)", Fraction(2), 0, fo.ADD_ON, fo.OTHERWISE)
     refused = fo.applied(wide, fo.terms_for("t", Fraction(2), None))

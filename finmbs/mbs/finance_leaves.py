@@ -71,8 +71,9 @@ def second_figure(passage: str, first: fo.QuotedFigure) -> fo.QuotedFigure | Non
 async def provision_name(
     ctx: Context, problem: Problem, passage: str, figure: fo.QuotedFigure, question: str
 ) -> tuple[str | None, str, list[str]]:
-    """(the name, who named it, why names failed): the teacher's words when they pass `role_error`, else the
-    engine's (`finance_operators.engine_name`) when they do; None when neither passes."""
+    """(the name, who named it, why names failed): the teacher's words when they pass `role_error` and name
+    the term whose definition holds the figure (`passage_name_error`), else the engine's
+    (`finance_operators.engine_name`) when it passes `role_error`; None when neither passes."""
     failed: list[str] = []
     prompt = render_prompt(
         "finance_figure_name",
@@ -91,7 +92,7 @@ async def provision_name(
         failed.append("the teacher's name did not parse")
     else:
         name = reply.name.strip().rstrip(".").strip('"')
-        if why := fo.role_error(name, figure.role or "", figure.base):
+        if why := fo.role_error(name, figure.role or "", figure.base) or fo.passage_name_error(name, passage, figure):
             failed.append(f"the teacher's name: {why}")
         else:
             return name, ctx.teachers[0].name, failed

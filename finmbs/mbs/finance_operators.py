@@ -111,7 +111,7 @@ def role_of(passage: str, start: int, text: str, value: Fraction, kind: str) -> 
         return None, None
     if not 0 < value <= RANGES[RATE][1]:
         return None, None
-    flat = re.sub(r"(?<=\d)\.(?=\d)", "", before)  # "0.50%" is no sentence end
+    flat = flat_decimals(before)  # "0.50%" is no sentence end
     if OVER_AFTER.match(after) or re.match(
         r"^\s*(?:\([^)]{0,20}\)\s*)?(?:per annum\s*)?(?:plus|in excess)", after, re.I
     ):
@@ -201,12 +201,64 @@ def role_words(role: str) -> str:
     return {ADD_ON: "margin added to another rate", RATE: "rate", DAY_COUNT: "day count"}.get(role, role)
 
 
-def engine_name(passage: str, figure: QuotedFigure) -> str | None:
-    """The engine's own name for a figure: the defined term (“Default Rate”) nearest before it in the passage,
-    or a section heading's words (`Section 10.5 Default Rate of Interest`), or for an unnamed default-rate
-    clause what it provides for (interest on overdue amounts); None when there is none."""
+# a defined term's definition opens ("“Default Rate” means", "shall have the meaning") and ends (a period or
+# semicolon before the next quoted term, or a paragraph's end); an inline definition follows its phrase
+_MEANS = re.compile(r"^\s*(?:shall\s+)?(?:means?|have\s+the\s+meaning|has\s+the\s+meaning)\b", re.I)
+_DEFINITION_END = re.compile(r"[.;]\s*\n|[.;]\s+(?=[“\"])|\.\s+(?=[A-Z][a-z]+\s)")
+_INLINE_TERM = re.compile(r"^[^.;“\"]{0,240}?\(\s*(?:the|such|a|an)?\s*[“\"]\s*([A-Z][^”\"]{1,60}?)\s*[”\"]\s*\)")
+DEFINITION_CHARS = 1500  # a definition the figure sits in starts at most this far before it
+
+
+def defining_term(passage: str, figure: QuotedFigure) -> str | None:
+    """The defined term whose definition holds the figure: a term defined before it (“Default Rate” means ...
+    two percent (2%) ...) with no definition's end between, or a phrase holding it defined inline after it
+    in the same sentence (... plus 2% (the “Default Rate”)); None when the passage shows neither."""
     if figure.start < 0:
         return None
+    after = passage[figure.start + len(figure.text) :]
+    if inline := _INLINE_TERM.match(after):
+        return " ".join(inline.group(1).split())
+    before = passage[max(0, figure.start - DEFINITION_CHARS) : figure.start]
+    terms = list(TERM.finditer(before))
+    if not terms:
+        return None
+    last = terms[-1]
+    between = before[last.end() :]
+    if not _MEANS.match(between) or _DEFINITION_END.search(flat_decimals(between)):
+        return None
+    return " ".join(last.group(1).split())
+
+
+def flat_decimals(text: str) -> str:
+    """`text` with the points of decimals removed ("0.50%", "Section 2.05" end no sentence)."""
+    return re.sub(r"(?<=\d)\.(?=\d)", "", text)
+
+
+def passage_name_error(name: str, passage: str, figure: QuotedFigure) -> str | None:
+    """Why `name` is not what the passage calls the figure: where the passage defines the term whose
+    definition holds the figure (`defining_term`), the name must use that term (or be a shorter form of it:
+    "the Default Rate" for “Post-Default Rate”); a model naming the 2% of the Default Rate's definition "the
+    Applicable Margin for Term SOFR Loans" points the solver at another provision."""
+    term = defining_term(passage, figure)
+    if term is None:
+        return None
+    own = " ".join(name.lower().split())
+    key = " ".join(term.lower().split())
+    short = re.sub(r"^the\s+", "", own)
+    if key in own or (len(short.split()) >= 2 and short in key):
+        return None
+    return f"the passage defines the figure's provision as “{term}”, not {name.strip()!r}"
+
+
+def engine_name(passage: str, figure: QuotedFigure) -> str | None:
+    """The engine's own name for a figure: the defined term whose definition holds it (`defining_term`), else
+    the defined term (“Default Rate”) nearest before it in the passage, or a section heading's words
+    (`Section 10.5 Default Rate of Interest`), or for an unnamed default-rate clause what it provides for
+    (interest on overdue amounts); None when there is none."""
+    if figure.start < 0:
+        return None
+    if term := defining_term(passage, figure):
+        return "the " + term
     before = passage[: figure.start]
     terms = list(TERM.finditer(before))
     if terms:
