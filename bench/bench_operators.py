@@ -1,11 +1,12 @@
 """The engine's program operators against problems no one here wrote: GSM8K test questions.
 
-    python bench/bench_operators.py [--want 40] [--scan 80] [--data ../shared/data] [--config configs/default.yaml]
+    python bench/bench_operators.py [--want 40] [--scan 80] [--skip 0] [--data ../shared/data] [--config configs/default.yaml]
                                     [--cache /tmp/finmbs-ops/cache.sqlite] [--samples 4] [--out variants.jsonl]
                                     [--concurrency 4]
 
 For the first `--want` GSM8K test questions (of the first `--scan`) whose program the configured teacher
-writes correctly (`labels.program_to_answer`, as a leaf gets its program), the engine applies its operators
+writes correctly (`labels.program_to_answer`, as a leaf gets its program; `--skip` the first N test questions,
+to go on from an earlier run's questions with a new cache), the engine applies its operators
 exactly as leaf hardening does (`engine_leaves.engine_leaves`: the givens drawn again, then backward, one
 added step, two added steps, each worded, slot-checked and round-tripped). Then the weakest student (the
 target in the default config) and the strongest student answer the originals and the variants that passed,
@@ -69,7 +70,7 @@ async def main(args: argparse.Namespace) -> int:
     variants: list[Problem] = []
     refused: dict[str, list[str]] = defaultdict(list)
     scanned = 0
-    pending = list(items[: args.scan])
+    pending = list(items[args.skip : args.skip + args.scan])
     while pending and len(sources) < args.want:
         # questions in groups of --concurrency: their requests to one embedded model decode in the same steps
         group, pending = pending[: args.concurrency], pending[args.concurrency :]
@@ -113,7 +114,7 @@ async def main(args: argparse.Namespace) -> int:
             }
             f.write(json.dumps(row) + "\n")
     print(
-        f"GSM8K test: scanned {scanned}, the teacher's program correct for {len(sources)}; "
+        f"GSM8K test: scanned {scanned} (after the first {args.skip}), the teacher's program correct for {len(sources)}; "
         f"{time.monotonic() - start:.0f} s; variants written to {out}"
     )
     print(
@@ -143,6 +144,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--want", type=int, default=40)
     p.add_argument("--scan", type=int, default=80)
+    p.add_argument("--skip", type=int, default=0, help="start after the first N test questions")
     p.add_argument("--data", default=str(ROOT.parent / "shared" / "data"))
     p.add_argument("--config", default=str(ROOT / "configs" / "default.yaml"))
     p.add_argument("--set", action="append")
