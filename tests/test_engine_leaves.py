@@ -316,6 +316,7 @@ async def test_a_decomposed_parent_is_composed_by_the_engine_over_a_child_versio
     assert await engine_composed(ctx, node, [[half]], ledger) == []
     [refusal] = ledger.rejected
     assert refusal.data["check"] == "operator" and refusal.reason.startswith("composed: pay.0.h1 into the parent")
+    assert refusal.problem.provenance.stage == "compose"  # the stage it was refused at, not leaf hardening's
     # a parent with no program of its own: not applied, said on the node
     bare = TreeNode(
         problem=parent.model_copy(update={"meta": {"program_functions": {"child_1": "answer = 1"}}}), path="0"

@@ -120,13 +120,14 @@ def variant(leaf: Problem, built: ops.Built, id: str, question: str, *, worded_b
     )
 
 
-def refused(leaf: Problem, id: str, operator: str) -> Problem:
-    """A stand-in for an operator that could not apply (its rejection row names the leaf and operator)."""
+def refused(leaf: Problem, id: str, operator: str, stage: str = STAGE) -> Problem:
+    """A stand-in for an operator that could not apply at `stage` (its rejection row names the leaf and
+    operator)."""
     return leaf.model_copy(
         update={
             "id": id,
             "meta": {"operator": operator, "authored_by": ENGINE, "source": leaf.id},
-            "provenance": leaf.provenance.model_copy(update={"stage": STAGE, "parent_ids": [leaf.id]}),
+            "provenance": leaf.provenance.model_copy(update={"stage": stage, "parent_ids": [leaf.id]}),
         }
     )
 
@@ -393,7 +394,7 @@ async def engine_composed(ctx: Context, node: TreeNode, pools: list[list[TreeNod
         built = await chain(first, child.id, instance)
         if isinstance(built, ops.Refusal):
             reason = f"{COMPOSED}: {child.id} into the parent: {built.reason}"
-            ledger.reject(refused(node.problem, id, COMPOSED), compose, reason, check=Check.OPERATOR)
+            ledger.reject(refused(node.problem, id, COMPOSED, compose), compose, reason, check=Check.OPERATOR)
             continue
         built.operator = COMPOSED
         built.details["child_operator"] = child.meta.get("operator")
