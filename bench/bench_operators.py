@@ -90,29 +90,36 @@ async def main(args: argparse.Namespace) -> int:
 
     by_id = {p.id: p for p in sources}
     acc: dict[tuple[str, str], float] = {}
+    out = Path(args.out)
+
+    def write() -> None:
+        """Every variant to --out: before the students answer (to be read if the run is stopped), then again
+        with their accuracies."""
+        with out.open("w", encoding="utf-8") as f:
+            for v in variants:
+                row = {
+                    "id": v.id,
+                    "source": v.provenance.parent_ids[0],
+                    "source_question": by_id[v.provenance.parent_ids[0]].question,
+                    "operator": v.meta.get("operator"),
+                    "question": v.question,
+                    "answer": v.answer,
+                    "program": v.meta.get("program"),
+                    "round_trip": v.meta.get("round_trip"),
+                    "prose_traces": v.meta.get("prose_traces"),
+                    "worded_by": v.meta.get("worded_by"),
+                    **{f"acc_{s.name}": acc.get((s.name, v.id)) for s in (weak, strong)},
+                }
+                f.write(json.dumps(row) + "\n")
+
+    write()
     for student in (weak, strong):
         everything = [*sources, *variants]
         for k in range(0, len(everything), args.concurrency):
             batch = everything[k : k + args.concurrency]
             for problem, value in zip(batch, await asyncio.gather(*(accuracy(student, p) for p in batch))):
                 acc[(student.name, problem.id)] = value
-    out = Path(args.out)
-    with out.open("w", encoding="utf-8") as f:
-        for v in variants:
-            row = {
-                "id": v.id,
-                "source": v.provenance.parent_ids[0],
-                "source_question": by_id[v.provenance.parent_ids[0]].question,
-                "operator": v.meta.get("operator"),
-                "question": v.question,
-                "answer": v.answer,
-                "program": v.meta.get("program"),
-                "round_trip": v.meta.get("round_trip"),
-                "prose_traces": v.meta.get("prose_traces"),
-                "worded_by": v.meta.get("worded_by"),
-                **{f"acc_{s.name}": acc[(s.name, v.id)] for s in (weak, strong)},
-            }
-            f.write(json.dumps(row) + "\n")
+    write()
     print(
         f"GSM8K test: scanned {scanned} (after the first {args.skip}), the teacher's program correct for {len(sources)}; "
         f"{time.monotonic() - start:.0f} s; variants written to {out}"
