@@ -327,23 +327,20 @@ async def checked_node(
     synthetic version of `origin` at `stage`, its worked solution the engine's program; None with the
     rejection on `ledger`."""
     text, by, failed = await worded(ctx, built)
-    problem = variant(origin.problem, built, id, text, worded_by=by, stage=stage)
-    if why := slots(text, built):
-        ledger.reject(problem, stage, why, check=Check.SLOTS, operator=built.operator)
-        return None
-    hits, k = await round_trip(ctx, problem)
-    if by != ENGINE and hits < k:
+    while True:
+        problem = variant(origin.problem, built, id, text, worded_by=by, stage=stage)
+        if why := slots(text, built):
+            ledger.reject(problem, stage, why, check=Check.SLOTS, operator=built.operator)
+            return None
+        hits, k = await round_trip(ctx, problem)
+        if by == ENGINE or hits == k:
+            break
         # a model's clause must be solved to the label by every program: one that misreads it can be solved
         # by the same misreading ("the total cost before adding the additional $140", labelled total + 140,
         # 1 of 3 in GSM8K); else the engine's template, checked again
         answers = problem.meta.get("round_trip_answers", [])  # absent when no program could be requested
         failed.append(f"the model's clause: round trip {hits} of {k}, not all; its programs gave {answers}")
         text, by = built.question, ENGINE
-        problem = variant(origin.problem, built, id, text, worded_by=by, stage=stage)
-        if why := slots(text, built):
-            ledger.reject(problem, stage, why, check=Check.SLOTS, operator=built.operator)
-            return None
-        hits, k = await round_trip(ctx, problem)
     if failed:
         problem.meta["wording_failed"] = failed
     problem.meta["round_trip"] = f"{hits} of {k}"
