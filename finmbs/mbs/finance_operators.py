@@ -43,6 +43,7 @@ from finmbs.mbs.finance_terms import (
     OVER_AFTER,
     PRINCIPALS,
     answer_text,
+    flat_decimals,
     naming_error,
     pick,
 )
@@ -227,11 +228,6 @@ def defining_term(passage: str, figure: QuotedFigure) -> str | None:
     if not _MEANS.match(between) or _DEFINITION_END.search(flat_decimals(between)):
         return None
     return " ".join(last.group(1).split())
-
-
-def flat_decimals(text: str) -> str:
-    """`text` with the points of decimals removed ("0.50%", "Section 2.05" end no sentence)."""
-    return re.sub(r"(?<=\d)\.(?=\d)", "", text)
 
 
 def passage_name_error(name: str, passage: str, figure: QuotedFigure) -> str | None:

@@ -70,3 +70,8 @@ def short_name(company: str) -> str:
     web suffix dropped ("AMAZON.COM, INC." -> "Amazon"; "Brown-Forman Corporation" -> "Brown-Forman")."""
     name = entity_name(re.sub(r"\.com\b", "", company, flags=re.IGNORECASE)) or company
     return re.sub(r"[A-Za-z][A-Za-z’']*", lambda m: m.group(0).capitalize(), name.lower()) if name.isupper() else name
+
+
+def flat_decimals(text: str) -> str:
+    """`text` with the points of decimals removed ("0.50%", "Section 2.05" end no sentence)."""
+    return re.sub(r"(?<=\d)\.(?=\d)", "", text)

@@ -27,7 +27,7 @@ from datetime import date
 from fractions import Fraction
 from pathlib import Path
 
-from finmbs.mbs.finance_terms import BENCHMARKS, DAYS, FEE, OVER, OVER_AFTER, PRINCIPALS, pick
+from finmbs.mbs.finance_terms import BENCHMARKS, DAYS, FEE, OVER, OVER_AFTER, PRINCIPALS, flat_decimals, pick
 from finmbs.mine.questions import home_chunk
 from finmbs.records import Chunk, Document, Snippet, shown_path
 from finmbs.verify.spans import candidate_spans
@@ -176,7 +176,7 @@ def span_fact_sets(passage: str, key: str) -> list[FactSet]:
             if FEE.search(before):
                 sets.append(fee_set(fact, key))
             elif RATE.search(before):
-                over = OVER.search(re.sub(r"(?<=\d)\.(?=\d)", "", before)) or OVER_AFTER.match(after)  # 0.50% no end
+                over = OVER.search(flat_decimals(before)) or OVER_AFTER.match(after)  # 0.50% no end
                 sets.append(interest_set(fact, key, margin=bool(over)))
             else:
                 continue
