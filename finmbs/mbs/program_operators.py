@@ -14,7 +14,8 @@ numeric literal of the program. Operators (after MetaMath's FOBAR, GSM-Symbolic 
 - `resampled`: every given drawn again near its value, in its own kind (a whole number stays whole, a
   decimal keeps its decimals), the question's text changed number by number. It is never new in
   structure; it multiplies what the others make and gives the novelty guard new numbers. Whether the new
-  numbers keep every intermediate value admissible is the sandbox's to say (`admissibility_program`).
+  numbers keep every intermediate value admissible is the sandbox's to say (`admissibility_program`); a
+  question with a number its program does not compute with is not resampled at all (`unmodelled`).
 - `backward`: one given masked as x, the original answer stated, x asked for with FOBAR's sentence. Its
   program searches the given's admissible values (positive multiples of its written resolution, around
   its value) for those that give the stated answer, and fails unless the forward program is strictly
@@ -38,9 +39,10 @@ from fractions import Fraction
 from textwrap import indent
 
 from finmbs.verify.program import parse_program
-from finmbs.verify.skeleton import assigned
+from finmbs.verify.skeleton import Flow, assigned
 
 ANSWER = "answer"
+STRAIGHT = (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Import, ast.ImportFrom, ast.Expr)
 UNKNOWN = "x"
 BODY = "    "  # a function body's indent in the programs the engine builds
 SEARCH_POINTS = 4000  # the most values a backward program tries
@@ -313,6 +315,8 @@ def resampled(source: Source, key: str, attempt: int = 0) -> Built | Refusal:
     found = givens(source.question, source.program)
     if not found:
         return Refusal("resampled", "no given: no number of the question is a literal of its program")
+    if why := unmodelled(source.question, source.program, found):
+        return Refusal("resampled", why)
     rng = rng_for(f"{key}:{attempt}")
     at, changes = {}, []
     drawn = []
@@ -333,6 +337,39 @@ def resampled(source: Source, key: str, attempt: int = 0) -> Built | Refusal:
         states=stated_values(question),
         details={"givens": {written(g.number, g.number.value): written(g.number, v) for g, v in zip(found, drawn)}},
     )
+
+
+def unmodelled(question: str, source: str, found: list[Given]) -> str | None:
+    """Why drawing `question`'s givens again could contradict the question, else None: a relation among
+    its numbers that the program does not compute with, and so that no run of the program can check.
+    Read in GSM8K variants: "15 customers" whose three groups of 3 make 9 (the count was bound and never
+    used), "plays for 40 minutes; in the first 30 minutes ...; in the second 30 minutes ..." (the total
+    was never in the program). Three cases, each refused:
+    - a number the question writes in digits that no literal of the program holds (itself, or over 100
+      for a percent): a total, a date, a value the teacher folded into another by hand;
+    - a given whose literals all sit in statements the answer does not depend on (`Flow`'s backward
+      slice from the last statement binding `answer`);
+    - a program whose top level is not straight-line (a loop, a branch, a function), whose data flow is
+      not read statement by statement here."""
+    try:
+        body = parsed(source).body
+        held = {Fraction(str(lit.value)) for lit in program_literals(source)}
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+        return f"the program does not parse: {exc}"
+    for number in numbers(question):
+        if number.value not in held and not (number.percent and number.value / 100 in held):
+            return f"the question states {question[number.start : number.end]!r}, which its program never holds"
+    if not all(isinstance(s, STRAIGHT) for s in body):
+        return "the program is not straight-line: which givens its answer uses is not read"
+    last = [i for i, s in enumerate(body) if ANSWER in assigned(s)]
+    if not last:
+        return "the program binds no answer at its top level"
+    live = Flow(body).closure(last[-1])
+    used = {(n.lineno, n.col_offset) for i in live for n in ast.walk(body[i]) if _numeric(n)}
+    for given in found:
+        if not used & set(given.at):
+            return f"the question's {written(given.number, given.number.value)} is a given its answer never uses"
+    return None
 
 
 # What a calendar holds: a count of these units per that one is never more (read in GSM8K variants: "she

@@ -33,14 +33,13 @@ from finmbs.mbs.solve import document_block
 from finmbs.mbs.stages import Check, Stage
 from finmbs.records import Problem
 from finmbs.resources import render_prompt
-from finmbs.verify.skeleton import assigned
+from finmbs.verify.skeleton import SIMPLE, Flow, assigned, loaded, stored
 
 STAGE = Stage.DECOMPOSE
 CHECK = Check.SLICE  # the rejection check of a child whose answer is not its slice's value
 ANSWER = "answer"
 # calls that only convert or round a value: `answer = round(total, 2)` computes no new step
 FORMATTING = frozenset({"int", "float", "round", "abs", "floor", "ceil", "trunc", "Fraction", "Decimal"})
-SIMPLE = (ast.Assign, ast.AnnAssign, ast.AugAssign)
 
 
 class Slice(BaseModel):
@@ -52,27 +51,6 @@ class Slice(BaseModel):
     source: str
     at: int
     value: str | None = None
-
-
-def _stored(node: ast.AST) -> set[str]:
-    """The names a statement binds (targets, loop variables, imports, definitions), anywhere inside it."""
-    names = set()
-    for n in ast.walk(node):
-        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
-            names.add(n.id)
-        elif isinstance(n, (ast.Import, ast.ImportFrom)):
-            names.update((a.asname or a.name).split(".")[0] for a in n.names)
-        elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names.add(n.name)
-    return names
-
-
-def _loaded(node: ast.AST) -> set[str]:
-    """The names a statement reads (an augmented assignment reads its target too)."""
-    names = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
-    if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
-        names.add(node.target.id)
-    return names
 
 
 def _called(node: ast.AST) -> set[str]:
@@ -110,7 +88,7 @@ def _is_input(stmt: ast.stmt) -> bool:
     value = _value(stmt)
     if value is None or isinstance(stmt, ast.AugAssign):
         return False
-    return not (_loaded(value) - _called(value)) and not any(isinstance(n, OPERATIONS) for n in ast.walk(value))
+    return not (loaded(value) - _called(value)) and not any(isinstance(n, OPERATIONS) for n in ast.walk(value))
 
 
 def _is_copy(stmt: ast.stmt) -> bool:
@@ -133,52 +111,6 @@ def _works(stmt: ast.stmt) -> bool:
     return not _is_input(stmt) and not _is_copy(stmt)
 
 
-class _Flow:
-    """The data flow of a program's top-level statements: which earlier statements each one reads from."""
-
-    def __init__(self, body: list[ast.stmt]):
-        self.body = body
-        self.stores = [_stored(s) for s in body]
-        self.deps: list[set[int]] = [self._reaching(i) for i in range(len(body))]
-
-    def _definitions(self, name: str, before: int) -> set[int]:
-        """The statements before `before` whose binding of `name` may reach it: the last one, and the ones
-        before it while the last may not bind it (a loop, an `if`, a `try`)."""
-        found = set()
-        for j in range(before - 1, -1, -1):
-            if name in self.stores[j]:
-                found.add(j)
-                if isinstance(self.body[j], SIMPLE + (ast.Import, ast.ImportFrom)):
-                    break
-        return found
-
-    def _reaching(self, i: int) -> set[int]:
-        return {j for name in _loaded(self.body[i]) for j in self._definitions(name, i)}
-
-    def closure(self, i: int) -> set[int]:
-        """Statement `i` and every statement it depends on, transitively (its backward slice)."""
-        seen, todo = set(), [i]
-        while todo:
-            j = todo.pop()
-            if j not in seen:
-                seen.add(j)
-                todo.extend(self.deps[j])
-        return seen
-
-    def distances(self, i: int) -> dict[int, int]:
-        """Steps from statement `i` back to each statement of its slice along the data flow."""
-        dist, frontier = {i: 0}, [i]
-        while frontier:
-            nxt = []
-            for j in frontier:
-                for k in self.deps[j]:
-                    if k not in dist:
-                        dist[k] = dist[j] + 1
-                        nxt.append(k)
-            frontier = nxt
-        return dist
-
-
 def program_slices(source: str) -> list[Slice]:
     """The slices of `source` a decomposition may offer (before they are run), nearest the final answer
     first (the final step's own operands, then the steps before them), in program order among equals;
@@ -188,10 +120,10 @@ def program_slices(source: str) -> list[Slice]:
         body = ast.parse(source).body
     except (SyntaxError, ValueError):
         return []
-    final = [i for i, s in enumerate(body) if ANSWER in _stored(s)]
+    final = [i for i, s in enumerate(body) if ANSWER in stored(s)]
     if not final:
         return []
-    flow = _Flow(body)
+    flow = Flow(body)
     last = final[-1]
     whole = {j for j in flow.closure(last) if _works(body[j])}
     slices = []

@@ -66,6 +66,76 @@ def assigned(statement: ast.stmt) -> list[str]:
     return [t.id for t in targets if isinstance(t, ast.Name)]
 
 
+SIMPLE = (ast.Assign, ast.AnnAssign, ast.AugAssign)
+
+
+def stored(node: ast.AST) -> set[str]:
+    """The names a statement binds (targets, loop variables, imports, definitions), anywhere inside it."""
+    names = set()
+    for n in ast.walk(node):
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+            names.add(n.id)
+        elif isinstance(n, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in n.names)
+        elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(n.name)
+    return names
+
+
+def loaded(node: ast.AST) -> set[str]:
+    """The names a statement reads (an augmented assignment reads its target too)."""
+    names = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
+        names.add(node.target.id)
+    return names
+
+
+class Flow:
+    """The data flow of a program's top-level statements: which earlier statements each one reads from."""
+
+    def __init__(self, body: list[ast.stmt]):
+        self.body = body
+        self.stores = [stored(s) for s in body]
+        self.deps: list[set[int]] = [self._reaching(i) for i in range(len(body))]
+
+    def _definitions(self, name: str, before: int) -> set[int]:
+        """The statements before `before` whose binding of `name` may reach it: the last one, and the ones
+        before it while the last may not bind it (a loop, an `if`, a `try`)."""
+        found = set()
+        for j in range(before - 1, -1, -1):
+            if name in self.stores[j]:
+                found.add(j)
+                if isinstance(self.body[j], SIMPLE + (ast.Import, ast.ImportFrom)):
+                    break
+        return found
+
+    def _reaching(self, i: int) -> set[int]:
+        return {j for name in loaded(self.body[i]) for j in self._definitions(name, i)}
+
+    def closure(self, i: int) -> set[int]:
+        """Statement `i` and every statement it depends on, transitively (its backward slice)."""
+        seen, todo = set(), [i]
+        while todo:
+            j = todo.pop()
+            if j not in seen:
+                seen.add(j)
+                todo.extend(self.deps[j])
+        return seen
+
+    def distances(self, i: int) -> dict[int, int]:
+        """Steps from statement `i` back to each statement of its slice along the data flow."""
+        dist, frontier = {i: 0}, [i]
+        while frontier:
+            nxt = []
+            for j in frontier:
+                for k in self.deps[j]:
+                    if k not in dist:
+                        dist[k] = dist[j] + 1
+                        nxt.append(k)
+            frontier = nxt
+        return dist
+
+
 def _binds(tree: ast.AST, name: str) -> bool:
     return any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store) for n in ast.walk(tree))
 
