@@ -59,8 +59,12 @@ def test_default_rate_increase_is_an_add_on_over_the_rate_otherwise_applicable(p
     assert found.value == Fraction(1, 50)
 
 
-def test_applied_backward_and_second_period_compute_the_engines_value_in_the_sandbox():
-    found = figure("margin = quote('two percent (2%)', 0.02)\nanswer = margin * 100", AVID)
+# the teacher's name for the figure, as its program binds it: the 1.5B named Brown-Forman's 2% `principal` in a
+# run, which the engine's own `principal = ...` line then overwrote (caught only by the exact-value check)
+@pytest.mark.parametrize("name", ["margin", "principal", "days", "round"])
+def test_applied_backward_and_second_period_compute_the_engines_value_in_the_sandbox(name):
+    found = figure(f"{name} = quote('two percent (2%)', 0.02)\nanswer = {name} * 100", AVID)
+    assert found.name == (name if name == "margin" else "figure_1")
     terms = fo.terms_for("t1", found.value, None)
     for name in ("finance:applied", "finance:backward:principal", "finance:backward:days", "finance:second_period"):
         built = fo.build(name, [found], terms)

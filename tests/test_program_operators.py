@@ -115,9 +115,7 @@ def test_a_question_with_a_number_its_program_does_not_compute_with_is_not_resam
     assert isinstance(ops.resampled(used, "tutor", 0), ops.Built)
     # a variable bound again: only its last binding before the answer is live
     rebound = ops.Source(
-        "Ana has 12 pens and buys 5 more. How many pens does she have?",
-        "pens = 12\npens = 7\nanswer = pens + 5",
-        "12",
+        "Ana has 12 pens and buys 5 more. How many pens does she have?", "pens = 12\npens = 7\nanswer = pens + 5", "12"
     )
     refused = ops.resampled(rebound, "pens", 0)
     assert isinstance(refused, ops.Refusal) and "never holds" not in refused.reason

@@ -28,6 +28,7 @@ re-grounds onto another agreement by rebinding each quote to that agreement's an
 from __future__ import annotations
 
 import ast
+import builtins
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -57,6 +58,12 @@ RANGES: dict[str, tuple[Fraction, Fraction]] = {
     RATE: (Fraction(0), Fraction(25, 100)),
     DAY_COUNT: (Fraction(360), Fraction(366)),
 }
+# the names the engine's programs bind themselves (`_givens_lines`, the operators' bodies, the backward
+# search's, `ops.search_program`): a quoted figure never takes one of them
+ENGINE_NAMES = frozenset(
+    {"principal", "base_rate", "days", "basis", "second_rate", "second_days", "first", "second", "higher", "lower",
+     "answer", "previous", "x", "forward", "target", "step", "hits", "values", "k", "y", "rises", "falls", "quote"}
+)  # fmt: skip
 PRINCIPAL_STEP = 100_000  # a backward principal: the admissible principals are its multiples
 SEARCH_DAYS = 366  # a backward number of days: 1 .. this
 ROUNDING = "Give the answer in dollars, rounded to the nearest cent."
@@ -127,7 +134,8 @@ def role_of(passage: str, start: int, text: str, value: Fraction, kind: str) -> 
 
 def quoted_figures(program: str, passage: str) -> list[QuotedFigure]:
     """The figures `program` binds by `name = quote("text", value)` at its top level, each located in the
-    passage and given its role there."""
+    passage and given its role there. A figure keeps the program's name for it unless the engine's programs
+    bind that name themselves (`ENGINE_NAMES`, or a builtin): then it is `figure_k`."""
     try:
         tree = ast.parse(program)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
@@ -150,11 +158,10 @@ def quoted_figures(program: str, passage: str) -> list[QuotedFigure]:
         exact = Fraction(str(value))
         role, base = role_of(passage, start, span.text, span.value, kind) if span and start >= 0 else (None, None)
         before, after = context_of(passage, start, start + len(text)) if start >= 0 else ("", "")
-        found.append(
-            QuotedFigure(
-                node.targets[0].id, text, exact, start, role, base, " ".join(f"{before} [{text}] {after}".split())
-            )
-        )
+        name = node.targets[0].id
+        if name in ENGINE_NAMES or hasattr(builtins, name):
+            name = f"figure_{len(found) + 1}"  # the teacher's `principal = quote('2%', 0.02)` read in a run
+        found.append(QuotedFigure(name, text, exact, start, role, base, " ".join(f"{before} [{text}] {after}".split())))
     return found
 
 
