@@ -46,6 +46,8 @@ def solving(question: str) -> str | None:
     if not rate:
         return None
     r = f"({num(rate[1])} / 100 + m)"
+    if "At what rate per annum" in question:
+        return f"answer = {r} * 100"
     principal = re.search(rf"a loan of {_N}", question)
     if second := re.search(
         rf"first period of (\d+) days\. For the next (\d+) days the rate it would otherwise bear is {_N}%", question
@@ -125,7 +127,13 @@ async def hardened(server, tmp_path: Path, teacher: FinanceTeacher, **stages: ob
 async def test_the_engine_builds_names_and_round_trips_each_finance_variant(tmp_path, openai_server):
     kept, node, ledger = await hardened(openai_server, tmp_path, FinanceTeacher())
     by_op = {n.problem.meta["operator"]: n.problem for n in kept}
-    expected = {"finance:applied", "finance:backward:principal", "finance:second_period", "finance:backward:days"}
+    expected = {
+        "finance:all_in_rate",
+        "finance:applied",
+        "finance:backward:principal",
+        "finance:second_period",
+        "finance:backward:days",
+    }
     assert set(by_op) == expected, [r.reason for r in ledger.rejected]
     for problem in by_op.values():
         meta = problem.meta
@@ -141,8 +149,9 @@ async def test_the_engine_builds_names_and_round_trips_each_finance_variant(tmp_
     assert applied.answer == f"${float(round(exact, 2)):,.2f}"
     assert by_op["finance:backward:principal"].answer == f"${int(details['principal']):,}"
     assert by_op["finance:backward:days"].answer == str(details["days"])
+    assert by_op["finance:all_in_rate"].answer == f"{float(rate * 100):.2f}%"
     funnel = operator_funnel([n.problem for n in kept], [])  # each finance operator its own row
-    assert set(funnel) == {"finance:applied", "finance:backward", "finance:second_period"}
+    assert set(funnel) == {"finance:all_in_rate", "finance:applied", "finance:backward", "finance:second_period"}
     assert funnel["finance:backward"]["qualified"] == 2
 
 
@@ -175,7 +184,7 @@ async def test_round_trip_misses_reject_every_variant(tmp_path, openai_server):
     kept, _, ledger = await hardened(openai_server, tmp_path, FinanceTeacher(programs_miss=True))
     assert kept == []
     checks = [r.data.get("check") for r in ledger.rejected if r.problem.meta.get("authored_by") == "engine"]
-    assert checks.count("round_trip") == 4, [r.reason for r in ledger.rejected]
+    assert checks.count("round_trip") == 5, [r.reason for r in ledger.rejected]
 
 
 def test_the_switch_and_the_paper_profile(tmp_path):

@@ -66,7 +66,13 @@ def test_applied_backward_and_second_period_compute_the_engines_value_in_the_san
     found = figure(f"{name} = quote('two percent (2%)', 0.02)\nanswer = {name} * 100", AVID)
     assert found.name == (name if name == "margin" else "figure_1")
     terms = fo.terms_for("t1", found.value, None)
-    for name in ("finance:applied", "finance:backward:principal", "finance:backward:days", "finance:second_period"):
+    for name in (
+        "finance:all_in_rate",
+        "finance:applied",
+        "finance:backward:principal",
+        "finance:backward:days",
+        "finance:second_period",
+    ):
         built = fo.build(name, [found], terms)
         assert isinstance(built, fo.FinanceBuilt), built
         built.names = ["the Default Rate"]
@@ -76,6 +82,12 @@ def test_applied_backward_and_second_period_compute_the_engines_value_in_the_san
         text = built.question("AvidXchange")
         assert slots(text, fo.as_built(built)) is None, (name, text)
         assert "2%" not in text and "two percent" not in text  # the solver looks the figure up
+    all_in = fo.build("finance:all_in_rate", [found], terms)
+    assert all_in.expect == (terms.base + Fraction(1, 50)) * 100 and fo.answer_of(all_in, all_in.expect).endswith("%")
+    assert "$" not in all_in.question("AvidXchange", ["the Default Rate"])  # the rate alone: no principal
+    own_rate = fo.QuotedFigure(**{**found.__dict__, "role": fo.RATE, "base": None})
+    refused = fo.build("finance:all_in_rate", [own_rate], terms)
+    assert isinstance(refused, ops.Refusal) and "nothing to add" in refused.reason  # asking for it is the lookup
     applied = fo.build("finance:applied", [found], terms)
     assert "would otherwise bear interest" in applied.template  # a default rate holds its benchmark already
     assert "accrues as {name0} provides" in applied.template

@@ -37,7 +37,14 @@ from finmbs.verify.program import run_program_async
 from finmbs.verify.spans import candidate_spans
 
 STAGE = Stage.LEAF
-PLAN = ("finance:applied", "finance:backward:principal", "finance:second_period", "finance:backward:days")
+# the mildest first: the leaf is a lookup the target already solves
+PLAN = (
+    "finance:all_in_rate",
+    "finance:applied",
+    "finance:backward:principal",
+    "finance:second_period",
+    "finance:backward:days",
+)
 TWO = "finance:two_figures"
 HALF_CENT = Fraction(1, 200)
 

@@ -4,6 +4,8 @@ The finance counterpart of `finmbs.mbs.program_operators`: from a verified finan
 quotes a figure of its passage (`name = quote("verbatim text", value)`), the engine builds harder problems
 itself, as programs over that quoted figure and inputs the engine states:
 
+- `all_in_rate`: the mildest step over a lookup: the rate a loan bears once a quoted add-on applies over
+  a base rate the engine states (4.8% plus the Default Rate's two percent: 6.8%), asked as a percent.
 - `applied`: the quoted rate applied to a principal over a number of days under the day count (the
   passage's own, quoted, when it states one; else a 360-day year the question states). A figure added to
   another rate (a margin, spread or default-rate increase: `role` ADD_ON) is applied over a base the engine
@@ -444,6 +446,35 @@ def usable(figure: QuotedFigure) -> ops.Refusal | None:
     return None
 
 
+def all_in_rate(figure: QuotedFigure, terms: Terms) -> FinanceBuilt | ops.Refusal:
+    """The rate per annum a loan bears once the quoted add-on applies over the engine's base rate: one
+    addition over the lookup, for a leaf the target solves (module docstring). A rate of its own is refused:
+    asking for it is the lookup again."""
+    if refusal := usable(figure):
+        return refusal
+    if figure.role != ADD_ON:
+        return ops.Refusal("all_in_rate", f"the quoted figure {figure.text!r} is a rate of its own: nothing to add")
+    loan, states = _loan(figure, terms)
+    loan = loan.replace(f"a loan of {money_text(terms.principal)}", "a loan")
+    states = [s for s in states if s != terms.principal]
+    ask = (
+        "At what rate per annum does interest on it then accrue?"
+        if figure.base == OTHERWISE
+        else "At what rate per annum does it bear interest?"
+    )
+    return FinanceBuilt(
+        operator="finance:all_in_rate",
+        template=(f"Under {{company}}'s credit agreement, {loan}. {ask} Give the answer as a percent."),
+        figures=[figure],
+        body=f"base_rate = {literal_of(terms.base)}\nanswer = round({_rate_expr(figure)} * 100, 6)",
+        states=states,
+        expect=(terms.base + figure.value) * 100,
+        unit="percent",
+        details={"base": literal_of(terms.base)},
+        terms=terms,
+    )
+
+
 def applied(figure: QuotedFigure, terms: Terms) -> FinanceBuilt | ops.Refusal:
     """The quoted rate applied to the engine's principal over its days (module docstring)."""
     if refusal := usable(figure):
@@ -610,6 +641,8 @@ def build(operator: str, figures: list[QuotedFigure], terms: Terms) -> FinanceBu
     what the leaf's operators build, and what rebinding builds again over another agreement's figures."""
     if not figures:
         return ops.Refusal(operator, "no figure to build on")
+    if operator == "finance:all_in_rate":
+        return all_in_rate(figures[0], terms)
     if operator == "finance:applied":
         return applied(figures[0], terms)
     if operator.startswith("finance:backward:"):
@@ -662,6 +695,8 @@ def worked(built: FinanceBuilt) -> str:
     stated = f"The passage's figure {f.text!r} is {percent_text(f.value)}"
     if f.role == ADD_ON:
         stated += f"; the rate is {percent_text(t.base)} + {percent_text(f.value)} = {percent_text(rate)} per annum"
+    if built.operator == "finance:all_in_rate":
+        return f"{stated}."
     if built.operator == "finance:applied":
         text, value = steps(t.principal, rate, t.days, t.basis)
         return f"{stated}. Interest: {text}, or {money_text(cents(value))}."
@@ -704,6 +739,8 @@ def answer_of(built: FinanceBuilt, value: float | Fraction) -> str:
     """The answer's text: money to the cent (a principal in whole dollars), days as a whole number."""
     if built.unit == "days":
         return str(int(round(float(value))))
+    if built.unit == "percent":  # the value in percent units: 6.8 for 6.80%
+        return answer_text(value, "percent")
     if built.operator == "finance:backward:principal":
         return f"${int(round(float(value))):,}"
     return answer_text(value, "money")
