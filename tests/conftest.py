@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from finmbs.config import Endpoint
+from finmbs.config import Endpoint, IndexSettings
 from finmbs.testing.server import ScriptedOpenAIServer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -20,6 +21,25 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.skip(f"shared data folder not found at {SHARED_DATA}")
     return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def agreements_built(tmp_path_factory) -> Path:
+    """The test agreements (`finance_world.AGREEMENTS`, cut from the shared data) ingested once a session;
+    each module that needs them takes its own copy (`agreements_copy`), so none sees another's writes."""
+    from finmbs.testing.finance_world import agreements_index  # the ingest stack, loaded only when needed
+
+    if not (SHARED_DATA / "credit_agreements" / "docs").is_dir():
+        pytest.skip(f"shared agreements not found under {SHARED_DATA}")
+    base = tmp_path_factory.mktemp("agreements")
+    agreements_index(base, SHARED_DATA)
+    return base
+
+
+def agreements_copy(built: Path, where: Path) -> IndexSettings:
+    """A copy of the session's agreements index (`agreements_built`) under `where`: its settings."""
+    shutil.copytree(built, where, dirs_exist_ok=True)
+    return IndexSettings(path=str(where / "index"))
 
 
 @pytest.fixture

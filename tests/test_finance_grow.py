@@ -16,7 +16,7 @@ from finmbs.config import dump_config
 from finmbs.ingest import open_index
 from finmbs.records import Problem, SyntheticTree
 from finmbs.runs import read_jsonl
-from finmbs.testing.finance_world import DUPLICATE, FinanceWorld, agreements_index
+from finmbs.testing.finance_world import DUPLICATE, FinanceWorld
 from finmbs.testing.world import Agent, world_config
 from finmbs.verify.finance import compare
 
@@ -34,12 +34,10 @@ AGENTS = {
 
 
 @pytest.fixture(scope="module")
-def index_settings(tmp_path_factory):
-    from conftest import SHARED_DATA
+def index_settings(agreements_built, tmp_path_factory):
+    from conftest import agreements_copy
 
-    if not SHARED_DATA.is_dir():
-        pytest.skip(f"shared data folder not found at {SHARED_DATA}")
-    return agreements_index(tmp_path_factory.getbasetemp() / "finance-index", SHARED_DATA)
+    return agreements_copy(agreements_built, tmp_path_factory.mktemp("finance-index"))
 
 
 def test_grow_finance_seeds_end_to_end(tmp_path, openai_server, index_settings):

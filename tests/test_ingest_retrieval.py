@@ -297,11 +297,11 @@ def test_a_hung_parser_is_stopped_and_its_file_reported(tmp_path):
         (tmp_path / name).write_text("Section 1.01 Interest. The Borrower shall pay interest monthly.\n")
         files.append(tmp_path / name)
     started = time.monotonic()
-    # the limit counts from the wait for a file, fresh worker start-up included: 90 s leaves room on a busy machine
-    results = dict(prepared_files(files, IndexSettings(), workers=2, parse=hang_on_slow, timeout_s=90))
-    assert results[tmp_path / "slow.txt"] == "parsing took longer than 90 s"
+    # the limit counts once the pool's processes are up (their imports can take a minute on a busy machine)
+    results = dict(prepared_files(files, IndexSettings(), workers=2, parse=hang_on_slow, timeout_s=10))
+    assert results[tmp_path / "slow.txt"] == "parsing took longer than 10 s"
     assert isinstance(results[tmp_path / "a.txt"], list)
-    assert time.monotonic() - started < 500
+    assert time.monotonic() - started < 300
 
 
 def test_a_worker_crash_skips_only_its_file(tmp_path):

@@ -24,7 +24,7 @@ from finmbs.records import Document
 from finmbs.runs import read_jsonl
 from finmbs.runs.grow import run_grow
 from finmbs.seeds import load_seeds
-from finmbs.testing.finance_world import FinanceWorld, agreements_index
+from finmbs.testing.finance_world import FinanceWorld
 from finmbs.testing.server import Reply
 from finmbs.testing.world import Agent, world_config
 
@@ -48,13 +48,11 @@ original, but all of which when taken together shall constitute a single contrac
 
 
 @pytest.fixture(scope="module")
-def settings(tmp_path_factory):
-    from conftest import SHARED_DATA
+def settings(agreements_built, tmp_path_factory):
+    from conftest import agreements_copy
 
-    if not SHARED_DATA.is_dir():
-        pytest.skip(f"shared data folder not found at {SHARED_DATA}")
-    base = tmp_path_factory.getbasetemp() / "mine-index"
-    built = agreements_index(base, SHARED_DATA)
+    base = tmp_path_factory.mktemp("mine-index")
+    built = agreements_copy(agreements_built, base)
     extra = base / "extra"
     extra.mkdir(exist_ok=True)
     (extra / f"{NOTICES}.txt").write_text(NO_FIGURES, encoding="utf-8")

@@ -21,7 +21,6 @@ from finmbs.mine.questions import Options
 from finmbs.mine.run import run_mine
 from finmbs.records import Document
 from finmbs.runs import read_jsonl
-from finmbs.testing.finance_world import agreements_index
 from finmbs.testing.server import Reply, Request
 from finmbs.testing.world import world_config
 from finmbs.verify.program import run_program
@@ -224,12 +223,10 @@ class FactsWorld:
 
 
 @pytest.fixture(scope="module")
-def index_settings(tmp_path_factory):
-    from conftest import SHARED_DATA
+def index_settings(agreements_built, tmp_path_factory):
+    from conftest import agreements_copy
 
-    if not (SHARED_DATA / "credit_agreements" / "docs").is_dir():
-        pytest.skip(f"shared agreements not found under {SHARED_DATA}")
-    return agreements_index(tmp_path_factory.getbasetemp() / "facts-index", SHARED_DATA)
+    return agreements_copy(agreements_built, tmp_path_factory.mktemp("facts-index"))
 
 
 def facts_config(

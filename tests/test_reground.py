@@ -31,7 +31,7 @@ from finmbs.mbs.reground import (
     windows,
 )
 from finmbs.records import Document, Problem, Snippet, SyntheticTree, TreeNode
-from finmbs.testing.finance_world import DUPLICATE, INVENTED, FinanceWorld, agreements_index
+from finmbs.testing.finance_world import DUPLICATE, INVENTED, FinanceWorld
 from finmbs.testing.world import Agent, worked, world_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,12 +46,10 @@ BF, AV = SEEDS["bf-pricing-split-ratings"], SEEDS["av-min-liquidity"]  # BF's ag
 
 
 @pytest.fixture(scope="module")
-def index(tmp_path_factory):
-    from conftest import SHARED_DATA
+def index(agreements_built, tmp_path_factory):
+    from conftest import agreements_copy
 
-    if not SHARED_DATA.is_dir():
-        pytest.skip(f"shared data folder not found at {SHARED_DATA}")
-    settings = agreements_index(tmp_path_factory.getbasetemp() / "finance-index", SHARED_DATA)
+    settings = agreements_copy(agreements_built, tmp_path_factory.mktemp("reground-index"))
     with open_index(settings) as opened:
         yield opened
 

@@ -18,7 +18,9 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
+from multiprocessing.queues import Queue
 from pathlib import Path
+from queue import Empty
 
 import pymupdf
 from pydantic import Field
@@ -175,6 +177,23 @@ def _prepare_alone(path: Path, settings: IndexSettings, parse: Parse) -> list[Pr
 
 
 PARSE_TIMEOUT_S = 900  # one file's parse and chunking, at most (a 300-page PDF with tables on a busy machine)
+STARTUP_TIMEOUT_S = 300  # the most a fresh pool's start-up (each parser process's imports) is waited for
+
+
+def _started(ready: Queue) -> None:
+    """A parser process's initializer: it says it is up, its imports done (`_wait_started`)."""
+    ready.put(os.getpid())
+
+
+def _wait_started(ready: Queue, processes: int) -> None:
+    """Wait until `processes` parser processes are up, or STARTUP_TIMEOUT_S: a file's parse limit counts
+    from there, not from a cold start that a busy machine can stretch to a minute."""
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    for _ in range(processes):
+        try:
+            ready.get(timeout=max(deadline - time.monotonic(), 0.01))
+        except Empty:
+            return
 
 
 def _stop(pool: ProcessPoolExecutor) -> None:
@@ -189,14 +208,18 @@ def prepared_files(
 ) -> Iterator[tuple[Path, list[Prepared] | str]]:
     """(file, documents or skip reason) in input order, parsed by `workers` processes (1: in this
     process). A file that crashes its worker is re-run alone and reported if it crashes again; a file
-    whose worker does not answer within `timeout_s` is reported; the other files go on in a fresh pool."""
+    whose worker does not answer within `timeout_s` (counted once the pool's processes are up) is reported;
+    the other files go on in a fresh pool."""
     if workers <= 1:
         yield from ((path, parse(path, settings)) for path in paths)
         return
     queue = list(paths)
+    context = mp.get_context("spawn")
     while queue:
-        pool = ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"))
+        ready = context.Queue()
+        pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_started, initargs=(ready,))
         futures = [(path, pool.submit(parse, path, settings)) for path in queue]
+        _wait_started(ready, min(workers, len(futures)))
         queue = []
         for i, (path, future) in enumerate(futures):
             try:
