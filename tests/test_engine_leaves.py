@@ -196,6 +196,17 @@ async def test_the_engine_builds_words_and_checks_each_variant(tmp_path, openai_
     assert ledger.rejected == []
 
 
+async def test_hardening_a_leaf_reports_the_leaf_stage_before_any_model_call(tmp_path, openai_server):
+    # read in a quickstart's progress: a too-easy seed whose variants all had template wordings stayed at
+    # "traces" for 15 minutes of leaf work, and the time-left estimate grew from 9 to 42 minutes
+    openai_server.handler = PayTeacher()
+    ctx = Context(config=config(openai_server.base_url, tmp_path / "c.sqlite"), gateway=Gateway(cache_path=None))
+    seen: list[int] = []  # how many requests the server had seen at each tick of the leaf stage
+    ctx.tick = lambda stage: seen.append(len(openai_server.requests)) if str(stage) == "leaf" else None
+    await harder_leaves(ctx, leaf(1.0), Ledger("pay"))
+    assert seen and seen[0] == 0  # the first tick of the leaf stage comes before the first request
+
+
 async def test_a_clause_that_states_the_old_answer_falls_back_to_the_template(tmp_path, openai_server):
     kept, _, _ = await hardened(openai_server, tmp_path, PayTeacher(clause="leak"), accuracy=0.0)
     added = next(n.problem for n in kept if n.problem.meta["operator"].startswith("added_step"))

@@ -306,6 +306,7 @@ async def harder_leaves(ctx: Context, leaf: TreeNode, ledger: Ledger) -> list[Tr
     """Synthetic versions of one leaf: first the engine's own (`stages.program_operators`, math), then,
     when it keeps none, round r asks teacher r, until a round keeps a variant (or, by operators, until
     every operator of the catalogue was asked once)."""
+    ctx.tick(STAGE)  # the progress line's stage: a too-easy seed comes here from its traces
     plan = await leaf_plan(ctx, leaf)
     engine = engine_on(ctx, leaf.problem) or finance_on(ctx, leaf.problem)
     if engine and (kept := await engine_hardened(ctx, leaf, ledger, plan)):
