@@ -9,7 +9,8 @@ process, and never below the child's own exact peak; a page shared by several pr
 - finmbs: `ingest_paths` (W parser processes, pymupdf + tables, structure-aware chunks that fit
   MiniLM's window, summaries, dense + BM25 vectors in Qdrant Edge).
 - LlamaIndex: SimpleDirectoryReader (pypdf page reader for PDFs, BeautifulSoup text for HTML, as the
-  llama-index-readers-file package would do) + SentenceSplitter(512, 50) + the same MiniLM embedder
+  llama-index-readers-file package would do) + SentenceSplitter(512, 50) + the same MiniLM embedder, each
+  node embedded with the metadata LlamaIndex embeds (its file path, so the file name, and page: MetadataMode.EMBED)
   + qdrant-client local mode (what QdrantVectorStore(path=...) uses underneath).
 Finished measurements are kept in the results file (JSON), so a killed run resumes where it stopped.
 """
@@ -66,6 +67,7 @@ def run_llamaindex(files: list[Path], index_dir: str) -> dict:
     from llama_index.core import Document, SimpleDirectoryReader
     from llama_index.core.node_parser import SentenceSplitter
     from llama_index.core.readers.base import BaseReader
+    from llama_index.core.schema import MetadataMode
     from pypdf import PdfReader
     from qdrant_client import QdrantClient, models
 
@@ -88,9 +90,12 @@ def run_llamaindex(files: list[Path], index_dir: str) -> dict:
     nodes = SentenceSplitter(chunk_size=512, chunk_overlap=50, tokenizer=token_counter(MODEL)).get_nodes_from_documents(
         docs
     )
+    # embedded as LlamaIndex's VectorStoreIndex embeds a node: with the metadata SimpleDirectoryReader leaves
+    # in for embedding (the file's path, so its name, and the page), not the bare text
+    embedded = [n.get_content(metadata_mode=MetadataMode.EMBED) for n in nodes]
     model = embedder(MODEL)
-    vectors = model.encode([n.get_content() for n in nodes])
-    over = over_window(MODEL, [n.get_content() for n in nodes])
+    vectors = model.encode(embedded)
+    over = over_window(MODEL, embedded)
     client = QdrantClient(path=index_dir)
     client.create_collection("li", vectors_config=models.VectorParams(size=model.dim, distance=models.Distance.COSINE))
     points = [
