@@ -70,6 +70,12 @@ def test_brown_forman_pricing_grid_margin_gives_interest_over_a_benchmark():
     assert margin.text == "0.50%" and margin.value == Fraction(1, 200) and "Category 1" in margin.context
     expected = givens["principal"] * (givens["benchmark"] + margin.value) * givens["days"] / 360
     assert first.value == expected
+    # the same margin, one step: the rate per annum over the benchmark, in percent (never for a rate of its own)
+    all_in = next(s for s in span_fact_sets(grid, key="bf") if s.operation == "all_in_rate" and s.facts[0] == margin)
+    [benchmark] = all_in.givens
+    assert all_in.kind == "one_step" and all_in.unit == "percent"
+    assert all_in.value == (benchmark.value + Fraction(1, 200)) * 100
+    assert "all_in_rate" not in [s.operation for s in span_fact_sets("interest at 7.25% per annum", key="x")]
 
 
 def test_a_share_of_something_is_no_rate_and_a_ratio_level_gives_headroom():
@@ -155,6 +161,12 @@ def test_the_teachers_lines_may_use_only_the_engines_names():
 
 
 # the engine through the scripted server ------------------------------------------------------------------------
+def answered(prompt: str, value: float) -> str:
+    """The answer as the operation's unit writes it: a rate in percent points (`* 100`), else money."""
+    formula = re.search(r"^answer = (.+)$", prompt, re.M).group(1)  # type: ignore[union-attr]
+    return f"{value:.2f}%" if formula.endswith("* 100") else f"${value:,.2f}"
+
+
 class FactsWorld:
     """Teacher, judge and target for fact-set prompts: the teacher states every given and describes the
     facts (`leak`: writes a fact's value; `wrong`: its program adds 1; `undefined`: uses a name of its own)
@@ -203,7 +215,7 @@ class FactsWorld:
         words = f"the scripted provision {len(self.answers):03d}x"
         if self.knob("leak", re.search(r"about (.+?)\. The figures", text).group(1)):  # type: ignore[union-attr]
             words += f" at {next(iter(shown.values()))}"
-        self.answers[words] = f"${value:,.2f}"
+        self.answers[words] = answered(text, value)
         return {"name": words}
 
     def write(self, text: str) -> dict:
@@ -218,7 +230,7 @@ class FactsWorld:
             program += " + 1"
         if self.knob("undefined", name):
             program = f"answer = {formula} * adjustment"
-        self.answers[question] = f"${value:,.2f}"
+        self.answers[question] = answered(text, value)
         return {"question": question, "program": program}
 
 
@@ -269,10 +281,14 @@ def test_seeds_from_facts_are_computed_by_their_program(tmp_path, openai_server,
     assert none["data"]["check"] == "no_facts" and none["data"]["document"] == HOST
     for seed in seeds:
         meta = seed["meta"]
-        assert meta["operation"] in ("interest", "fee", "headroom") and meta["measured"]["k"] == 0
+        assert meta["operation"] in ("interest", "fee", "headroom", "all_in_rate") and meta["measured"]["k"] == 0
         result = run_program(meta["program"], seed["snippet"]["text"])  # the engine's bindings, then the teacher's line
-        assert result.ok and f"${result.value:,.2f}" == seed["answer"]
-        assert seed["question"].endswith("rounded to the nearest cent.")
+        if meta["operation"] == "all_in_rate":  # one step: the benchmark plus the passage's margin, in percent
+            assert result.ok and f"{result.value:.2f}%" == seed["answer"]
+            assert seed["question"].endswith("rounded to two decimal places.")
+        else:
+            assert result.ok and f"${result.value:,.2f}" == seed["answer"]
+            assert seed["question"].endswith("rounded to the nearest cent.")
         for fact, where in zip(meta["facts"], meta["evidence"], strict=True):
             assert fact["text"] in seed["snippet"]["text"] and where["text"] == fact["text"]
     asked = [r.text for r in openai_server.requests if FACTS_MARKER in r.text]
@@ -358,7 +374,8 @@ def test_with_engine_question_the_teacher_only_names_the_figure(tmp_path, openai
             assert shown in seed["question"], (given, seed["question"])
         assert meta["program"].endswith(f"\nanswer = {meta['formula']}")
         result = run_program(meta["program"], seed["snippet"]["text"])
-        assert result.ok and f"${result.value:,.2f}" == seed["answer"]
+        shown = f"{result.value:.2f}%" if meta["operation"] == "all_in_rate" else f"${result.value:,.2f}"
+        assert result.ok and shown == seed["answer"]
     asked = [r for r in openai_server.requests if NAME_MARKER in r.text]
     assert len(asked) == metrics.candidates and all("[NAME]" in r.text for r in asked)
     openai_server.reset()

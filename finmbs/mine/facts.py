@@ -8,6 +8,8 @@ one computation and the operation over it:
 
     interest    a rate of the passage, a principal and a number of days the engine gives:
                 principal * rate * days / 360 (a margin: over a benchmark rate the engine gives)
+    all_in_rate a margin of the passage over a benchmark rate the engine gives: (benchmark + margin) * 100,
+                the rate per annum in percent (one step, where interest is three)
     fee         a fee rate on unused commitments: (commitment - used) * rate * days / 360
     headroom    a maximum (minimum) ratio level: level * denominator - numerator (numerator - level * ...)
     change      one XBRL concept over two fiscal years: (current - prior) / prior * 100
@@ -47,6 +49,10 @@ OF_SOMETHING = re.compile(r"^\s*\)?\s*(?:\([^)]{0,20}\)\s*)?of\b", re.I)  # "25%
 PRECISION = re.compile(r"\b(nearest|multiple|rounded|round)\b[^.;]{0,40}$", re.I)  # "to the nearest 1/100 of 1%"
 CONTEXT_CHARS = 160  # of the passage before a figure, shown as its context
 
+BENCHMARK_MEANING = (
+    "the rate the passage adds this figure to (Term SOFR, the Federal Funds rate, the rate otherwise applicable: "
+    "as the passage says)"
+)
 COMMITMENTS = (150_000_000, 250_000_000, 400_000_000)
 DENOMINATORS = (120_000_000, 180_000_000, 250_000_000)
 
@@ -178,6 +184,8 @@ def span_fact_sets(passage: str, key: str) -> list[FactSet]:
             elif RATE.search(before):
                 over = OVER.search(flat_decimals(before)) or OVER_AFTER.match(after)  # 0.50% no end
                 sets.append(interest_set(fact, key, margin=bool(over)))
+                if over:
+                    sets.append(all_in_set(fact, key))
             else:
                 continue
         elif fact.kind == "ratio" and RATIO.search(before) and COVENANT.search(before) and 0 < fact.value < 20:
@@ -185,7 +193,7 @@ def span_fact_sets(passage: str, key: str) -> list[FactSet]:
         else:
             continue
         seen.add(fact.text)
-    order = {"fee": 0, "headroom": 1, "interest": 2}
+    order = {"fee": 0, "headroom": 1, "interest": 2, "all_in_rate": 3}
     return sorted(sets, key=lambda s: order.get(s.operation, 9))
 
 
@@ -194,13 +202,7 @@ def interest_set(fact: Fact, key: str, margin: bool) -> FactSet:
     principal = Given("principal", Fraction(pick(PRINCIPALS, key, "principal")), "money", "the loan's principal")
     days = Given("days", Fraction(pick(DAYS, key, "days")), "count", "days of interest, on a 360-day year")
     if margin:
-        benchmark = Given(
-            "benchmark",
-            pick(BENCHMARKS, key, "benchmark"),
-            "percent",
-            "the rate the passage adds this figure to (Term SOFR, the Federal Funds rate, the rate otherwise "
-            "applicable: as the passage says)",
-        )
+        benchmark = Given("benchmark", pick(BENCHMARKS, key, "benchmark"), "percent", BENCHMARK_MEANING)
         return _valued(
             FactSet(
                 "interest",
@@ -222,6 +224,22 @@ def interest_set(fact: Fact, key: str, margin: bool) -> FactSet:
             "the interest (or charge) on the principal for the days at the passage's rate, on a 360-day year",
             "money",
             "multi_step",
+        )
+    )
+
+
+def all_in_set(fact: Fact, key: str) -> FactSet:
+    """The rate per annum a margin of the passage gives over a benchmark rate the engine states."""
+    margin = Fact(**{**fact.__dict__, "name": "margin"})
+    return _valued(
+        FactSet(
+            "all_in_rate",
+            [margin],
+            [Given("benchmark", pick(BENCHMARKS, key, "benchmark"), "percent", BENCHMARK_MEANING)],
+            "(benchmark + margin) * 100",
+            "the rate per annum, as a percent, at the benchmark rate plus the passage's margin",
+            "percent",
+            "one_step",
         )
     )
 

@@ -177,6 +177,11 @@ def engine_question(fact_set: FactSet, short: str, document: str, name: str = NA
             f"{head}, a loan of {stated['principal']} bears interest at a benchmark rate of {stated['benchmark']} "
             f"plus {name}. How much interest accrues on it over {stated['days']}, on a 360-day year?"
         )
+    if fact_set.operation == "all_in_rate":
+        return (
+            f"{head}, a loan bears interest at a benchmark rate of {stated['benchmark']} plus {name}. At what "
+            "rate per annum does it bear interest?"
+        )
     if fact_set.operation == "interest":
         return (
             f"{head}, how much accrues on a principal of {stated['principal']} over {stated['days']} at {name}, "
