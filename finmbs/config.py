@@ -410,8 +410,9 @@ class MineSettings(Settings):
     from_facts: bool = Field(
         True,
         description="the engine chooses what a mined question computes: a fact set of the passage (its extracted "
-        "figures, or a filing's iXBRL facts) and an operation over it (interest, a fee on unused commitments, "
-        "a ratio level's headroom, a year-on-year change, a margin) with the hypothetical inputs it needs; the "
+        "figures, or a filing's iXBRL facts) and an operation over it (interest, the all-in rate a margin gives "
+        "over a benchmark, a fee on unused commitments, a ratio level's headroom, a year-on-year change, a "
+        "margin) with the hypothetical inputs it needs; the "
         "teacher writes only the question and a program over the named facts, which the engine binds by "
         "quote(); the program's result is the answer (finmbs/mine/facts.py; not in the paper; off: the "
         "teacher writes question, answer and evidence from the passage)",
