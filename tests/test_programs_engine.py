@@ -119,7 +119,10 @@ async def test_program_agreeing_with_stated_but_not_traces_rejected(tmp_path, op
         )
 
 
-async def test_failing_programs_are_counted_rejections(tmp_path, openai_server):
+async def test_failing_programs_are_counted_rejections(tmp_path, openai_server, monkeypatch):
+    # a 2 s limit: the endless loop's three children wait for it (counted from the program's start, so the
+    # sandbox's start-up is not in it)
+    monkeypatch.setattr("finmbs.verify.program.PROGRAM_TIMEOUT_S", 2.0)
     for bad, why in (
         ("import os\nanswer = os.getpid()", "import of 'os' is not allowed"),
         ("while True:\n    pass", "time limit"),

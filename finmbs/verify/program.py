@@ -203,7 +203,7 @@ def _worker_env() -> dict[str, str]:
 def run_program(
     source: str,
     passage: str | None = None,
-    timeout_s: float = PROGRAM_TIMEOUT_S,
+    timeout_s: float | None = None,
     functions: dict[str, Any] | None = None,
     *,
     restricted: bool = True,
@@ -215,7 +215,9 @@ def run_program(
     for a child with children of its own. Never raises: input that is no program is `refused`.
     `restricted=False` bypasses the language layer (only the sandbox's own tests, to prove that the OS
     layer alone holds); `confined=False` skips the namespaces and the privilege drop (only
-    bench/bench_sandbox.py, to measure what they cost)."""
+    bench/bench_sandbox.py, to measure what they cost). `timeout_s`: default PROGRAM_TIMEOUT_S, read when
+    called."""
+    timeout_s = PROGRAM_TIMEOUT_S if timeout_s is None else timeout_s
     if source is None or (isinstance(source, str) and not source.strip()):
         return ProgramResult(ok=False, error="no program")
     if why := refusal(source, functions):
@@ -417,7 +419,7 @@ def sandbox_layers() -> dict[str, bool]:
 async def run_program_async(
     source: str,
     passage: str | None = None,
-    timeout_s: float = PROGRAM_TIMEOUT_S,
+    timeout_s: float | None = None,
     functions: dict[str, Any] | None = None,
 ) -> ProgramResult:
     """`run_program` off the event loop (the engine's stages are coroutines)."""
