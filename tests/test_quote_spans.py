@@ -17,7 +17,7 @@ from finmbs.config import PAPER_VALUES, load_config
 from finmbs.llm import Gateway
 from finmbs.mbs.context import Context
 from finmbs.mbs.labels import check_labels
-from finmbs.mbs.programs import span_program_reply
+from finmbs.mbs.programs import problem_rates, span_program_reply
 from finmbs.records import Problem, Snippet
 from finmbs.testing.server import Reply
 from finmbs.testing.world import world_config
@@ -171,6 +171,10 @@ async def test_a_listed_figure_verifies_and_the_request_carries_the_enum(tmp_pat
     assert verdict.quotes == [{"text": "two percent (2.0%)", "value": "0.02"}]
     [asked] = [r for r in requests if LISTED in r.text]
     assert '[1] "two percent (2.0%)" = 0.02' in asked.text and "two percent (2.0%)', 0.02)" not in asked.text
+    # the question's own percentage is shown as its rate too (read: the 1.5B added a stated 4.8% as 4.8 to a
+    # listed 0.0575); a question that states none shows no such line
+    assert "The percentages the problem itself states, as rates: 9.50% is 0.095." in asked.text
+    assert problem_rates("What rate per annum do the Loans bear while it continues?") == ""
     schema = json.dumps(asked.body["response_format"])
     assert '"enum": ["two percent (2.0%)", "10.1"]' in schema
 

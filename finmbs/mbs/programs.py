@@ -410,8 +410,20 @@ def program_request(ctx: Context, problem: Problem, *, equations: bool = False) 
         document=document_block(problem),
         question=problem.question,
         figures=listing(spans),
+        problem_rates=problem_rates(problem.question) if spans else "",
     )
     return ProgramRequest(messages=[{"role": "user", "content": text}], spans=spans)
+
+
+def problem_rates(question: str) -> str:
+    """The problem's own percentages with the rates a program writes for them ("4.8% is 0.048"), as the
+    passage's figures are listed: read in round trips, the 1.5B added the question's 4.8% as 4.8 to a listed
+    0.0575. Empty when the problem states none."""
+    rates = [s for s in candidate_spans(question) if s.kind == "percent"]
+    if not rates:
+        return ""
+    shown = "; ".join(f"{s.text} is {s.literal}" for s in dict((s.text, s) for s in rates).values())
+    return f"The percentages the problem itself states, as rates: {shown}.\n"
 
 
 async def drawn_runs(

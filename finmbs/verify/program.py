@@ -417,10 +417,7 @@ def sandbox_layers() -> dict[str, bool]:
 
 
 async def run_program_async(
-    source: str,
-    passage: str | None = None,
-    timeout_s: float | None = None,
-    functions: dict[str, Any] | None = None,
+    source: str, passage: str | None = None, timeout_s: float | None = None, functions: dict[str, Any] | None = None
 ) -> ProgramResult:
     """`run_program` off the event loop (the engine's stages are coroutines)."""
     return await asyncio.to_thread(run_program, source, passage, timeout_s, functions)
