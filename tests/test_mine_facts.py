@@ -15,8 +15,9 @@ import pytest
 
 from finmbs.config import IndexSettings, RunConfig
 from finmbs.ingest.pipeline import prepare
+from finmbs.mbs import finance_operators as fo
 from finmbs.mine.facts import ixbrl_fact_sets, ixbrl_facts, raw_filing, span_fact_sets
-from finmbs.mine.from_facts import body_error, fact_plan, naming_error
+from finmbs.mine.from_facts import body_error, fact_plan, figure_name_error, naming_error
 from finmbs.mine.questions import Options
 from finmbs.mine.run import run_mine
 from finmbs.records import Document
@@ -76,6 +77,25 @@ def test_brown_forman_pricing_grid_margin_gives_interest_over_a_benchmark():
     assert all_in.kind == "one_step" and all_in.unit == "percent"
     assert all_in.value == (benchmark.value + Fraction(1, 200)) * 100
     assert "all_in_rate" not in [s.operation for s in span_fact_sets("interest at 7.25% per annum", key="x")]
+
+
+def test_the_teachers_name_must_fit_the_figure_as_the_question_uses_it():
+    # read in a mining run: Realty Income's Post-Default Rate adds 2% to the rate otherwise applicable; the
+    # 1.5B named it "the Applicable Margin for Loans that are Base Rate Loans" and the question added it to a
+    # benchmark: a solver would need another provision's figure, and the label was the 2%
+    text = (SHIPPED / "realty_income_2023_term_loan_agreement.txt").read_text(encoding="utf-8")
+    start = text.index("“ Post-Default Rate ”")
+    passage = text[start : start + 450]
+    for fact_set in span_fact_sets(passage, key="k"):
+        for name in ("the Applicable Margin for Loans that are Base Rate Loans", "the Post-Default Rate margin"):
+            why = figure_name_error(name, passage, fact_set)
+            assert why and "to the rate otherwise applicable, not to a benchmark" in why
+    # a pricing grid's margin over a benchmark: a margin's name passes, a benchmark's does not
+    doc, grid_text, _ = prepared(SHIPPED / "brown_forman_2023_credit_agreement.txt")
+    grid = grid_text[grid_text.index("Ratings (S&P/Moody’s/Fitch)") :][:400]
+    [first, *_] = span_fact_sets(grid, key="bf")
+    assert figure_name_error("the Applicable Margin for Term SOFR Loans", grid, first) is None
+    assert "name a benchmark" in (figure_name_error("the Term SOFR Rate", grid, first) or "")
 
 
 def test_a_share_of_something_is_no_rate_and_a_ratio_level_gives_headroom():
@@ -212,7 +232,12 @@ class FactsWorld:
         """Asked to name the figure (mine.engine_question): words unique to this request, remembered with the
         answer so that the teacher solves the engine's question right (`leak`: the words state the figure)."""
         value, shown, _ = self.computed(text)
-        words = f"the scripted provision {len(self.answers):03d}x"
+        # a careful teacher: the passage's own term for the figure where its definition holds it, as a margin
+        passage = re.search(r"<passage>\n(.*?)\n</passage>", text, re.S).group(1)  # type: ignore[union-attr]
+        quoted = next(iter(shown.values()))
+        at = passage.find(quoted)
+        term = fo.defining_term(passage, fo.QuotedFigure("f", quoted, Fraction(0), at, None)) if at >= 0 else None
+        words = f"the {term or 'scripted'} margin {len(self.answers):03d}x"
         if self.knob("leak", re.search(r"about (.+?)\. The figures", text).group(1)):  # type: ignore[union-attr]
             words += f" at {next(iter(shown.values()))}"
         self.answers[words] = answered(text, value)

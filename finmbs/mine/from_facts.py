@@ -26,6 +26,7 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BaseModel, Field
 
 from finmbs.ingest.index import Index
+from finmbs.mbs import finance_operators as fo
 from finmbs.mbs.finance_terms import FactName, answer_text, naming_error, pick, written
 from finmbs.mbs.programs import BINDS_ANSWER, mended
 from finmbs.mine.facts import (
@@ -203,6 +204,31 @@ def engine_question(fact_set: FactSet, short: str, document: str, name: str = NA
     return f"According to {short}'s {document}, what is {fact_set.description}?"
 
 
+def figure_name_error(name: str, text: str, fact_set: FactSet) -> str | None:
+    """Why the teacher's words do not name the passage's figure as the question uses it: the checks the
+    engine's finance operators make (`finance_operators.role_error`, `passage_name_error`). A margin the
+    question adds to a benchmark must be one the passage adds to a rate, not to the rate otherwise
+    applicable, and be named as a margin, spread or fee; a figure inside a defined term's definition is named
+    by that term. Read in a mining run: the 2% of Realty Income's “Post-Default Rate” definition, named "the
+    Applicable Margin for Loans that are Base Rate Loans", made a question whose solver needs another
+    provision's figure, labelled with the 2%."""
+    over_benchmark = "benchmark" in fact_set.names
+    for fact in fact_set.facts:
+        if fact.concept or fact.char_start is None:
+            continue
+        role, base = fo.role_of(text, fact.char_start, fact.text, fact.value, fact.kind)
+        figure = fo.QuotedFigure(fact.name, fact.text, fact.value, fact.char_start, role, base, fact.context)
+        if over_benchmark and base == fo.OTHERWISE:
+            return f"the passage adds {fact.text!r} to the rate otherwise applicable, not to a benchmark"
+        if over_benchmark:
+            why = fo.role_error(name, fo.ADD_ON, fo.BENCHMARK)
+        else:
+            why = fo.role_error(name, role, base) if role else None
+        if why or (why := fo.passage_name_error(name, text, figure)):
+            return why
+    return None
+
+
 def document_kind(fact_set: FactSet) -> str:
     """What the questions call the document: a filing's facts come from an annual report."""
     return "annual report" if any(f.concept for f in fact_set.facts) else "credit agreement"
@@ -299,7 +325,9 @@ class FactMiner(DocumentMiner):
         """The candidate with the engine's bindings and the teacher's lines run as its program, and its
         result as the answer, or None (the rejection recorded): the checks `program`, `operation`, `facts`."""
         fact_set = self.sets[int(problem.id.rsplit(".q", 1)[1])]
-        if isinstance(reply, FactName) and (why := naming_error(reply.name)):
+        if isinstance(reply, FactName) and (
+            why := naming_error(reply.name) or figure_name_error(reply.name, passage.text, fact_set)
+        ):
             self.reject(problem, "facts", why)
             return None
         if self.ctx.config.mine.engine_program or isinstance(reply, FactName):  # the engine's operation line
