@@ -688,6 +688,12 @@ def test_leakage_rules_on_a_real_passage():
         is None
     )
     assert check.check(q, "June 30, 2023") == "answer date not in passage: 2023-06-30"
+    # a count the question states in a compound ("a 360-day year") is one of its givens: read in a finance
+    # quickstart, an engine-computed interest re-grounded by rebinding was refused for want of the 360
+    q4 = "A loan of $40,000,000 bears 6.3% per annum. How much interest accrues on it over 30 days, on a 360-day year?"
+    steps = "a year's interest is $40,000,000 x 6.3% = $2,520,000; times 30 days it is 75,600,000; divided by 360"
+    assert check.check(q4, "$210,000.00", steps + " it is $210,000") is None
+    assert check.check(q4, "$215,000.00", steps + " it is $215,000").startswith("answer figure not derivable")
     # rule 5: a problem whose answer follows from its own figures must apply a term of d' to them
     assert (
         check.check(

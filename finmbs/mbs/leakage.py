@@ -183,6 +183,10 @@ def sections(text: str) -> set[str]:
     return {"section " + re.sub(r"\s+", "", m.group(1)).lower() for m in _SECTION.finditer(text)}
 
 
+# a count a compound states ("a 360-day year", "a 30-day period"), which the comparer's figures leave out
+_COMPOUND = re.compile(r"\b(\d{1,3}(?:,\d{3})*|\d+)-(?:days?|weeks?|months?|years?)\b", re.I)
+
+
 def text_figures(text: str) -> list[Figure]:
     """The comparer's figures of a longer text, read clause by clause (section references left out)."""
     pieces = re.split(r"\n|(?<=[;:])\s|(?<=\.)\s+(?=[A-Z(])", _SECTION.sub(" ", text))
@@ -345,10 +349,12 @@ class Grounding:
         return found
 
     def derivation_pool(self, question: str, solution: str) -> Pool:
-        """Figures of d' and q, plus each solution result reachable from what came before it (small
-        intermediate results too: 1 + 5 + 5 + 1 = 12 is how 12 * 12 = 144 is reached)."""
+        """Figures of d' and q (with the counts their compounds state: "a 360-day year"), plus each solution
+        result reachable from what came before it (small intermediate results too: 1 + 5 + 5 + 1 = 12 is
+        how 12 * 12 = 144 is reached)."""
         given = self._passage_figs + text_figures(question)
-        pool = Pool(v for f in given for v in values(f))
+        counts = [float(m.group(1).replace(",", "")) for t in (self.passage, question) for m in _COMPOUND.finditer(t)]
+        pool = Pool([v for f in given for v in values(f)] + counts)
         for fig in text_figures(solution):
             reached = [v for v in values(fig) if pool.reaches(v, tolerance(fig, v))]
             for v in reached:
