@@ -258,6 +258,14 @@ class StageParams(Settings):
         "the sandbox, the text worded by template and checked by number slots and a round trip, then the "
         "alpha_parent screen; the teacher composes only when none passes (not in the paper; with verify.programs)",
     )
+    chained_fallback: bool = Field(
+        True,
+        description="with stages.program_operators, `chained` (the run's next math seed asked first, its answer a "
+        "given of the leaf) is built only when the leaf's own operators (backward, added steps) keep no variant "
+        "through the weakest-student screen: a question twice as long, which costs a round trip, a screen, prose "
+        "traces and a calibration and is most often out of a small target's reach (docs/engine.md); false: "
+        "built beside them",
+    )
     round_trip_k: int = Field(
         3,
         ge=1,
@@ -671,6 +679,7 @@ PAPER_VALUES: dict[str, Any] = {
     "stages.finance_operators": False,  # the engine builds finance leaf variants over quoted rates
     "stages.reground_rebind": False,  # engine-built finance trees re-grounded by rebinding their quotes
     "stages.engine_compose": False,  # a decomposed parent composed by the engine over a child version's answer
+    "stages.chained_fallback": False,  # (moot without program_operators) chained only when the others keep none
     "stages.round_trip_k": 3,  # (moot without program_operators) teacher programs per engine-authored text
     "stages.engine_resamples": 6,  # (moot without program_operators) draws of a leaf's givens
     "novelty.structure": False,  # a leaf variant with its source's program skeleton rejected

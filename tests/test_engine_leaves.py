@@ -89,9 +89,10 @@ def solving_program(question: str) -> str:
 
 class PayTeacher:
     """The scripted server's handler. `clause`: how the teacher words an added step ("good", or "leak":
-    it states the old answer); `programs_miss`: its round-trip programs all add 1."""
+    it states the old answer); `programs_miss`: its round-trip programs all add 1 ("unchained": all but those
+    for a chained question)."""
 
-    def __init__(self, clause: str = "good", programs_miss: bool = False, clause_split: bool = False):
+    def __init__(self, clause: str = "good", programs_miss: bool | str = False, clause_split: bool = False):
         self.clause, self.programs_miss, self.clause_split = clause, programs_miss, clause_split
         self.asked: list[str] = []
 
@@ -112,7 +113,9 @@ class PayTeacher:
             self.asked.append("program")
             problem = re.search(r"<problem>\n(.+?)\n</problem>", text, re.S)
             assert problem
-            program = solving_program(problem[1]) + (" + 1" if self.programs_miss else "")
+            eggs = "eggs" in problem[1]  # the peer seed, alone or as a chained question's first part
+            miss = self.programs_miss is True or (self.programs_miss == "unchained" and not eggs)
+            program = solving_program(problem[1]) + (" + 1" if miss else "")
             tail = problem[1].split("taxes.", 1)[-1]
             if self.clause_split and "What is" in tail and "Call that number" not in tail:
                 # the teacher's own clause: one program reads it as the engine does, the others misread it
@@ -258,7 +261,10 @@ async def test_an_operator_that_cannot_apply_is_one_counted_reason(tmp_path, ope
 async def test_chained_takes_the_next_seed_of_the_run_as_its_first_question(tmp_path, openai_server):
     eggs = Problem(id="eggs", question="A box holds 6 eggs. How many eggs are in 2 boxes?", answer="12", domain="math")
     pay = leaf(0.0).problem
-    kept, node, ledger = await hardened(openai_server, tmp_path, PayTeacher(), accuracy=0.0, peers=(pay, eggs))
+    beside = {"chained_fallback": False}  # built beside the leaf's own operators, not held back
+    kept, node, ledger = await hardened(
+        openai_server, tmp_path, PayTeacher(), accuracy=0.0, peers=(pay, eggs), **beside
+    )
     plan = next(d for d in node.decisions if "engine operators in order" in d.reason)
     assert plan.data["operators"] == ["added_step", "added_step", "backward", "two_steps", "chained"]
     chained = [n.problem for n in kept if n.problem.meta["operator"] == "chained"]
@@ -268,8 +274,30 @@ async def test_chained_takes_the_next_seed_of_the_run_as_its_first_question(tmp_
     assert "A box holds 6 eggs" not in problem.question  # the first seed's givens are drawn again too
     assert problem.meta["operator_details"]["first"] == "eggs" and problem.meta["round_trip"] == "3 of 3"
     # a run of one seed has no other to chain with: the operator is not planned
-    _, alone, _ = await hardened(openai_server, tmp_path / "alone", PayTeacher(), accuracy=0.0, peers=(pay,))
+    _, alone, _ = await hardened(openai_server, tmp_path / "alone", PayTeacher(), accuracy=0.0, peers=(pay,), **beside)
     assert "chained" not in next(d for d in alone.decisions if "engine operators" in d.reason).data["operators"]
+
+
+async def test_chained_is_held_back_until_the_leafs_own_operators_keep_none(tmp_path, openai_server):
+    eggs = Problem(id="eggs", question="A box holds 6 eggs. How many eggs are in 2 boxes?", answer="12", domain="math")
+    pay = leaf(0.0).problem
+    # the leaf's own operators keep variants: chained is never built
+    kept, node, ledger = await hardened(openai_server, tmp_path, PayTeacher(), accuracy=0.0, peers=(pay, eggs))
+    plan = next(d for d in node.decisions if "engine operators in order" in d.reason)
+    assert plan.data["operators"] == ["added_step", "added_step", "backward", "two_steps"]
+    assert kept and all(n.problem.meta["operator"] != "chained" for n in kept)
+    assert not any("held back" in d.reason for d in node.decisions)
+    assert "chained" not in {r.problem.meta.get("operator") for r in ledger.rejected}
+    # they keep none (the teacher's programs miss every question but a chained one): chained is built then
+    teacher = PayTeacher(programs_miss="unchained")
+    kept, node, ledger = await hardened(openai_server, tmp_path / "fb", teacher, accuracy=0.0, peers=(pay, eggs))
+    assert {r.data["check"] for r in ledger.rejected} == {"round_trip"} and len(ledger.rejected) == 4
+    held = next(d for d in node.decisions if "engine operators held back" in d.reason)
+    assert held.data["operators"] == ["chained"]
+    [problem] = [n.problem for n in kept]
+    assert problem.meta["operator"] == "chained" and problem.id == "pay.e4"  # apart from the plan's e0..e3
+    assert problem.meta["authored_by"] == "engine" and problem.meta["round_trip"] == "3 of 3"
+    assert any("engine operators: kept 1 of 1" in d.reason for d in node.decisions)
 
 
 async def test_a_seed_no_prose_trace_verifies_enters_with_a_program_that_computes_its_answer(tmp_path, openai_server):

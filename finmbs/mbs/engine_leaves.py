@@ -22,9 +22,10 @@ The teacher's prose traces are still drawn for the variants the screen keeps (`p
 tally is recorded (`meta.prose_traces`), but they do not decide: the program proves the label and the
 round trip shows the text is solvable. The plan's order comes from the weakest student's measured
 accuracy on the leaf (which the screen measured): a leaf it solves more often than not gets the
-backward question first (the hardest change), others the milder added steps first; `chained` comes last,
-when the run has another math seed. Each operator that cannot apply is one counted rejection (check
-`operator`).
+backward question first (the hardest change), others the milder added steps first. `chained` (when the run
+has another math seed) comes last; with `stages.chained_fallback` it is held back, and built only when the
+plan's variants keep none through the weakest-student screen (`leaves.engine_hardened`). Each operator that
+cannot apply is one counted rejection (check `operator`).
 """
 
 from __future__ import annotations
@@ -413,29 +414,50 @@ async def prose_tally(ctx: Context, node: TreeNode) -> None:
         node.trace = trace
 
 
+def operators_for(ctx: Context, leaf: TreeNode, fallback: bool = False) -> tuple[str, ...]:
+    """The operators `engine_leaves` applies to `leaf`, in order: the plan, and `chained` when the run has
+    another math seed; with `stages.chained_fallback`, `chained` alone on the fallback call (made when the
+    plan's variants kept none) and never before it."""
+    chained = (CHAINED,) if peer_for(ctx, leaf.problem) else ()
+    if not ctx.stages.chained_fallback:
+        return () if fallback else plan(ctx, leaf) + chained
+    return chained if fallback else plan(ctx, leaf)
+
+
 async def engine_leaves(
-    ctx: Context, leaf: TreeNode, ledger: Ledger, found: tuple[Problem, str | None] | None = None
+    ctx: Context,
+    leaf: TreeNode,
+    ledger: Ledger,
+    found: tuple[Problem, str | None] | None = None,
+    *,
+    fallback: bool = False,
 ) -> list[TreeNode]:
-    """The leaf's variants by the engine's operators, each once, checked (module docstring); the novelty
-    guard, structure check and weakest-student screen are the caller's. `found`: as for `leaf_source`."""
+    """The leaf's variants by the engine's operators (`operators_for`), each once, checked (module
+    docstring); the novelty guard, structure check and weakest-student screen are the caller's. `found`: as
+    for `leaf_source`. `fallback`: the operators held back until the plan's variants kept none."""
+    order = operators_for(ctx, leaf, fallback)
+    if not order:
+        return []
     source, why = await leaf_source(ctx, leaf, found)
     if source is None:
-        leaf.decisions.append(Decision(stage=STAGE, outcome="info", reason=f"engine operators not applied: {why}"))
+        if not fallback:
+            reason = f"engine operators not applied: {why}"
+            leaf.decisions.append(Decision(stage=STAGE, outcome="info", reason=reason))
         return []
     instance, drawn = await resampled_instance(ctx, leaf.problem.id, source)
-    order = plan(ctx, leaf) + ((CHAINED,) if peer_for(ctx, leaf.problem) else ())
+    first = len(plan(ctx, leaf)) if fallback else 0  # ids stay apart from the plan's variants
     leaf.decisions.append(
         Decision(
             stage=STAGE,
             outcome="info",
-            reason=f"engine operators in order {', '.join(order)}"
+            reason=f"engine operators {'held back, ' if fallback else ''}in order {', '.join(order)}"
             + (f" on the leaf with new givens {drawn.get('givens')}" if drawn.get("resampled") else " on the leaf"),
             data={"operators": list(order), "instance": drawn, "instance_question": instance.question},
         )
     )
     nodes = await asyncio.gather(
         *(
-            engine_variant(ctx, leaf, name, instance, f"{leaf.problem.id}.e{i}", ledger, order[:i].count(name))
+            engine_variant(ctx, leaf, name, instance, f"{leaf.problem.id}.e{first + i}", ledger, order[:i].count(name))
             for i, name in enumerate(order)
         )
     )

@@ -285,19 +285,30 @@ def copied_example(ctx: Context, problem: Problem, ledger: Ledger) -> bool:
     return False
 
 
-async def engine_hardened(ctx: Context, leaf: TreeNode, ledger: Ledger, plan: LeafPlan) -> list[TreeNode]:
-    """`stages.program_operators`: the leaf's variants the engine builds (finmbs/mbs/engine_leaves.py), through
-    the rules every variant meets: the novelty guard, the structure check and the weakest-student screen."""
-    build = finance_leaves if leaf.problem.domain == "finance" else engine_leaves
-    built = build(ctx, leaf, ledger, found=plan.found)
-    nodes = {n.problem.id: n for n in await built}
-    fresh = novel_problems(ctx, [n.problem for n in nodes.values()], lambda _: [("source", leaf.problem)], ledger)
+async def engine_screened(
+    ctx: Context, leaf: TreeNode, ledger: Ledger, plan: LeafPlan, built: list[TreeNode]
+) -> list[TreeNode]:
+    """The engine's variants `built` of `leaf` that pass the novelty guard, the structure check and the
+    weakest-student screen."""
+    nodes = {n.problem.id: n for n in built}
+    fresh = novel_problems(ctx, [n.problem for n in built], lambda _: [("source", leaf.problem)], ledger)
     fresh = structure_checked(ctx, leaf, fresh, plan, ledger)
     for problem in fresh:
         nodes[problem.id].problem = problem
-    kept = await screened(ctx, [nodes[p.id] for p in fresh], ctx.stages.alpha_leaf, STAGE, ledger)
+    return await screened(ctx, [nodes[p.id] for p in fresh], ctx.stages.alpha_leaf, STAGE, ledger)
+
+
+async def engine_hardened(ctx: Context, leaf: TreeNode, ledger: Ledger, plan: LeafPlan) -> list[TreeNode]:
+    """`stages.program_operators`: the leaf's variants the engine builds (finmbs/mbs/engine_leaves.py), through
+    the rules every variant meets: the novelty guard, the structure check and the weakest-student screen."""
+    finance = leaf.problem.domain == "finance"
+    built = await (finance_leaves if finance else engine_leaves)(ctx, leaf, ledger, found=plan.found)
+    kept = await engine_screened(ctx, leaf, ledger, plan, built)
+    if not kept and not finance:  # `stages.chained_fallback`: the operators held back until now
+        built += (more := await engine_leaves(ctx, leaf, ledger, found=plan.found, fallback=True))
+        kept = await engine_screened(ctx, leaf, ledger, plan, more)
     await asyncio.gather(*(prose_tally(ctx, node) for node in kept))
-    reason = f"engine operators: kept {len(kept)} of {len(nodes)} variants that passed their checks"
+    reason = f"engine operators: kept {len(kept)} of {len(built)} variants that passed their checks"
     leaf.decisions.append(Decision(stage=STAGE, outcome="info", reason=reason, data={"engine": True}))
     return kept
 
