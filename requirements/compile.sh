@@ -54,6 +54,9 @@ llama_flags() {
   sed -i -E "s/^(llama-cpp-python==[^ ]+)( +)#/\1$flags  #/" "$1"
 }
 for py in 3.11; do
+  # uv reads the existing lock as its preferences (so nothing moves that need not) and cannot parse
+  # per-requirement options: the build flags come off first and go back on below
+  [ -f "requirements/py$py.txt" ] && sed -i -E 's/ +--config-settings=[^ ]+//g' "requirements/py$py.txt"
   uv pip compile pyproject.toml --extra dev --extra test --extra ray --extra static --extra bench \
     --python-version "$py" --python-platform x86_64-manylinux_2_28 --constraint requirements/torch.txt \
     ${FIND_LINKS:+--find-links "$FIND_LINKS"} --no-header --annotation-style line -q -o "requirements/py$py.txt"

@@ -13,6 +13,46 @@ from finmbs.config import Endpoint, IndexSettings
 from finmbs.testing.server import ScriptedOpenAIServer
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+ALL_CORES = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+
+
+def _own_share_of_the_cores() -> None:
+    """Under pytest-xdist (tests/run.sh runs the suite on a worker per core), each worker keeps its own
+    share of the cores: the embedded models and torch size their threads by the cores a process may use
+    (`embedded.available_cores`), and workers each spinning threads on every core slow one another down.
+    Set before any test imports torch or loads a model; threads and subprocesses inherit it. A worker's
+    environment also comes with COLUMNS=80, which a console made at import (the CLI's) would keep as its
+    width whatever width a test asks for: dropped."""
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0)
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if count < 2 or not worker.startswith("gw"):
+        return
+    os.environ.pop("COLUMNS", None)
+    os.environ.pop("LINES", None)
+    if ALL_CORES and len(ALL_CORES) >= count:
+        os.sched_setaffinity(0, ALL_CORES[int(worker[2:]) % count :: count])
+
+
+_own_share_of_the_cores()
+
+
+@pytest.fixture
+def every_core():
+    """The test runs on every core the suite was given, where a pytest-xdist worker keeps to its share
+    (`_own_share_of_the_cores`); its own share again afterwards."""
+    if not ALL_CORES:
+        yield
+        return
+    own = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, ALL_CORES)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, own)
+
+
 SHARED_DATA = Path(os.environ.get("FINMBS_SHARED_DATA", ROOT.parent / "shared" / "data"))
 
 

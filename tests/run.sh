@@ -11,7 +11,7 @@
 #  2. as root, Debian's chromium + chromium-driver for the report's browser test (else it is skipped);
 #  3. the smoke step: `finmbs doctor --smoke` imports every integration, then ingests and searches
 #     one shipped agreement; a failure names the package, its version and the fix;
-#  4. pytest, passing on the arguments.
+#  4. pytest on a worker per core (at most 4; pytest-xdist), passing on the arguments.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
@@ -70,4 +70,10 @@ fi
 
 "$PYTHON" -m finmbs.cli doctor --smoke
 PYTHON="$PYTHON" bash "$(dirname "$0")/lint.sh"
-exec "$PYTHON" -m pytest -q -p no:cacheprovider "$@"
+# A pytest-xdist worker per core, at most 4 (FINMBS_TEST_WORKERS overrides; 1 runs in this process), each
+# pinned to its share of the cores (tests/conftest.py); a module's tests stay on one worker, so its
+# module-scoped fixtures (an ingested index, a loaded model) are built once.
+workers="${FINMBS_TEST_WORKERS:-$("$PYTHON" -c 'import os; print(max(1, min(4, len(os.sched_getaffinity(0)))))')}"
+parallel=()
+[ "$workers" -gt 1 ] && parallel=(-n "$workers" --dist loadfile)
+exec "$PYTHON" -m pytest -q -p no:cacheprovider "${parallel[@]}" "$@"

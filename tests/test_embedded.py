@@ -122,7 +122,7 @@ async def test_context_overflow_is_one_clear_error():
 
 
 @pytest.mark.slow
-async def test_generations_across_models_never_exceed_the_cores(monkeypatch, tmp_path):
+async def test_generations_across_models_never_exceed_the_cores(monkeypatch, tmp_path, every_core):
     # a second registered name for the same bytes is a second loaded model, as the 1.5B would be
     monkeypatch.setenv("FINMBS_MODEL_CACHE", str(tmp_path))
     monkeypatch.setitem(embedded.REGISTRY, "qwen-small-copy", replace(embedded.lookup(SMALL), name="qwen-small-copy"))
