@@ -16,7 +16,16 @@ import pytest
 from finmbs.config import IndexSettings, RunConfig
 from finmbs.ingest.pipeline import prepare
 from finmbs.mbs import finance_operators as fo
-from finmbs.mine.facts import ixbrl_fact_sets, ixbrl_facts, raw_filing, span_fact_sets
+from finmbs.mine.facts import (
+    all_in_set,
+    interest_set,
+    ixbrl_fact_sets,
+    ixbrl_facts,
+    otherwise_add_on,
+    passage_facts,
+    raw_filing,
+    span_fact_sets,
+)
 from finmbs.mine.from_facts import body_error, fact_plan, figure_name_error, naming_error
 from finmbs.mine.questions import Options
 from finmbs.mine.run import run_mine
@@ -86,7 +95,12 @@ def test_the_teachers_name_must_fit_the_figure_as_the_question_uses_it():
     text = (SHIPPED / "realty_income_2023_term_loan_agreement.txt").read_text(encoding="utf-8")
     start = text.index("“ Post-Default Rate ”")
     passage = text[start : start + 450]
-    for fact_set in span_fact_sets(passage, key="k"):
+    [increase] = [f for f in passage_facts(passage) if f.kind == "percent"]
+    assert otherwise_add_on(passage, increase)
+    # not planned over a benchmark at all (a question that adds it to one is wrong in meaning) ...
+    assert all(increase.text not in [f.text for f in s.facts] for s in span_fact_sets(passage, key="k"))
+    # ... and a fact set that did add it to one is refused at naming, whatever the teacher calls it
+    for fact_set in (interest_set(increase, "k", margin=True), all_in_set(increase, "k")):
         for name in ("the Applicable Margin for Loans that are Base Rate Loans", "the Post-Default Rate margin"):
             why = figure_name_error(name, passage, fact_set)
             assert why and "to the rate otherwise applicable, not to a benchmark" in why

@@ -29,6 +29,7 @@ from datetime import date
 from fractions import Fraction
 from pathlib import Path
 
+from finmbs.mbs import finance_operators as fo
 from finmbs.mbs.finance_terms import BENCHMARKS, DAYS, FEE, OVER, OVER_AFTER, PRINCIPALS, flat_decimals, pick
 from finmbs.mine.questions import home_chunk
 from finmbs.records import Chunk, Document, Snippet, shown_path
@@ -168,6 +169,16 @@ def _before(passage: str, fact: Fact) -> str:
     return passage[max(0, start - CONTEXT_CHARS) : start]
 
 
+def otherwise_add_on(passage: str, fact: Fact) -> bool:
+    """Whether the passage adds `fact` to the rate otherwise applicable (a default rate's "2% above the
+    rate otherwise applicable"), not to a benchmark: a question that adds it to a benchmark rate the engine
+    states would be wrong in meaning (`from_facts.figure_name_error` refuses such a name too)."""
+    if fact.char_start is None:
+        return False
+    _, base = fo.role_of(passage, fact.char_start, fact.text, fact.value, fact.kind)
+    return base == fo.OTHERWISE
+
+
 def span_fact_sets(passage: str, key: str) -> list[FactSet]:
     """Every computation the passage's figures support, best first: a fee on unused commitments, a ratio
     level's headroom, interest at a rate (over a benchmark for a margin). `key` seeds the givens."""
@@ -183,6 +194,8 @@ def span_fact_sets(passage: str, key: str) -> list[FactSet]:
                 sets.append(fee_set(fact, key))
             elif RATE.search(before):
                 over = OVER.search(flat_decimals(before)) or OVER_AFTER.match(after)  # 0.50% no end
+                if over and otherwise_add_on(passage, fact):
+                    continue  # a default rate's increase: no benchmark of the engine's to add it to
                 sets.append(interest_set(fact, key, margin=bool(over)))
                 if over:
                     sets.append(all_in_set(fact, key))
