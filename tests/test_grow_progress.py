@@ -63,6 +63,29 @@ def test_stage_lines_once_per_stage_and_the_time_left_from_the_work_done():
     assert lines[-1].endswith("about 5 min left")
 
 
+def test_a_stages_share_of_the_work_is_learned_from_the_seeds_that_finished():
+    # read in quickstarts: a too-easy seed reaches "leaf" (3 of 8 stages) within a minute or two and spends
+    # most of its time there, so a stage's place in the list says little about the work it stands for
+    clock = Clock()
+    seeds = [Problem(id=f"s{i}", question="q", answer="1") for i in range(3)]
+    progress = GrowProgress(seeds, "mbs", emit=lambda line: None, clock=clock)
+    in_seed(progress, "s0", STARTED, "traces")
+    in_seed(progress, "s1", STARTED, "traces")
+    clock.now += 10
+    in_seed(progress, "s0", "leaf")
+    in_seed(progress, "s1", "leaf")
+    assert progress.work_done() == 2 * 3 / 8  # nothing finished yet: a stage's place in the list
+    clock.now += 80
+    in_seed(progress, "s0", "calibrate")
+    clock.now += 10
+    progress.finished(seeds[0], [])  # s0: traces 0-10 s, leaf 10-90 s, calibrate 90-100 s of 100 s
+    assert progress.shares == {"traces": [0.05], "leaf": [0.5], "calibrate": [0.95]}
+    assert progress.work_done() == 1 + 0.5  # s1, in its leaf stage, counts the middle of a leaf stretch
+    assert progress.eta_s() == (3 - 1.5) * 100 / 1.5
+    in_seed(progress, "s1", "calibrate")
+    assert progress.work_done() == 1 + 0.9  # a learned share is capped as the list's is
+
+
 def test_seeds_an_earlier_run_finished_are_neither_work_done_nor_left():
     clock = Clock()
     seeds = [Problem(id=f"s{i}", question="q", answer="1") for i in range(3)]

@@ -7,11 +7,14 @@ engine's subtasks inherit it). On Ray the ticks of a seed arrive after it finish
 the seed lines and the estimate then move per finished seed alone.
 
 The estimate (`GrowProgress.eta_s`): a seed's work is its method's stages in order (`METHOD_STAGES`); a
-running seed counts the share of them it has reached (its latest stage that ticked, `STAGE_SHARE_CAP` at
-most, so no running seed counts as done), a finished one counts whole. Work done by this process over its
-elapsed time is the rate; what is left of the seeds it started with, over that rate, is the time left.
-Seeds an earlier run finished are neither work done nor work left. Stages differ in cost, so the figure is
-rough until a seed or two have finished; it is shown from the first stage reached, never before.
+finished seed counts whole, a running one the share of its work its latest stage stands for
+(`STAGE_SHARE_CAP` at most, so no running seed counts as done). Stages differ in cost (a quickstart seed
+spends most of its time hardening leaves), so that share is learned from the seeds this process finished:
+the middle of the stretch of their time the stage took, averaged (`stage_shares`). Before any seed that
+reached the stage has finished, it is the stage's place in the list ((index + 1) / stages). Work done by
+this process over its elapsed time is the rate; what is left of the seeds it started with, over that rate,
+is the time left. Seeds an earlier run finished are neither work done nor work left. The figure is rough
+until a seed or two have finished; it is shown from the first stage reached, never before.
 """
 
 from __future__ import annotations
@@ -77,6 +80,17 @@ def best(problems: Iterable[Problem], limit: int = 3) -> list[Problem]:
     return sorted(problems, key=rank)[:limit]
 
 
+def stage_shares(state: SeedState, end: float) -> dict[str, float]:
+    """For a seed finished at `end`: each stage it reached, the share of its time at the middle of that
+    stage's stretch (from its first tick to the next stage's, or to the end)."""
+    took = end - state.started
+    if took <= 0:
+        return {}
+    times = sorted(state.entered.items(), key=lambda item: item[1])
+    bounds = [t for _, t in times[1:]] + [end]
+    return {stage: ((t - state.started) + (b - state.started)) / 2 / took for (stage, t), b in zip(times, bounds)}
+
+
 @dataclass
 class SeedState:
     """One seed of this run: where it is (the latest of its method's stages that ticked) and since when."""
@@ -85,6 +99,7 @@ class SeedState:
     stage: str = ""  # "": none ticked yet, so the seed is in its method's first stage (traces)
     reached: int = -1  # index of `stage` in the method's stages; -1: none yet
     results: int = 0  # ticks of any kind so far (a trace, a student rollout, a proposal): work is moving
+    entered: dict[str, float] = field(default_factory=dict)  # when each stage it reached first ticked
 
 
 @dataclass
@@ -104,6 +119,8 @@ class GrowProgress:
     qualified: list[Problem] = field(default_factory=list)
     done: set[str] = field(default_factory=set)  # seeds this process finished
     started: float = 0.0
+    # per stage, the share of a finished seed's time at the middle of that stage's stretch (`stage_shares`)
+    shares: dict[str, list[float]] = field(default_factory=dict)
     # the heartbeat thread reads what the event loop's thread changes
     lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
 
@@ -138,6 +155,7 @@ class GrowProgress:
         state.results += 1
         if stage in self.stages and self.stages.index(stage) > state.reached:
             state.reached, state.stage = self.stages.index(stage), stage
+            state.entered[stage] = self.clock()
             step = f"{state.reached + 1}/{len(self.stages)}"
             self.say(f"seed {seed}: stage {stage} ({step}){self.eta_part()}")
 
@@ -150,6 +168,9 @@ class GrowProgress:
         state = self.running.pop(seed.id, None)
         self.done.add(seed.id)
         self.finished_now += 1
+        if state is not None:
+            for stage, share in stage_shares(state, self.clock()).items():
+                self.shares.setdefault(stage, []).append(share)
         for problem in qualified:
             self.qualified.append(problem)
             self.say(
@@ -160,12 +181,16 @@ class GrowProgress:
         self.say(f"seed {seed.id}: finished{took}, {len(qualified)} qualified ({self.count_line()}){self.eta_part()}")
 
     # the estimate --------------------------------------------------------------------------------------
+    def share(self, state: SeedState) -> float:
+        """The share of a running seed's work its latest stage stands for: learned from the finished seeds
+        that reached that stage, else its place in the list."""
+        learned = self.shares.get(state.stage)
+        share = sum(learned) / len(learned) if learned else (state.reached + 1) / len(self.stages)
+        return min(STAGE_SHARE_CAP, share)
+
     def work_done(self) -> float:
         """Seeds' worth of work this process did: finished seeds whole, running ones by the stage reached."""
-        partial = sum(
-            min(STAGE_SHARE_CAP, (s.reached + 1) / len(self.stages)) for s in self.running.values() if s.reached >= 0
-        )
-        return self.finished_now + partial
+        return self.finished_now + sum(self.share(s) for s in self.running.values() if s.reached >= 0)
 
     def eta_s(self) -> float | None:
         """Seconds left at the rate of the work done so far; None before any stage was reached."""
