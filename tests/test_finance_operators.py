@@ -61,11 +61,19 @@ def test_default_rate_increase_is_an_add_on_over_the_rate_otherwise_applicable(p
 
 # the teacher's name for the figure, as its program binds it: the 1.5B named Brown-Forman's 2% `principal` in a
 # run, which the engine's own `principal = ...` line then overwrote (caught only by the exact-value check)
-@pytest.mark.parametrize("name", ["margin", "principal", "days", "round"])
+@pytest.mark.parametrize("name", ["margin", "principal", "days", "round", "quote", "x"])
 def test_applied_backward_and_second_period_compute_the_engines_value_in_the_sandbox(name):
     found = figure(f"{name} = quote('two percent (2%)', 0.02)\nanswer = {name} * 100", AVID)
-    assert found.name == (name if name == "margin" else "figure_1")
+    assert found.name == name
     terms = fo.terms_for("t1", found.value, None)
+    # the name is kept unless the built program binds it again (principal, days; x in a backward search),
+    # calls it (quote) or it is a builtin's (round)
+    for operator, kept in (("finance:applied", ("margin", "x")), ("finance:backward:principal", ("margin",))):
+        built = fo.build(operator, [found], terms)
+        assert isinstance(built, fo.FinanceBuilt)
+        [bound] = built.figures
+        assert bound.name == (name if name in kept else "figure_1"), operator
+        assert f"{bound.name} = quote(" in built.program() and not fo.clashing(built.program(), built.figures)
     for name in (
         "finance:all_in_rate",
         "finance:applied",

@@ -33,7 +33,7 @@ import ast
 import builtins
 import re
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any
 
@@ -62,10 +62,6 @@ RANGES: dict[str, tuple[Fraction, Fraction]] = {
 }
 # the names the engine's programs bind themselves (`_givens_lines`, the operators' bodies, the backward
 # search's, `ops.search_program`): a quoted figure never takes one of them
-ENGINE_NAMES = frozenset(
-    {"principal", "base_rate", "days", "basis", "second_rate", "second_days", "first", "second", "higher", "lower",
-     "answer", "previous", "x", "forward", "target", "step", "hits", "values", "k", "y", "rises", "falls", "quote"}
-)  # fmt: skip
 PRINCIPAL_STEP = 100_000  # a backward principal: the admissible principals are its multiples
 SEARCH_DAYS = 366  # a backward number of days: 1 .. this
 ROUNDING = "Give the answer in dollars, rounded to the nearest cent."
@@ -136,8 +132,8 @@ def role_of(passage: str, start: int, text: str, value: Fraction, kind: str) -> 
 
 def quoted_figures(program: str, passage: str) -> list[QuotedFigure]:
     """The figures `program` binds by `name = quote("text", value)` at its top level, each located in the
-    passage and given its role there. A figure keeps the program's name for it unless the engine's programs
-    bind that name themselves (`ENGINE_NAMES`, or a builtin): then it is `figure_k`."""
+    passage and given its role there, under the program's name for it (`build` renames one whose name the
+    operator's own program uses)."""
     try:
         tree = ast.parse(program)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
@@ -161,8 +157,6 @@ def quoted_figures(program: str, passage: str) -> list[QuotedFigure]:
         role, base = role_of(passage, start, span.text, span.value, kind) if span and start >= 0 else (None, None)
         before, after = context_of(passage, start, start + len(text)) if start >= 0 else ("", "")
         name = node.targets[0].id
-        if name in ENGINE_NAMES or hasattr(builtins, name):
-            name = f"figure_{len(found) + 1}"  # the teacher's `principal = quote('2%', 0.02)` read in a run
         found.append(QuotedFigure(name, text, exact, start, role, base, " ".join(f"{before} [{text}] {after}".split())))
     return found
 
@@ -638,7 +632,37 @@ def two_figures(first: QuotedFigure, second: QuotedFigure, terms: Terms) -> Fina
 
 def build(operator: str, figures: list[QuotedFigure], terms: Terms) -> FinanceBuilt | ops.Refusal:
     """Operator `operator` (a FinanceBuilt's name) over `figures` (the rates it names, in order) and `terms`:
-    what the leaf's operators build, and what rebinding builds again over another agreement's figures."""
+    what the leaf's operators build, and what rebinding builds again over another agreement's figures. A
+    figure whose name the built program binds again, or a builtin's, is renamed `figure_k` and the program
+    built again: the 1.5B named Brown-Forman's 2% `principal` in a run, and the engine's own `principal = ...`
+    line overwrote it."""
+    built = operator_built(operator, figures, terms)
+    if isinstance(built, ops.Refusal) or not (taken := clashing(built.program(), figures)):
+        return built
+    renamed = [replace(f, name=f"figure_{i + 1}") if f.name in taken else f for i, f in enumerate(figures)]
+    return operator_built(operator, renamed, terms)
+
+
+def clashing(program: str, figures: list[QuotedFigure]) -> set[str]:
+    """The figures' names that `program` binds more than once (an assignment, a loop or comprehension
+    variable, an argument, a function, an import), calls (`quote`) or that name a builtin."""
+    bound: Counter[str] = Counter()
+    for node in ast.walk(ast.parse(program)):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            bound[node.func.id] += 2  # a function the program calls: never a figure's name
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            bound[node.id] += 1
+        elif isinstance(node, ast.arg):
+            bound[node.arg] += 1
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound[node.name] += 1
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound.update((a.asname or a.name).split(".")[0] for a in node.names)
+    return {f.name for f in figures if bound[f.name] > 1 or hasattr(builtins, f.name)}
+
+
+def operator_built(operator: str, figures: list[QuotedFigure], terms: Terms) -> FinanceBuilt | ops.Refusal:
+    """`build` before the names are checked."""
     if not figures:
         return ops.Refusal(operator, "no figure to build on")
     if operator == "finance:all_in_rate":
