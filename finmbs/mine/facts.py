@@ -29,6 +29,7 @@ from datetime import date
 from fractions import Fraction
 from pathlib import Path
 
+from finmbs.ingest.verbatim import find_verbatim
 from finmbs.mbs import finance_operators as fo
 from finmbs.mbs.finance_terms import BENCHMARKS, DAYS, FEE, OVER, OVER_AFTER, PRINCIPALS, flat_decimals, pick
 from finmbs.mine.questions import home_chunk
@@ -147,15 +148,20 @@ def passage_facts(passage: str) -> list[Fact]:
     context; their `quote()` holds on the passage by construction), each with the passage text before it."""
     found, cursor = [], 0
     for span in candidate_spans(passage):
-        start = passage.find(span.text, cursor)
-        start = start if start >= 0 else passage.find(span.text)
+        # a span's text joins the whitespace runs of the passage ("two and one-half percent\n(2.5%)"): found
+        # up to them, and the fact keeps the passage's own characters, so it sits where char_start says
+        at = find_verbatim(span.text, passage[cursor:])
+        at = (at[0] + cursor, at[1] + cursor) if at else find_verbatim(span.text, passage)
+        if at is None:
+            continue  # not located: no context and no role to read, so not a fact to plan with
+        start, end = at
         cursor = max(cursor, start + 1)
         before = passage[max(0, start - CONTEXT_CHARS) : start]
         line = before.rsplit("\n", 1)[-1]
         before = line if len(line) >= 40 else before  # a figure alone on its line: the lines before it too
-        end = start + len(span.text)
-        context = " ".join(f"{before} [{span.text}] {passage[end : end + 60]}".split())
-        found.append(Fact(name="", text=span.text, value=span.value, kind=span.kind, context=context, char_start=start))
+        text = passage[start:end]
+        context = " ".join(f"{before} [{text}] {passage[end : end + 60]}".split())
+        found.append(Fact(name="", text=text, value=span.value, kind=span.kind, context=context, char_start=start))
     return found
 
 
