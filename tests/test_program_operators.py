@@ -129,6 +129,15 @@ def test_a_question_with_a_number_its_program_does_not_compute_with_is_not_resam
         "15",
     )
     assert "not straight-line" in refusal(looped)
+    # read in GSM8K variants: "baked 5 apple pies ... set the five pies out" was drawn to 8 pies, the
+    # words left at five (the program's one literal 5 matched the digits only)
+    pies = ops.Source(
+        "Grandma Jones baked 5 apple pies. She cut each pie into 8 pieces and set the five pies out. There were "
+        "14 pieces left. How many pieces were taken?",
+        "pies = 5\npieces = 8\nleft = 14\nanswer = pies * pieces - left",
+        "26",
+    )
+    assert "states 'five' in words, the value of one of its givens" in refusal(pies)
     # PAY states nothing its program does not compute with: it is drawn again
     assert ops.unmodelled(PAY.question, PAY.program, ops.givens(PAY.question, PAY.program)) is None
 

@@ -344,9 +344,12 @@ def unmodelled(question: str, source: str, found: list[Given]) -> str | None:
     its numbers that the program does not compute with, and so that no run of the program can check.
     Read in GSM8K variants: "15 customers" whose three groups of 3 make 9 (the count was bound and never
     used), "plays for 40 minutes; in the first 30 minutes ...; in the second 30 minutes ..." (the total
-    was never in the program). Three cases, each refused:
+    was never in the program), "baked 5 apple pies ... set the five pies out" (drawn to 8 pies, the five
+    left). Four cases, each refused:
     - a number the question writes in digits that no literal of the program holds (itself, or over 100
       for a percent): a total, a date, a value the teacher folded into another by hand;
+    - a number the question writes in words whose value a given holds: the same quantity stated twice, the
+      digits drawn again and the words left;
     - a given whose literals all sit in statements the answer does not depend on (`Flow`'s backward
       slice from the last statement binding `answer`);
     - a program whose top level is not straight-line (a loop, a branch, a function), whose data flow is
@@ -359,6 +362,10 @@ def unmodelled(question: str, source: str, found: list[Given]) -> str | None:
     for number in numbers(question):
         if number.value not in held and not (number.percent and number.value / 100 in held):
             return f"the question states {question[number.start : number.end]!r}, which its program never holds"
+    given_values = {g.number.value for g in found}
+    for word in _WORD.finditer(question):
+        if Fraction(_WORDS[word.group(1).lower()]) in given_values:
+            return f"the question states {word.group(0)!r} in words, the value of one of its givens"
     if not all(isinstance(s, STRAIGHT) for s in body):
         return "the program is not straight-line: which givens its answer uses is not read"
     last = [i for i, s in enumerate(body) if ANSWER in assigned(s)]
