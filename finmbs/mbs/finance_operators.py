@@ -37,6 +37,7 @@ from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any
 
+from finmbs.ingest.verbatim import find_verbatim
 from finmbs.mbs import program_operators as ops
 from finmbs.mbs.finance_terms import (
     BENCHMARKS,
@@ -165,8 +166,8 @@ def span_figure(passage: str, span: Span, name: str) -> QuotedFigure:
     """A candidate span of `passage` as a figure the engine may quote, with its role."""
     start = passage.find(span.text)
     if start < 0:  # the span's text joins whitespace runs: find it across them
-        m = re.search(r"\s+".join(re.escape(w) for w in span.text.split()), passage)
-        start = m.start() if m else -1
+        at = find_verbatim(span.text, passage)
+        start = at[0] if at else -1
     role, base = role_of(passage, start, span.text, span.value, span.kind) if start >= 0 else (None, None)
     before, after = context_of(passage, max(start, 0), max(start, 0) + len(span.text))
     return QuotedFigure(
