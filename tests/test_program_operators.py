@@ -215,6 +215,30 @@ def test_added_step_refuses_what_it_cannot_keep_clean():
     assert isinstance(refusal, ops.Refusal) and "question sentence" in refusal.reason
 
 
+def test_a_program_that_prints_its_answer_last_is_extended_after_the_answer_is_bound():
+    # the 1.5B's programs often end `answer = x` then `print(answer)`: the steps go after the binding
+    printed = ops.Source(
+        "A party orders 48 slices of pizza. 4 friends each eat 3 slices. How many slices are left?",
+        "total = 48\neaten = 4 * 3\nanswer = total - eaten  # left\nprint(answer)\nanswer\n",
+        "36",
+    )
+    added = ops.STEPS[4]
+    built = ops.added_step(printed, added, "pizza")
+    assert isinstance(built, ops.Built), built
+    assert "print" not in built.program and ran(built.program) == built.expect == 36 + Fraction(built.details["new_givens"][0])
+    two = ops.two_steps(printed, ops.STEPS[6], added, "pizza")
+    assert isinstance(two, ops.Built), two
+    assert "print" not in two.program and ran(two.program) == two.expect
+    # on one line with the binding, the print goes too; a print before the binding stays
+    assert ops.answer_last("answer = 2; print(answer)") == "answer = 2\n"
+    assert ops.answer_last("print(1)\nanswer = 2\n") == "print(1)\nanswer = 2\n"
+    # what shows a value may not bind one, and a program whose last binding is not the answer is refused
+    assert ops.answer_last("answer = 2\n(answer := 3)\n") is None
+    assert ops.answer_last("answer = 2\nx = 3\nprint(x)\n") is None
+    refused = ops.added_step(ops.Source(printed.question, "answer = 48 - 12\nanswer2 = 1\n", "36"), added, "k")
+    assert isinstance(refused, ops.Refusal) and "binding answer" in refused.reason
+
+
 def test_two_steps_and_chained_compute_what_their_text_says():
     percent_of, split = ops.STEPS[0], ops.STEPS[3]
     built = ops.two_steps(PAY, percent_of, split, "pay")

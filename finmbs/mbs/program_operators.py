@@ -235,11 +235,28 @@ def retexted(question: str, changes: list[tuple[Number, str]]) -> str:
     return question
 
 
-def binds_answer_last(source: str) -> bool:
-    """Whether the program's last top-level statement binds `answer` (what the operators extend)."""
+def _shows_only(statement: ast.stmt) -> bool:
+    """A statement that only shows a value (`print(answer)`, a bare `answer`): an expression that binds no
+    name (no `:=`)."""
+    return isinstance(statement, ast.Expr) and not any(isinstance(n, ast.NamedExpr) for n in ast.walk(statement))
+
+
+def answer_last(source: str) -> str | None:
+    """`source` up to the top-level statement that binds `answer` last, when only statements that show a
+    value follow it (a small model often ends with `print(answer)`); None when the program does not end by
+    binding `answer`. The operators extend this text: what they add must come after the answer is bound,
+    and the source's own print of its answer would show the wrong result in the new program."""
     tree = parse_program(source)
-    body = tree.body if tree else []
-    return bool(body) and ANSWER in assigned(body[-1])
+    body = list(tree.body) if tree else []
+    while body and _shows_only(body[-1]):
+        body.pop()
+    if not body or ANSWER not in assigned(body[-1]):
+        return None
+    last = body[-1]
+    lines = source.splitlines(keepends=True)
+    end_line, end_col = last.end_lineno or len(lines), last.end_col_offset or 0
+    kept = "".join(lines[: end_line - 1]) + lines[end_line - 1].encode()[:end_col].decode(errors="ignore")
+    return kept.rstrip() + "\n"
 
 
 # ---------------------------------------------------------------- what an operator builds
@@ -682,7 +699,8 @@ def added_step(source: Source, step: Step, key: str) -> Built | Refusal:
     a = answer_value(source.answer)
     if a is None or a <= 0:
         return Refusal(step.name, f"the answer {source.answer!r} is not one positive number")
-    if not binds_answer_last(source.program):
+    program = answer_last(source.program)
+    if program is None:
         return Refusal(step.name, "the program does not end by binding answer")
     asked = split_ask(source.question)
     if asked is None:
@@ -697,7 +715,7 @@ def added_step(source: Source, step: Step, key: str) -> Built | Refusal:
     return Built(
         operator=f"added_step:{step.name}",
         question=template,
-        program=extended(source.program, step, params),
+        program=extended(program, step, params),
         states=stated_values(source.question) + Counter(step.states(params)),
         withholds={a, new},
         expect=new,
@@ -724,7 +742,8 @@ def two_steps(source: Source, first: Step, second: Step, key: str) -> Built | Re
     a = answer_value(source.answer)
     if a is None or a <= 0:
         return Refusal(f"{first.name}+{second.name}", f"the answer {source.answer!r} is not one positive number")
-    if not binds_answer_last(source.program):
+    program = answer_last(source.program)
+    if program is None:
         return Refusal(f"{first.name}+{second.name}", "the program does not end by binding answer")
     if split_ask(source.question) is None:
         return Refusal(f"{first.name}+{second.name}", "the question does not end with a question sentence")
@@ -745,7 +764,7 @@ def two_steps(source: Source, first: Step, second: Step, key: str) -> Built | Re
     return Built(
         operator=f"two_steps:{first.name}+{second.name}",
         question=question,
-        program=extended(extended(source.program, first, one), second, two),
+        program=extended(extended(program, first, one), second, two),
         states=stated_values(question),
         withholds={a, mid, new},
         expect=new,
