@@ -225,7 +225,9 @@ def test_a_program_that_prints_its_answer_last_is_extended_after_the_answer_is_b
     added = ops.STEPS[4]
     built = ops.added_step(printed, added, "pizza")
     assert isinstance(built, ops.Built), built
-    assert "print" not in built.program and ran(built.program) == built.expect == 36 + Fraction(built.details["new_givens"][0])
+    assert "print" not in built.program and ran(built.program) == built.expect == 36 + Fraction(
+        built.details["new_givens"][0]
+    )
     two = ops.two_steps(printed, ops.STEPS[6], added, "pizza")
     assert isinstance(two, ops.Built), two
     assert "print" not in two.program and ran(two.program) == two.expect
