@@ -266,6 +266,13 @@ class StageParams(Settings):
         "traces and a calibration and is most often out of a small target's reach (docs/engine.md); false: "
         "built beside them",
     )
+    clause_wording: bool = Field(
+        True,
+        description="with stages.program_operators, the teacher is asked to word an added step's new final "
+        "question (one clause, checked by number slots and a round trip every program solves), the engine's "
+        "template its fallback; false: the template alone, no call (configs/default.yaml: the 1.5B's clause "
+        "passed in 1 of about 45 tries, and that one asked another question; docs/measurements.md)",
+    )
     round_trip_k: int = Field(
         3,
         ge=1,
@@ -680,6 +687,7 @@ PAPER_VALUES: dict[str, Any] = {
     "stages.reground_rebind": False,  # engine-built finance trees re-grounded by rebinding their quotes
     "stages.engine_compose": False,  # a decomposed parent composed by the engine over a child version's answer
     "stages.chained_fallback": False,  # (moot without program_operators) chained only when the others keep none
+    "stages.clause_wording": False,  # (moot without program_operators) the teacher words an added step's ask
     "stages.round_trip_k": 3,  # (moot without program_operators) teacher programs per engine-authored text
     "stages.engine_resamples": 6,  # (moot without program_operators) draws of a leaf's givens
     "novelty.structure": False,  # a leaf variant with its source's program skeleton rejected

@@ -20,7 +20,7 @@ from finmbs.llm import Gateway
 from finmbs.mbs.context import Context, Ledger
 from finmbs.mbs.engine_leaves import engine_composed, operator_funnel
 from finmbs.mbs.leaves import harder_leaves
-from finmbs.mbs.outcome import seed_root
+from finmbs.mbs.outcome import calibrate_nodes, seed_root
 from finmbs.records import Decision, Problem, Trace, TreeNode
 from finmbs.testing.server import Reply, Request
 
@@ -182,7 +182,7 @@ async def test_the_engine_builds_words_and_checks_each_variant(tmp_path, openai_
     for problem in by_op.values():
         meta = problem.meta
         assert meta["authored_by"] == "engine" and meta["round_trip"] == "3 of 3"
-        assert meta["prose_traces"].startswith("no verified trace")  # recorded, not deciding
+        assert "prose_traces" not in meta  # drawn at final calibration, for those that qualify
         assert meta["structure"] == "new" and meta["resampled"]
         assert meta["source_accuracy"] == 1.0
         assert Fraction(problem.answer) == Fraction(meta["program_answer"])
@@ -197,6 +197,34 @@ async def test_the_engine_builds_words_and_checks_each_variant(tmp_path, openai_
     assert "Call that number N" not in added.question  # the teacher's clause, not the template
     assert "Let M be" in by_op["two_steps"].question  # two steps are worded by the template
     assert ledger.rejected == []
+
+
+async def test_prose_traces_are_tallied_at_calibration_for_the_engine_variants_that_qualify(tmp_path, openai_server):
+    kept, _, _ = await hardened(openai_server, tmp_path, PayTeacher())
+    answers = {n.problem.question: n.problem.answer for n in kept}
+    chosen = kept[0].problem.question  # the one the target solves once in N: Goldilocks
+    tallied: list[str] = []
+
+    def handler(request: Request) -> Reply:
+        found = re.search(r"<problem>\n(.+?)\n</problem>", request.text, re.S)
+        assert found and found[1] in answers
+        if request.body.get("model") == "target":
+            right = [f"\\boxed{{{answers[chosen]}}}"] if found[1] == chosen else []
+            return Reply(texts=right + ["\\boxed{7}"] * (request.n - len(right)))
+        tallied.append(found[1])  # the teacher's prose traces
+        return Reply(texts=["I think it is \\boxed{7}."] * request.n)
+
+    openai_server.handler = handler
+    cfg = config(openai_server.base_url, tmp_path / "c2.sqlite")
+    cfg.roles.target = cfg.roles.target.model_copy(update={"model": "openai/target"})
+    ctx = Context(config=cfg, gateway=Gateway(cache_path=None))
+    ledger = Ledger("pay")
+    roots, others = await calibrate_nodes(ctx, kept, ledger)
+    [qualified] = roots + others
+    assert qualified.question == chosen and qualified.meta["prose_traces"].startswith("no verified trace")
+    assert set(tallied) == {chosen}  # none drawn for the variants calibration rejected
+    assert len(ledger.rejected) == len(kept) - 1
+    assert all("prose_traces" not in r.problem.meta for r in ledger.rejected)
 
 
 async def test_hardening_a_leaf_reports_the_leaf_stage_before_any_model_call(tmp_path, openai_server):
@@ -216,6 +244,23 @@ async def test_a_clause_that_states_the_old_answer_falls_back_to_the_template(tm
     assert added.meta["worded_by"] == "engine" and "Call that number N." in added.question
     [why] = added.meta["wording_failed"]
     assert why.startswith("the model's clause: number slots: the text states") and "(withheld:" in why
+
+
+async def test_without_clause_wording_the_template_words_every_added_step_and_no_clause_is_asked(
+    tmp_path, openai_server
+):
+    teacher = PayTeacher()
+    kept, _, ledger = await hardened(openai_server, tmp_path, teacher, clause_wording=False)
+    added = [n.problem for n in kept if n.problem.meta["operator"].startswith("added_step")]
+    assert len(added) == 2, [r.reason for r in ledger.rejected]
+    for problem in added:
+        assert problem.meta["worded_by"] == "engine" and "Call that number N." in problem.question
+        assert "wording_failed" not in problem.meta and problem.meta["round_trip"] == "3 of 3"
+    assert "clause" not in teacher.asked and "program" in teacher.asked
+    # the same leaf with the switch on asks the teacher for each added step's clause
+    on = PayTeacher()
+    await hardened(openai_server, tmp_path / "on", on)
+    assert on.asked.count("clause") == 2
 
 
 async def test_a_clause_not_every_round_trip_program_solves_gives_way_to_the_template(tmp_path, openai_server):

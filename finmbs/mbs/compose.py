@@ -29,7 +29,7 @@ from itertools import product
 
 from finmbs.mbs.candidates import WorkedProblem, derive, reply_model, verified_node
 from finmbs.mbs.context import Context, Ledger, in_stage
-from finmbs.mbs.engine_leaves import engine_composed, prose_tally
+from finmbs.mbs.engine_leaves import engine_composed
 from finmbs.mbs.leaves import STAGE as LEAF
 from finmbs.mbs.leaves import harder_leaves, screened
 from finmbs.mbs.programs import child_functions, program_prompt
@@ -153,7 +153,6 @@ async def synthesize(ctx: Context, node: TreeNode, ledger: Ledger) -> tuple[list
         with in_stage(STAGE):
             composed = await engine_composed(ctx, node, pools, ledger)
             versions = await screened(ctx, composed, ctx.stages.alpha_parent, STAGE, ledger)
-        await asyncio.gather(*(prose_tally(ctx, v) for v in versions))
     if not versions:  # the teacher's trials, as the paper composes
         chosen = trials([len(p) for p in pools], ctx.stages.Nc)
         with in_stage(STAGE):

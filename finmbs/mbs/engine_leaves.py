@@ -5,7 +5,8 @@ prompt's example. Here the engine builds each variant itself (`finmbs.mbs.progra
 leaf's verified program: it first draws the leaf's givens again (`resampled`, so no variant copies its
 source's wording), then applies each operator of its plan once (`backward`, one or two added steps),
 and the sandbox runs the new program to the new answer. The label is the engine's program's value. The
-model words at most one clause (an added step's new final question, prompts/engine_clause.txt), and
+model words at most one clause (an added step's new final question, prompts/engine_clause.txt; with
+`stages.clause_wording`), and
 every worded text, the model's or the engine's template, must pass two checks before the variant goes
 on to the rules every variant meets (novelty guard, structure, weakest-student screen; later quality
 control and calibration):
@@ -18,8 +19,9 @@ control and calibration):
   call, `programs.drawn_runs`, so a program that computes nothing counts for nothing); at least one must
   compute the engine's answer, else the wording is not solvable.
 
-The teacher's prose traces are still drawn for the variants the screen keeps (`prose_tally`), and their
-tally is recorded (`meta.prose_traces`), but they do not decide: the program proves the label and the
+The teacher's prose traces are still drawn for the variants that qualify at final calibration
+(`prose_tally`, called by `outcome.calibrate_nodes`), and their tally is recorded (`meta.prose_traces`), but
+they do not decide: the program proves the label and the
 round trip shows the text is solvable. The plan's order comes from the weakest student's measured
 accuracy on the leaf (which the screen measured): a leaf it solves more often than not gets the
 backward question first (the hardest change), others the milder added steps first. `chained` (when the run
@@ -265,7 +267,7 @@ async def worded(ctx: Context, built: ops.Built) -> tuple[str, str, list[str]]:
     """(text, who worded it, why earlier wordings failed): the model's clause when it passes the slot check,
     else the engine's template (checked by the caller)."""
     failed: list[str] = []
-    if built.clause is None:
+    if built.clause is None or not ctx.stages.clause_wording:
         return built.question, ENGINE, failed
     clause = built.clause
     prompt = render_prompt(
@@ -405,7 +407,7 @@ async def engine_composed(ctx: Context, node: TreeNode, pools: list[list[TreeNod
 
 
 async def prose_tally(ctx: Context, node: TreeNode) -> None:
-    """The teacher's prose traces on a kept engine variant, drawn as for any problem (`teacher_trace`) and
+    """The teacher's prose traces on an engine variant that qualified, drawn as for any problem (`teacher_trace`) and
     recorded as `meta.prose_traces`; they decide nothing (the program proves the label). A verifying trace
     becomes the node's worked solution in place of the engine's program."""
     trace, why = await teacher_trace(ctx, node.problem)

@@ -36,7 +36,7 @@ from finmbs.mbs.candidates import (
     written_items,
 )
 from finmbs.mbs.context import Context, Ledger
-from finmbs.mbs.engine_leaves import engine_leaves, prose_tally
+from finmbs.mbs.engine_leaves import engine_leaves
 from finmbs.mbs.engine_leaves import on as engine_on
 from finmbs.mbs.finance_leaves import finance_leaves
 from finmbs.mbs.finance_leaves import on as finance_on
@@ -307,7 +307,6 @@ async def engine_hardened(ctx: Context, leaf: TreeNode, ledger: Ledger, plan: Le
     if not kept and not finance:  # `stages.chained_fallback`: the operators held back until now
         built += (more := await engine_leaves(ctx, leaf, ledger, found=plan.found, fallback=True))
         kept = await engine_screened(ctx, leaf, ledger, plan, more)
-    await asyncio.gather(*(prose_tally(ctx, node) for node in kept))
     reason = f"engine operators: kept {len(kept)} of {len(built)} variants that passed their checks"
     leaf.decisions.append(Decision(stage=STAGE, outcome="info", reason=reason, data={"engine": True}))
     return kept

@@ -19,6 +19,7 @@ from finmbs.mbs.calibrate import STAGE as CALIBRATE
 from finmbs.mbs.calibrate import annotate, calibrate
 from finmbs.mbs.candidates import novel_problems
 from finmbs.mbs.context import SECONDS, Context, Ledger, in_stage
+from finmbs.mbs.engine_leaves import ENGINE, prose_tally
 from finmbs.mbs.labels import program_to_answer
 from finmbs.mbs.quality import STAGE as QUALITY
 from finmbs.mbs.quality import well_posed
@@ -179,9 +180,18 @@ def guarded(
     return novel(ctx, nodes, seed, known, ledger)
 
 
+def untallied(node: TreeNode) -> bool:
+    """An engine-authored problem whose teacher prose traces were not drawn yet (re-grounding by rebinding
+    draws its own)."""
+    return node.problem.meta.get("authored_by") == ENGINE and "prose_traces" not in node.problem.meta
+
+
 async def calibrate_nodes(ctx: Context, nodes: list[TreeNode], ledger: Ledger) -> tuple[list[Problem], list[Problem]]:
-    """Final calibration: returns the qualified (roots, other nodes) and rejects the rest."""
+    """Final calibration: returns the qualified (roots, other nodes) and rejects the rest. An engine-authored
+    problem that qualifies gets its teacher prose traces tallied here (`engine_leaves.prose_tally`), not when
+    it was built: they decide nothing, and half the variants built never qualify."""
     reports = await asyncio.gather(*(calibrate(ctx, node.problem) for node in nodes))
+    await asyncio.gather(*(prose_tally(ctx, n) for n, r in zip(nodes, reports) if r.qualified and untallied(n)))
     roots: list[Problem] = []
     others: list[Problem] = []
     for node, report in zip(nodes, reports):
