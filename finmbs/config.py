@@ -273,6 +273,14 @@ class StageParams(Settings):
         "template its fallback; false: the template alone, no call (configs/default.yaml: the 1.5B's clause "
         "passed in 1 of about 45 tries, and that one asked another question; docs/measurements.md)",
     )
+    prose_tally: bool = Field(
+        True,
+        description="an engine-computed problem (program or finance operators, rebinding) that qualifies at final "
+        "calibration gets the teacher's prose traces drawn as for any problem and tallied (meta.prose_traces: how "
+        "often the teacher's prose reaches the engine's label; a verifying trace becomes its worked solution); they "
+        "decide nothing (configs/default.yaml: off, a tenth of a quickstart's tokens, all on the 1.5B, while each "
+        "seed waits on them to finish)",
+    )
     round_trip_k: int = Field(
         3,
         ge=1,
@@ -688,6 +696,7 @@ PAPER_VALUES: dict[str, Any] = {
     "stages.engine_compose": False,  # a decomposed parent composed by the engine over a child version's answer
     "stages.chained_fallback": False,  # (moot without program_operators) chained only when the others keep none
     "stages.clause_wording": False,  # (moot without program_operators) the teacher words an added step's ask
+    "stages.prose_tally": False,  # (moot without the engine's operators) prose traces tallied on what qualifies
     "stages.round_trip_k": 3,  # (moot without program_operators) teacher programs per engine-authored text
     "stages.engine_resamples": 6,  # (moot without program_operators) draws of a leaf's givens
     "novelty.structure": False,  # a leaf variant with its source's program skeleton rejected

@@ -225,6 +225,15 @@ async def test_prose_traces_are_tallied_at_calibration_for_the_engine_variants_t
     assert set(tallied) == {chosen}  # none drawn for the variants calibration rejected
     assert len(ledger.rejected) == len(kept) - 1
     assert all("prose_traces" not in r.problem.meta for r in ledger.rejected)
+    # with stages.prose_tally off nothing is drawn for it: it qualifies all the same
+    tallied.clear()
+    for node in kept:
+        node.problem.meta.pop("prose_traces", None)
+    off = config(openai_server.base_url, tmp_path / "c3.sqlite", prose_tally=False)
+    off.roles.target = cfg.roles.target
+    roots, others = await calibrate_nodes(Context(config=off, gateway=Gateway(cache_path=None)), kept, Ledger("pay"))
+    [qualified] = roots + others
+    assert qualified.question == chosen and "prose_traces" not in qualified.meta and tallied == []
 
 
 async def test_hardening_a_leaf_reports_the_leaf_stage_before_any_model_call(tmp_path, openai_server):

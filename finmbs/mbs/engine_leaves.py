@@ -19,8 +19,8 @@ control and calibration):
   call, `programs.drawn_runs`, so a program that computes nothing counts for nothing); at least one must
   compute the engine's answer, else the wording is not solvable.
 
-The teacher's prose traces are still drawn for the variants that qualify at final calibration
-(`prose_tally`, called by `outcome.calibrate_nodes`), and their tally is recorded (`meta.prose_traces`), but
+With `stages.prose_tally` the teacher's prose traces are drawn for the variants that qualify at final
+calibration (`prose_tally`, called by `outcome.calibrate_nodes`), and their tally is recorded (`meta.prose_traces`), but
 they do not decide: the program proves the label and the
 round trip shows the text is solvable. The plan's order comes from the weakest student's measured
 accuracy on the leaf (which the screen measured): a leaf it solves more often than not gets the

@@ -181,17 +181,18 @@ def guarded(
 
 
 def untallied(node: TreeNode) -> bool:
-    """An engine-authored problem whose teacher prose traces were not drawn yet (re-grounding by rebinding
-    draws its own)."""
+    """An engine-authored problem whose teacher prose traces were not drawn yet."""
     return node.problem.meta.get("authored_by") == ENGINE and "prose_traces" not in node.problem.meta
 
 
 async def calibrate_nodes(ctx: Context, nodes: list[TreeNode], ledger: Ledger) -> tuple[list[Problem], list[Problem]]:
     """Final calibration: returns the qualified (roots, other nodes) and rejects the rest. An engine-authored
-    problem that qualifies gets its teacher prose traces tallied here (`engine_leaves.prose_tally`), not when
-    it was built: they decide nothing, and half the variants built never qualify."""
+    problem that qualifies gets its teacher prose traces tallied here with `stages.prose_tally`
+    (`engine_leaves.prose_tally`), not when it was built: they decide nothing, and half the variants built never
+    qualify."""
     reports = await asyncio.gather(*(calibrate(ctx, node.problem) for node in nodes))
-    await asyncio.gather(*(prose_tally(ctx, n) for n, r in zip(nodes, reports) if r.qualified and untallied(n)))
+    if ctx.stages.prose_tally:
+        await asyncio.gather(*(prose_tally(ctx, n) for n, r in zip(nodes, reports) if r.qualified and untallied(n)))
     roots: list[Problem] = []
     others: list[Problem] = []
     for node, report in zip(nodes, reports):

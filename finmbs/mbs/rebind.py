@@ -16,8 +16,8 @@ without a teacher re-writing it:
    when d' uses its words, else by d''s defined term before the figure (template first), checked for its role;
 4. the checks: number slots, the mechanical grounding / leakage rules (`Regrounder.leak`), the round trip
    (k teacher programs from the question and d' alone, one computing the answer), and with
-   `stages.reground_screen` the weakest-student screen. The teacher's prose traces are drawn and tallied
-   (meta.prose_traces; a verifying one becomes the worked solution) but decide nothing.
+   `stages.reground_screen` the weakest-student screen. With `stages.prose_tally` the teacher's prose traces
+   are tallied at final calibration if it qualifies, as on every engine-computed problem, and decide nothing.
 
 Every failure (no analogous clause, no figure of the needed kind, a figure out of range, no name, a failed
 check) is one counted rejection naming the document (`data.check`: rebind, slots, leakage, round_trip,
@@ -41,7 +41,6 @@ from finmbs.mbs.finance_terms import short_name
 from finmbs.mbs.leaves import weakest_screen
 from finmbs.mbs.reground import document_chunks, locate, stored_snippet, windows
 from finmbs.mbs.stages import Check, Stage
-from finmbs.mbs.traces import teacher_trace
 from finmbs.records import Chunk, Decision, Document, Problem, Snippet, SyntheticTree, Trace, TreeNode
 from finmbs.verify.spans import candidate_spans
 
@@ -289,17 +288,12 @@ async def rebound(
             f"{doc.doc_id}: wording not solvable: none of {k} teacher programs gives {problem.answer}", Check.ROUND_TRIP
         )
         return None
-    # the teacher's prose traces, tallied as on every engine-computed problem: they decide nothing
-    prose, why = await teacher_trace(ctx, problem)
-    problem.meta["prose_traces"] = f"verified by {prose.model}" if prose else why
     pairs = ", ".join(f"{w.text!r} -> {f.text!r}" for w, f in zip(wanted, figures))
     reason = (
         f"grounded on {doc.doc_id} by rebinding {pairs}; "
         f"computed by the engine's program on d'; round trip {hits} of {k}"
     )
-    trace = prose or Trace(
-        text=f"```python\n{built.program()}\n```", answer=problem.answer, model=engine.ENGINE, verified=True
-    )
+    trace = Trace(text=f"```python\n{built.program()}\n```", answer=problem.answer, model=engine.ENGINE, verified=True)
     node = TreeNode(
         problem=problem,
         path=tree.root.path,
