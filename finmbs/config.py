@@ -271,7 +271,7 @@ class StageParams(Settings):
         description="with stages.program_operators, the teacher is asked to word an added step's new final "
         "question (one clause, checked by number slots and a round trip every program solves), the engine's "
         "template its fallback; false: the template alone, no call (configs/default.yaml: the 1.5B's clause "
-        "passed in 1 of about 45 tries, and that one asked another question; docs/measurements.md)",
+        "passed in 1 of about 50 tries, and that one asked another question; docs/measurements.md)",
     )
     prose_tally: bool = Field(
         True,
