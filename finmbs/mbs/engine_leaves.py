@@ -6,10 +6,9 @@ leaf's verified program: it first draws the leaf's givens again (`resampled`, so
 source's wording), then applies each operator of its plan once (`backward`, one or two added steps),
 and the sandbox runs the new program to the new answer. The label is the engine's program's value. The
 model words at most one clause (an added step's new final question, prompts/engine_clause.txt; with
-`stages.clause_wording`), and
-every worded text, the model's or the engine's template, must pass two checks before the variant goes
-on to the rules every variant meets (novelty guard, structure, weakest-student screen; later quality
-control and calibration):
+`stages.clause_wording`), and every worded text, the model's or the engine's template, must pass two
+checks before the variant goes on to the rules every variant meets (novelty guard, structure,
+weakest-student screen; later quality control and calibration):
 
 - number slots (`slots`): the text states exactly the values it must (the givens, each as often as the
   engine's text does, in digits or ordinary words) and nothing else, so neither the answer nor an
@@ -20,14 +19,14 @@ control and calibration):
   compute the engine's answer, else the wording is not solvable.
 
 With `stages.prose_tally` the teacher's prose traces are drawn for the variants that qualify at final
-calibration (`prose_tally`, called by `outcome.calibrate_nodes`), and their tally is recorded (`meta.prose_traces`), but
-they do not decide: the program proves the label and the
-round trip shows the text is solvable. The plan's order comes from the weakest student's measured
-accuracy on the leaf (which the screen measured): a leaf it solves more often than not gets the
-backward question first (the hardest change), others the milder added steps first. `chained` (when the run
-has another math seed) comes last; with `stages.chained_fallback` it is held back, and built only when the
-plan's variants keep none through the weakest-student screen (`leaves.engine_hardened`). Each operator that
-cannot apply is one counted rejection (check `operator`).
+calibration (`prose_tally`, called by `outcome.calibrate_nodes`) and their tally is recorded
+(`meta.prose_traces`), but they do not decide: the program proves the label and the round trip shows the
+text is solvable. The plan's order comes from the weakest student's measured accuracy on the leaf
+(which the screen measured): a leaf it solves more often than not gets the backward question first (the
+hardest change), others the milder added steps first. `chained` (when the run has another math seed) comes
+last; with `stages.chained_fallback` it is held back, and built only when the plan's variants keep none
+through the weakest-student screen (`leaves.engine_hardened`). Each operator that cannot apply is one
+counted rejection (check `operator`).
 """
 
 from __future__ import annotations
@@ -407,9 +406,9 @@ async def engine_composed(ctx: Context, node: TreeNode, pools: list[list[TreeNod
 
 
 async def prose_tally(ctx: Context, node: TreeNode) -> None:
-    """The teacher's prose traces on an engine variant that qualified, drawn as for any problem (`teacher_trace`) and
-    recorded as `meta.prose_traces`; they decide nothing (the program proves the label). A verifying trace
-    becomes the node's worked solution in place of the engine's program."""
+    """The teacher's prose traces on an engine variant that qualified, drawn as for any problem
+    (`teacher_trace`) and recorded as `meta.prose_traces`; they decide nothing (the program proves the
+    label). A verifying trace becomes the node's worked solution in place of the engine's program."""
     trace, why = await teacher_trace(ctx, node.problem)
     node.problem.meta["prose_traces"] = f"verified by {trace.model}" if trace else why
     if trace is not None:
