@@ -51,6 +51,7 @@ from finmbs.mbs.finance_terms import (
     naming_error,
     pick,
 )
+from finmbs.verify.program import bindings, called_names
 from finmbs.verify.spans import Span, candidate_spans
 
 ADD_ON, RATE, DAY_COUNT = "add_on", "rate", "day_count"
@@ -647,19 +648,9 @@ def build(operator: str, figures: list[QuotedFigure], terms: Terms) -> FinanceBu
 def clashing(program: str, figures: list[QuotedFigure]) -> set[str]:
     """The figures' names that `program` binds more than once (an assignment, a loop or comprehension
     variable, an argument, a function, an import), calls (`quote`) or that name a builtin."""
-    bound: Counter[str] = Counter()
-    for node in ast.walk(ast.parse(program)):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-            bound[node.func.id] += 2  # a function the program calls: never a figure's name
-        elif isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
-            bound[node.id] += 1
-        elif isinstance(node, ast.arg):
-            bound[node.arg] += 1
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            bound[node.name] += 1
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            bound.update((a.asname or a.name).split(".")[0] for a in node.names)
-    return {f.name for f in figures if bound[f.name] > 1 or hasattr(builtins, f.name)}
+    tree = ast.parse(program)
+    bound, called = bindings(tree), called_names(tree)  # a function the program calls is never a figure's name
+    return {f.name for f in figures if bound[f.name] > 1 or f.name in called or hasattr(builtins, f.name)}
 
 
 def operator_built(operator: str, figures: list[QuotedFigure], terms: Terms) -> FinanceBuilt | ops.Refusal:

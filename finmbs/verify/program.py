@@ -36,6 +36,7 @@ import textwrap
 import time
 import tokenize
 import warnings
+from collections import Counter
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import cache
@@ -537,6 +538,27 @@ def printed_answer(source: str) -> str | None:
     return "\n".join([*head, f"answer = {value}"]) if "\n" not in value else None
 
 
+def bindings(tree: ast.AST) -> Counter[str]:
+    """How often `tree` binds each name: an assignment or deletion target, a loop or comprehension variable,
+    an argument, a function or class, an import."""
+    bound: Counter[str] = Counter()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            bound[node.id] += 1
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound[node.name] += 1
+        elif isinstance(node, ast.arg):
+            bound[node.arg] += 1
+    return bound
+
+
+def called_names(tree: ast.AST) -> set[str]:
+    """The names `tree` calls as functions (`f(...)`)."""
+    return {node.func.id for node in ast.walk(tree) if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)}
+
+
 def equation_imports(source: str) -> str | None:
     """`source` with `from sympy import ...` added first for the names of the sandbox's linear subset
     (`finmbs.verify.algebra`: symbols, Eq, solve ...) it calls and never binds; None when it does not parse
@@ -545,18 +567,7 @@ def equation_imports(source: str) -> str | None:
     tree = parse_program(source)
     if tree is None:
         return None
-    bound: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
-            bound.add(node.id)
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            bound.update((a.asname or a.name).split(".")[0] for a in node.names)
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            bound.add(node.name)
-        elif isinstance(node, ast.arg):
-            bound.add(node.arg)
-    called = {node.func.id for node in ast.walk(tree) if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)}
-    missing = sorted((called & set(algebra.__all__)) - bound)
+    missing = sorted((called_names(tree) & set(algebra.__all__)) - set(bindings(tree)))
     return f"from sympy import {', '.join(missing)}\n{source}" if missing else None
 
 
