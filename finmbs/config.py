@@ -281,6 +281,16 @@ class StageParams(Settings):
         "decide nothing (configs/default.yaml: off, a tenth of a quickstart's tokens, all on the 1.5B, while each "
         "seed waits on them to finish)",
     )
+    screen_at_calibration: bool = Field(
+        True,
+        description="with stages.program_operators, the engine's math variants of a seed kept as a leaf (synthetic "
+        "roots) skip the weakest-student screen when the weakest student is the target policy (same model, "
+        "sampling, max_tokens = L) and alpha_leaf rejects only N of N: final calibration applies that test to "
+        "fresh rollouts next (finmbs/mbs/leaves.py, screen_at_calibration); variants below a root, composed "
+        "first, and finance variants, re-grounded first, are screened as always. In a quickstart the screen "
+        "drew as many 0.5B rollouts as calibration and rejected none of 13 (docs/measurements.md); false: "
+        "screened, then calibrated",
+    )
     round_trip_k: int = Field(
         3,
         ge=1,
@@ -697,6 +707,7 @@ PAPER_VALUES: dict[str, Any] = {
     "stages.chained_fallback": False,  # (moot without program_operators) chained only when the others keep none
     "stages.clause_wording": False,  # (moot without program_operators) the teacher words an added step's ask
     "stages.prose_tally": False,  # (moot without the engine's operators) prose traces tallied on what qualifies
+    "stages.screen_at_calibration": False,  # (moot without program_operators) a root variant screened by calibration
     "stages.round_trip_k": 3,  # (moot without program_operators) teacher programs per engine-authored text
     "stages.engine_resamples": 6,  # (moot without program_operators) draws of a leaf's givens
     "novelty.structure": False,  # a leaf variant with its source's program skeleton rejected

@@ -183,13 +183,16 @@ class Decision(Record):
     data: dict[str, Any] = Field(default_factory=dict)
 
 
+ROOT_PATH = "0"  # a tree's root node; its children "0.0", "0.1", ...
+
+
 class TreeNode(Record):
     """A node of a decomposition or synthetic tree."""
 
     problem: Problem
     trace: Trace | None = None
     children: list[TreeNode] = Field(default_factory=list)
-    path: str = "0"
+    path: str = ROOT_PATH
     student_accuracy: dict[str, float] = Field(default_factory=dict)
     conditioned_accuracy: dict[str, float] = Field(default_factory=dict)
     target: DifficultyReport | None = None

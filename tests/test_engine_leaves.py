@@ -272,6 +272,36 @@ async def test_without_clause_wording_the_template_words_every_added_step_and_no
     assert on.asked.count("clause") == 2
 
 
+async def test_a_root_leaf_is_not_screened_when_its_weakest_student_is_the_target(tmp_path, openai_server):
+    # the weakest student samples as the target does (max_tokens = L): calibration's stale band is its screen
+    same = {"L": 4096, "alpha_leaf": 0.5}  # N = 2: alpha 0.5 rejects only 2 of 2
+    teacher = PayTeacher()
+    kept, _, ledger = await hardened(openai_server, tmp_path, teacher, **same)
+    assert len(kept) == 4 and ledger.rejected == [], [r.reason for r in ledger.rejected]
+    assert "solve" not in teacher.asked  # no student rollout drawn for any variant
+    assert all("screen left to final calibration" in n.decisions[-1].reason for n in kept)
+    assert all(not n.student_accuracy for n in kept)
+    # screened as always: with the switch off, below a root, with another budget or a stricter alpha
+    for where, stages in (
+        ("off", {**same, "screen_at_calibration": False}),
+        ("budget", {**same, "L": 384}),
+        ("alpha", {**same, "alpha_leaf": 0.4}),
+    ):
+        screened = PayTeacher()
+        kept, _, _ = await hardened(openai_server, tmp_path / where, screened, **stages)
+        assert screened.asked.count("solve") == len(kept) == 4, where
+        assert all(n.student_accuracy == {"student": 0.0} for n in kept)
+    below = PayTeacher()
+    openai_server.handler = below
+    ctx = Context(
+        config=config(openai_server.base_url, tmp_path / "b.sqlite", **same), gateway=Gateway(cache_path=None)
+    )
+    node = leaf(1.0)
+    node.path = "0.1"
+    kept = await harder_leaves(ctx, node, Ledger("pay"))
+    assert below.asked.count("solve") == len(kept) == 4
+
+
 async def test_a_clause_not_every_round_trip_program_solves_gives_way_to_the_template(tmp_path, openai_server):
     kept, _, _ = await hardened(openai_server, tmp_path, PayTeacher(clause_split=True), accuracy=0.0)
     added = [n.problem for n in kept if n.problem.meta["operator"].startswith("added_step")]

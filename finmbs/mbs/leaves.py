@@ -47,7 +47,7 @@ from finmbs.mbs.operators import Operator, catalogue, operator_block, rotation
 from finmbs.mbs.programs import figure_spans, mended, program_prompt, programs_on
 from finmbs.mbs.solve import document_block, student_accuracy
 from finmbs.mbs.stages import Check, Stage
-from finmbs.records import Decision, Problem, TreeNode
+from finmbs.records import ROOT_PATH, Decision, Problem, TreeNode
 from finmbs.resources import render_prompt
 from finmbs.verify.skeleton import skeleton
 
@@ -295,7 +295,26 @@ async def engine_screened(
     fresh = structure_checked(ctx, leaf, fresh, plan, ledger)
     for problem in fresh:
         nodes[problem.id].problem = problem
+    if screen_at_calibration(ctx, leaf):
+        reason = "weakest-student screen left to final calibration: the weakest student is the target"
+        for problem in fresh:
+            nodes[problem.id].decisions.append(Decision(stage=STAGE, outcome="info", reason=reason))
+        return [nodes[p.id] for p in fresh]
     return await screened(ctx, [nodes[p.id] for p in fresh], ctx.stages.alpha_leaf, STAGE, ledger)
+
+
+def screen_at_calibration(ctx: Context, leaf: TreeNode) -> bool:
+    """`stages.screen_at_calibration`: the engine's math variants of a seed kept as a leaf are synthetic roots,
+    calibrated next by the target on fresh rollouts. When the weakest student is the target (same model,
+    sampling and budget L) and alpha_leaf rejects only a rate of 1 (N of N), its screen is the test
+    calibration's stale band applies again; it is skipped. A leaf below a root (its variants composed first)
+    or a finance leaf (re-grounded first) is screened as always."""
+    stages, weakest, target = ctx.stages, ctx.weakest, ctx.config.roles.target
+    sampled = ("model", "api_base", "temperature", "chat", "extra")
+    same = all(getattr(weakest, k) == getattr(target, k) for k in sampled) and weakest.max_tokens == stages.L
+    only_all = stages.alpha_leaf >= (stages.N - 1) / stages.N
+    root = leaf.path == ROOT_PATH and leaf.problem.domain != "finance"
+    return stages.screen_at_calibration and same and only_all and root
 
 
 async def engine_hardened(ctx: Context, leaf: TreeNode, ledger: Ledger, plan: LeafPlan) -> list[TreeNode]:

@@ -27,6 +27,7 @@ from finmbs.mbs.reground import reground_trees
 from finmbs.mbs.stages import Stage
 from finmbs.mbs.traces import teacher_trace
 from finmbs.records import (
+    ROOT_PATH,
     Decision,
     DecompositionTree,
     Problem,
@@ -138,9 +139,6 @@ def candidates(trees: list[SyntheticTree]) -> list[TreeNode]:
         for node in tree.root.walk():
             seen.setdefault(node.problem.id, node)
     return list(seen.values())
-
-
-ROOT_PATH = "0"
 
 
 def is_root(node: TreeNode) -> bool:
