@@ -281,6 +281,15 @@ class StageParams(Settings):
         "decide nothing (configs/default.yaml: off, a tenth of a quickstart's tokens, all on the 1.5B, while each "
         "seed waits on them to finish)",
     )
+    round_trip_stop: bool = Field(
+        False,
+        description="with stages.program_operators (and finance operators, rebinding, mine.round_trip), the round "
+        "trip's teacher programs are drawn one at a time and stop at the first that computes the engine's answer: "
+        "the same rule as k in one batched call (at least one of up to round_trip_k), each draw the batched call's "
+        "own sample, fewer programs when one comes early (meta.round_trip: hits of those drawn); a model-worded "
+        "clause, which every program must solve, still gets all k (configs/default.yaml: on, the round trip was "
+        "three quarters of a quickstart's 1.5B tokens and most texts that pass are solved by the first or second)",
+    )
     screen_at_calibration: bool = Field(
         True,
         description="with stages.program_operators, the engine's math variants of a seed kept as a leaf (synthetic "
@@ -708,6 +717,7 @@ PAPER_VALUES: dict[str, Any] = {
     "stages.clause_wording": False,  # (moot without program_operators) the teacher words an added step's ask
     "stages.prose_tally": False,  # (moot without the engine's operators) prose traces tallied on what qualifies
     "stages.screen_at_calibration": False,  # (moot without program_operators) a root variant screened by calibration
+    "stages.round_trip_stop": False,  # (moot without the engine's operators) round-trip programs drawn until one hits
     "stages.round_trip_k": 3,  # (moot without program_operators) teacher programs per engine-authored text
     "stages.engine_resamples": 6,  # (moot without program_operators) draws of a leaf's givens
     "novelty.structure": False,  # a leaf variant with its source's program skeleton rejected

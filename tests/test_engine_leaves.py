@@ -302,6 +302,33 @@ async def test_a_root_leaf_is_not_screened_when_its_weakest_student_is_the_targe
     assert below.asked.count("solve") == len(kept) == 4
 
 
+def program_draws(server) -> list[int]:
+    """How many programs each round-trip request the server saw asked for."""
+    return [r.n for r in server.requests if "Write a short Python program that solves" in r.text]
+
+
+async def test_round_trip_stop_draws_programs_one_at_a_time_until_one_computes_the_answer(tmp_path, openai_server):
+    kept, _, ledger = await hardened(openai_server, tmp_path, PayTeacher(), clause_wording=False, round_trip_stop=True)
+    assert len(kept) == 4 and ledger.rejected == []
+    assert all(n.problem.meta["round_trip"] == "1 of 1" for n in kept)  # the first program computed it
+    assert program_draws(openai_server) == [1] * 4
+    # programs that all miss: each text drawn for one at a time up to k, and rejected as before
+    openai_server.requests.clear()
+    _, _, ledger = await hardened(
+        openai_server, tmp_path / "miss", PayTeacher(programs_miss=True), accuracy=0.0, round_trip_stop=True
+    )
+    engine = [r for r in ledger.rejected if r.problem.meta.get("authored_by") == "engine"]
+    assert len(engine) == 4 and all(r.problem.meta["round_trip"] == "0 of 3" for r in engine)
+    assert all(r.reason.startswith("wording not solvable: none of 3 programs") for r in engine)
+    # the model's clauses (asked first, then the template) got all k at once; the other texts one at a time
+    draws = program_draws(openai_server)
+    assert draws.count(3) == 2 and draws.count(1) == 3 * 4
+    # batched as before with the switch off: one call of k per text
+    openai_server.requests.clear()
+    kept, _, _ = await hardened(openai_server, tmp_path / "off", PayTeacher(), clause_wording=False)
+    assert program_draws(openai_server) == [3] * 4 and all(n.problem.meta["round_trip"] == "3 of 3" for n in kept)
+
+
 async def test_a_clause_not_every_round_trip_program_solves_gives_way_to_the_template(tmp_path, openai_server):
     kept, _, _ = await hardened(openai_server, tmp_path, PayTeacher(clause_split=True), accuracy=0.0)
     added = [n.problem for n in kept if n.problem.meta["operator"].startswith("added_step")]

@@ -293,21 +293,27 @@ async def worded(ctx: Context, built: ops.Built) -> tuple[str, str, list[str]]:
     return built.question, ENGINE, failed
 
 
-async def round_trip(ctx: Context, problem: Problem) -> tuple[int, int]:
-    """(how many of k teacher programs written from the text alone compute the answer, k); what the programs
-    that ran gave is recorded as meta.round_trip_answers."""
+async def round_trip(ctx: Context, problem: Problem, every: bool = False) -> tuple[int, int]:
+    """(how many of the teacher programs written from the text alone compute the answer, how many were
+    drawn): k in one batched call, or with `stages.round_trip_stop` one at a time until one computes it
+    (the same rule, at least one of up to k: sample i is the batched call's sample i); `every`: all k
+    drawn whatever they give. What the programs that ran gave is recorded as meta.round_trip_answers."""
     k = ctx.stages.round_trip_k
     bare = problem.model_copy(update={"meta": {}})
     request = program_request(ctx, bare, equations=True)
     if request is None:
         return 0, k
-    hits, answers = 0, []
-    for _, run in await drawn_runs(ctx, bare, request, n=k, first_index=0):
-        answers.append(run.answer)
-        if await same(ctx, problem, run.answer or "", problem.answer):
-            hits += 1
+    one_by_one = ctx.stages.round_trip_stop and not every
+    hits, answers, drawn = 0, [], 0
+    while drawn < k and not (one_by_one and hits):
+        n = 1 if one_by_one else k
+        for _, run in await drawn_runs(ctx, bare, request, n=n, first_index=drawn):
+            answers.append(run.answer)
+            if await same(ctx, problem, run.answer or "", problem.answer):
+                hits += 1
+        drawn += n
     problem.meta["round_trip_answers"] = answers  # what the programs that ran gave, for reading a miss
-    return hits, k
+    return hits, drawn
 
 
 async def engine_variant(
@@ -334,7 +340,7 @@ async def checked_node(
         if why := slots(text, built):
             ledger.reject(problem, stage, why, check=Check.SLOTS, operator=built.operator)
             return None
-        hits, k = await round_trip(ctx, problem)
+        hits, k = await round_trip(ctx, problem, every=by != ENGINE)
         if by == ENGINE or hits == k:
             break
         # a model's clause must be solved to the label by every program: one that misreads it can be solved
