@@ -5,6 +5,8 @@ never a hang), and leaves no file behind; good programs give their exact answer.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -63,6 +65,18 @@ def test_bad_program_is_one_line_rejection(name: str, tmp_path: Path, monkeypatc
     assert not Path("/tmp/pwned").exists()
     assert not list(tmp_path.iterdir())
     assert {p for p in Path("/tmp").iterdir() if p.name.startswith("pwned")} - before == set()
+
+
+def test_the_worker_imports_only_what_it_runs_with() -> None:
+    # every program pays the worker's imports in a fresh process: the model stack, pydantic and asyncio
+    # are not among them (what they cost each run: docs/measurements.md)
+    probe = "import sys, finmbs.verify.program_worker; print(' '.join(sorted(sys.modules)))"
+    loaded = set(
+        subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.split()
+    )
+    assert "finmbs.verify.program_worker" in loaded and "RestrictedPython" in loaded
+    heavy = {"pydantic", "asyncio", "litellm", "numpy", "torch", "qdrant_client", "finmbs.llm", "finmbs.config"}
+    assert not loaded & heavy, loaded & heavy
 
 
 def test_good_programs_give_exact_answers() -> None:

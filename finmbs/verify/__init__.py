@@ -13,9 +13,8 @@ Submodules are imported where used, so a light user of one (the program sandbox'
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
-
-from pydantic import BaseModel
 
 if TYPE_CHECKING:
     from finmbs.config import Endpoint
@@ -24,8 +23,10 @@ if TYPE_CHECKING:
 DecidedBy = Literal["no_answer", "math", "comparer", "judge", "undecided"]
 
 
-class Verification(BaseModel):
-    """Whether a response's final answer matches the ground truth, and what decided it."""
+@dataclass(frozen=True)
+class Verification:
+    """Whether a response's final answer matches the ground truth, and what decided it (a dataclass: the
+    package imports nothing the program sandbox's worker does not need)."""
 
     correct: bool
     extracted: str | None

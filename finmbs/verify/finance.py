@@ -15,13 +15,12 @@ from datetime import datetime
 from fractions import Fraction
 from typing import Literal
 
-from pydantic import BaseModel
-
 Verdict = Literal["equal", "different", "undecided"]
 
 
-class Comparison(BaseModel):
-    """The comparer's verdict and why."""
+@dataclass(frozen=True)
+class Comparison:
+    """The comparer's verdict and why (a dataclass: the program sandbox's worker imports this module)."""
 
     verdict: Verdict
     reason: str

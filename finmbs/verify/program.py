@@ -45,10 +45,10 @@ from typing import Any
 from pydantic import BaseModel, Field, ValidationError
 
 from finmbs.verify import algebra
+from finmbs.verify.program_worker import START
 
 PROGRAM_TIMEOUT_S = float(os.environ.get("FINMBS_PROGRAM_TIMEOUT_S", "10"))
 START_S = 20.0  # the worker's start on a loaded machine (imports, layers, compile), before the program runs
-START = b"started\n"  # what the worker writes on the reply pipe as the program begins: timeout_s counts from it
 GRACE_S = 0.5  # past timeout_s (counted from the program's start) before the parent kills the worker's group
 MEMORY_MB = 256  # address space the program may add to the worker's own
 OUTPUT_CHARS = 65_536  # print() output one program may write
