@@ -19,7 +19,7 @@ from finmbs.config import PAPER_VALUES, RunConfig, StageParams
 from finmbs.llm import Gateway
 from finmbs.mbs.context import Context, Ledger
 from finmbs.mbs.engine_leaves import engine_composed, operator_funnel
-from finmbs.mbs.leaves import harder_leaves
+from finmbs.mbs.leaves import harder_leaves, screen_at_calibration
 from finmbs.mbs.outcome import calibrate_nodes, seed_root
 from finmbs.records import Decision, Problem, Trace, TreeNode
 from finmbs.testing.server import Reply, Request
@@ -281,25 +281,28 @@ async def test_a_root_leaf_is_not_screened_when_its_weakest_student_is_the_targe
     assert "solve" not in teacher.asked  # no student rollout drawn for any variant
     assert all("screen left to final calibration" in n.decisions[-1].reason for n in kept)
     assert all(not n.student_accuracy for n in kept)
-    # screened as always: with the switch off, below a root, with another budget or a stricter alpha
-    for where, stages in (
-        ("off", {**same, "screen_at_calibration": False}),
-        ("budget", {**same, "L": 384}),
-        ("alpha", {**same, "alpha_leaf": 0.4}),
-    ):
-        screened = PayTeacher()
-        kept, _, _ = await hardened(openai_server, tmp_path / where, screened, **stages)
-        assert screened.asked.count("solve") == len(kept) == 4, where
-        assert all(n.student_accuracy == {"student": 0.0} for n in kept)
-    below = PayTeacher()
-    openai_server.handler = below
-    ctx = Context(
-        config=config(openai_server.base_url, tmp_path / "b.sqlite", **same), gateway=Gateway(cache_path=None)
-    )
-    node = leaf(1.0)
-    node.path = "0.1"
-    kept = await harder_leaves(ctx, node, Ledger("pay"))
-    assert below.asked.count("solve") == len(kept) == 4
+    # screened as always with the switch off
+    screened = PayTeacher()
+    kept, _, _ = await hardened(openai_server, tmp_path / "off", screened, **same, screen_at_calibration=False)
+    assert screened.asked.count("solve") == len(kept) == 4
+    assert all(n.student_accuracy == {"student": 0.0} for n in kept)
+    # and below a root, with another budget, a stricter alpha, another temperature or a finance leaf
+    base = config(openai_server.base_url, tmp_path / "p.sqlite", **same)
+
+    def screened_at_calibration(node: TreeNode | None = None, **stages: object) -> bool:
+        cfg = base.model_copy(update={"stages": base.stages.model_copy(update=stages)})
+        return screen_at_calibration(Context(config=cfg, gateway=Gateway(cache_path=None)), node or leaf(1.0))
+
+    assert screened_at_calibration()
+    below = leaf(1.0)
+    below.path = "0.1"
+    finance = leaf(1.0)
+    finance.problem = finance.problem.model_copy(update={"domain": "finance"})
+    assert not screened_at_calibration(below) and not screened_at_calibration(finance)
+    assert not screened_at_calibration(L=384) and not screened_at_calibration(alpha_leaf=0.4)
+    hotter = base.roles.students[-1].model_copy(update={"temperature": 0.5})
+    base.roles.students[-1] = hotter
+    assert not screened_at_calibration()
 
 
 def program_draws(server) -> list[int]:
