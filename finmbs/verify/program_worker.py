@@ -60,8 +60,8 @@ from finmbs.errors import FinmbsError
 from finmbs.verify import algebra
 from finmbs.verify.quotes import check_quote, exact
 
-# objects that lead out of the program's world: never handed over by item access or iteration
 START = b"started\n"  # what the worker writes on the reply pipe as the program begins: timeout_s counts from it
+# objects that lead out of the program's world: never handed over by item access or iteration
 UNREACHABLE = (ModuleType, FrameType, CodeType, TracebackType)
 EXTRA_BUILTINS = (
     "sum",
